@@ -1,0 +1,1 @@
+"""Training stage: a hand-written encoder-decoder Transformer in PyTorch (writes a run directory)."""
