@@ -139,14 +139,34 @@ class TrainConfig:
 PRESETS: dict[str, dict] = {
     # Trains in seconds on a laptop CPU: tests and smoke runs.
     "tiny": dict(
-        d_model=64, n_heads=4, d_ff=128, n_encoder_layers=2, n_decoder_layers=2, dropout=0.0,
-        lr=3e-3, warmup_steps=100, max_steps=400, max_tokens=1024, eval_every=200,
-        checkpoint_every=200, log_every=20, eval_limit=200, label_smoothing=0.0,
+        d_model=64,
+        n_heads=4,
+        d_ff=128,
+        n_encoder_layers=2,
+        n_decoder_layers=2,
+        dropout=0.0,
+        lr=3e-3,
+        warmup_steps=100,
+        max_steps=400,
+        max_tokens=1024,
+        eval_every=200,
+        checkpoint_every=200,
+        log_every=20,
+        eval_limit=200,
+        label_smoothing=0.0,
     ),
     # The CMUSphinx g2p-seq2seq Transformer's size: 3+3 layers, 256 wide.
     "base": dict(
-        d_model=256, n_heads=4, d_ff=1024, n_encoder_layers=3, n_decoder_layers=3, dropout=0.1,
-        lr=1e-3, warmup_steps=1000, max_steps=20000, max_tokens=4096,
+        d_model=256,
+        n_heads=4,
+        d_ff=1024,
+        n_encoder_layers=3,
+        n_decoder_layers=3,
+        dropout=0.1,
+        lr=1e-3,
+        warmup_steps=1000,
+        max_steps=20000,
+        max_tokens=4096,
     ),
 }
 
@@ -262,8 +282,14 @@ def plot_curves(run_dir: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    log = [json.loads(line) for line in open(run_dir / "train_log.jsonl")] if (run_dir / "train_log.jsonl").exists() else []
-    evals = [json.loads(line) for line in open(run_dir / "metrics.jsonl")] if (run_dir / "metrics.jsonl").exists() else []
+    log = (
+        [json.loads(line) for line in open(run_dir / "train_log.jsonl")]
+        if (run_dir / "train_log.jsonl").exists()
+        else []
+    )
+    evals = (
+        [json.loads(line) for line in open(run_dir / "metrics.jsonl")] if (run_dir / "metrics.jsonl").exists() else []
+    )
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     if log:
         axes[0].plot([r["step"] for r in log], [r["loss"] for r in log], label="train loss")
@@ -311,7 +337,9 @@ def train(cfg: TrainConfig, out_dir: Path, resume: bool = False) -> dict:
         src_tok = build_tokenizer(
             (e.source for e in train_ex), cfg.src_tokenizer, cfg.lowercase_source, cfg.bpe_vocab_size
         )
-        tgt_tok = build_tokenizer((t for e in train_ex for t in e.targets), cfg.tgt_tokenizer, False, cfg.bpe_vocab_size)
+        tgt_tok = build_tokenizer(
+            (t for e in train_ex for t in e.targets), cfg.tgt_tokenizer, False, cfg.bpe_vocab_size
+        )
 
     pairs: list[tuple[list[int], list[int]]] = []
     skipped = 0
@@ -422,7 +450,10 @@ def train(cfg: TrainConfig, out_dir: Path, resume: bool = False) -> dict:
                         f.write(json.dumps({"step": step, "loss": loss.item(), "lr": lr, "tokens_per_s": tps}) + "\n")
                 if step % cfg.eval_every == 0:
                     last_metrics = run_eval()
-                    bar.write(f"[eval] step {step}: " + ", ".join(f"{k}={v:.2f}" for k, v in last_metrics.items() if k != "step"))
+                    bar.write(
+                        f"[eval] step {step}: "
+                        + ", ".join(f"{k}={v:.2f}" for k, v in last_metrics.items() if k != "step")
+                    )
                 if step % cfg.checkpoint_every == 0:
                     save("checkpoint.pt")
             out_of_time = cfg.max_minutes and (time.monotonic() - start_time) / 60 >= cfg.max_minutes
@@ -442,8 +473,9 @@ def train(cfg: TrainConfig, out_dir: Path, resume: bool = False) -> dict:
             last_metrics = run_eval()
         save("checkpoint.pt")
         plot_curves(out_dir)
-        print(f"[train] done at step {step}: " + ", ".join(f"{k}={v:.2f}" for k, v in last_metrics.items() if k != "step"))
+        print(
+            f"[train] done at step {step}: " + ", ".join(f"{k}={v:.2f}" for k, v in last_metrics.items() if k != "step")
+        )
     if world > 1:
         dist.barrier()
     return last_metrics
-
