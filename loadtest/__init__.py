@@ -1,0 +1,1 @@
+"""Load tester for TGI-style streaming servers (`attnserve-loadtest URL`); needs no torch."""

@@ -1,0 +1,275 @@
+"""`attnserve-loadtest URL`: latency of a TGI-style streaming server under a concurrency sweep or fixed arrival rates."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+from tqdm import tqdm
+
+from loadtest import report
+from loadtest.client import GenerationParams
+from loadtest.inputs import InputError, load_inputs
+from loadtest.runner import Level, Sender, Target, run_level
+from loadtest.stats import ITL_FORMULA, SloError, parse_slo, summarize
+
+EPILOG = f"""\
+Each level first sends its warm-up requests (not counted), then is measured
+for --requests N requests or --duration S seconds (whichever ends first when
+both are given). {ITL_FORMULA}. Latencies count from when a request was due:
+in open-loop mode that is its scheduled Poisson arrival, so a server that
+falls behind is not hidden by the client waiting (no coordinated omission).
+
+examples:
+  attnserve-loadtest http://127.0.0.1:8000 --concurrency 1,4,16,64 --requests 200
+  attnserve-loadtest http://127.0.0.1:8000 --rate 5,20,50 --duration 30 --slo ttft_ms=100,e2e_ms=500
+"""
+
+
+def _positive_list(kind, name: str):
+    def parse(text: str):
+        try:
+            values = [kind(v) for v in text.split(",") if v.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name}: expected comma-separated numbers, got {text!r}") from None
+        if not values or any(v <= 0 for v in values):
+            raise argparse.ArgumentTypeError(f"{name}: every value must be > 0, got {text!r}")
+        return values
+
+    return parse
+
+
+def _positive(kind):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
+        return value
+
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="attnserve-loadtest",
+        description="Load-test a server that speaks TGI's /generate_stream API: TTFT, inter-token latency, "
+        "end-to-end latency, throughput, errors and goodput per load level.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("url", help="server base URL, e.g. http://127.0.0.1:8000")
+    shape = p.add_mutually_exclusive_group()
+    shape.add_argument(
+        "--concurrency",
+        type=_positive_list(int, "--concurrency"),
+        help="closed loop: comma-separated numbers of concurrent clients (default 1,4,16,64)",
+    )
+    shape.add_argument(
+        "--rate", type=_positive_list(float, "--rate"), help="open loop: comma-separated Poisson arrival rates, requests/s"
+    )
+    p.add_argument("--requests", type=_positive(int), help="measured requests per level")
+    p.add_argument("--duration", type=_positive(float), help="measured seconds per level (answers in flight are awaited)")
+    p.add_argument(
+        "--warmup",
+        type=int,
+        help="warm-up requests per level, not counted (default: one per client; open loop: one second of arrivals)",
+    )
+    p.add_argument("--input", type=Path, help="file of inputs, one per line (default: the CMUdict test words)")
+    p.add_argument("--max-new-tokens", type=_positive(int), help="TGI max_new_tokens (default: the server's)")
+    p.add_argument("--do-sample", action="store_true", help="sample instead of greedy decoding")
+    p.add_argument("--temperature", type=_positive(float))
+    p.add_argument("--top-k", type=_positive(int))
+    p.add_argument("--top-p", type=_positive(float))
+    p.add_argument("--seed", type=int, default=0, help="request i sends seed+i when sampling; also seeds the arrivals")
+    p.add_argument("--api-key", help="sent as 'Authorization: Bearer KEY' (default: $ATTNSERVE_API_KEY)")
+    p.add_argument("--timeout", type=_positive(float), default=60.0, help="seconds a request may take, from when it was due")
+    p.add_argument("--slo", help="goodput counts requests meeting all of e.g. ttft_ms=200,itl_ms=50,e2e_ms=1000")
+    p.add_argument("--endpoint", default="/generate_stream", help="streaming route (default /generate_stream)")
+    p.add_argument("--no-metrics", action="store_true", help="do not scrape URL/metrics before and after each level")
+    p.add_argument("--out", type=Path, help="directory for results.json, CSVs and plots (default loadtest-results/TIME)")
+    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--baseline", type=Path, help="results.json of an earlier run: print throughput and p99 ratios per level")
+    p.add_argument("--label", help="free text stored in results.json (e.g. what the server ran with)")
+    return p
+
+
+def _progress_factory(enabled: bool, label: str):
+    def make(total: int | None):
+        bar = tqdm(total=total, desc=label, unit="req", file=sys.stderr, disable=None if enabled else True)
+        return (lambda: bar.update(1)), bar.close
+
+    return make
+
+
+async def _server_info(client: httpx.AsyncClient, base: str, headers: dict[str, str]) -> dict | str:
+    """GET /info (attnserve and TGI both have it); a string saying why when it fails."""
+    try:
+        resp = await client.get(base + "/info", headers=headers, timeout=10.0)
+    except httpx.HTTPError as e:
+        return f"{type(e).__name__}: {e}"
+    if resp.status_code != 200:
+        return f"HTTP {resp.status_code}"
+    try:
+        return resp.json()
+    except ValueError:
+        return "not JSON"
+
+
+async def run(args, levels: list[Level], inputs: list[str], slo: dict, result: dict) -> None:
+    """Run every level, appending each finished one to result["levels"] (kept if interrupted)."""
+    base = args.url.rstrip("/")
+    api_key = args.api_key or os.environ.get("ATTNSERVE_API_KEY")
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    params = GenerationParams(
+        max_new_tokens=args.max_new_tokens,
+        do_sample=args.do_sample,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed if args.do_sample else None,
+    )
+    target = Target(
+        stream_url=base + args.endpoint,
+        metrics_url=None if args.no_metrics else base + "/metrics",
+        headers=headers,
+        inputs=inputs,
+        params=params,
+        timeout_s=args.timeout,
+    )
+    result["config"]["parameters"] = params.payload("", 0)["parameters"]
+    # No proxies from the environment: the figures are about this server, not a proxy in between.
+    # No pool limit: closed-loop clients open one connection each; open-loop arrivals never wait for one.
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    timeout = httpx.Timeout(args.timeout, connect=min(args.timeout, 10.0))
+    async with httpx.AsyncClient(trust_env=False, limits=limits, timeout=timeout) as client:
+        info = await _server_info(client, base, headers)
+        if isinstance(info, str) and ("ConnectError" in info or "Timeout" in info):
+            raise ConnectionError(f"cannot reach {base}: {info}")
+        result["server_info"] = info if isinstance(info, dict) else {"unavailable": info}
+        sender = Sender(client, target)
+        for i, level in enumerate(levels):
+            warmup = level.default_warmup() if args.warmup is None else args.warmup
+            records, window, server = await run_level(
+                sender,
+                level,
+                requests=args.requests,
+                duration_s=args.duration,
+                warmup=warmup,
+                seed=args.seed + i,
+                progress=_progress_factory(not args.no_progress, level.label),
+            )
+            summary = summarize(records, window, slo)
+            result["levels"].append(
+                {
+                    "mode": level.mode,
+                    "value": level.value,
+                    "label": level.label,
+                    "warmup_requests": warmup,
+                    "summary": summary,
+                    "server": server,
+                    "records": [r.as_dict() for r in records],
+                }
+            )
+            s = summary
+            print(
+                f"[loadtest] {level.label}: {s['ok']} ok, {s['failed']} failed, {s['requests_per_s']:.2f} req/s, "
+                f"{s['output_tokens_per_s']:.1f} tok/s",
+                file=sys.stderr,
+            )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.requests is None and args.duration is None:
+        parser.error("give --requests N or --duration S (or both): every level must stop by itself")
+    if args.warmup is not None and args.warmup < 0:
+        parser.error("--warmup must be >= 0")
+    if not args.endpoint.startswith("/"):
+        parser.error("--endpoint must start with '/'")
+    if not args.url.startswith(("http://", "https://")):
+        parser.error(f"URL must start with http:// or https://, got {args.url!r}")
+    try:
+        slo = parse_slo(args.slo)
+        inputs, source = load_inputs(args.input)
+    except (SloError, InputError) as e:
+        parser.error(str(e))
+    baseline = None
+    if args.baseline is not None:
+        try:
+            baseline = json.loads(args.baseline.read_text())
+        except (OSError, ValueError) as e:
+            parser.error(f"--baseline {args.baseline}: {e}")
+
+    if args.rate:
+        levels = [Level("open", r) for r in args.rate]
+    else:
+        levels = [Level("closed", c) for c in (args.concurrency or [1, 4, 16, 64])]
+    out_dir = args.out or Path("loadtest-results") / datetime.now().strftime("%Y%m%d-%H%M%S")
+    result: dict = {
+        "tool": "attnserve-loadtest",
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": ["attnserve-loadtest", *(sys.argv[1:] if argv is None else argv)],
+        "label": args.label,
+        "url": args.url,
+        "itl_definition": ITL_FORMULA,
+        "client_host": {"platform": platform.platform(), "cpus": os.cpu_count(), "python": platform.python_version()},
+        "config": {
+            "mode": levels[0].mode,
+            "levels": [lv.value for lv in levels],
+            "requests_per_level": args.requests,
+            "duration_s_per_level": args.duration,
+            "timeout_s": args.timeout,
+            "inputs": source,
+            "n_inputs": len(inputs),
+            "slo": slo or None,
+            "endpoint": args.endpoint,
+        },
+        "levels": [],
+    }
+    status = 0
+    t0 = time.perf_counter()
+    try:
+        asyncio.run(run(args, levels, inputs, slo, result))
+    except ConnectionError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\ninterrupted: reporting the levels that finished", file=sys.stderr)
+        status = 130
+    result["wall_s"] = time.perf_counter() - t0
+
+    levels_done = result["levels"]
+    print(report.summary_text(levels_done))
+    if baseline is not None:
+        result["comparison"] = {"baseline": str(args.baseline), "levels": report.comparison(levels_done, baseline)}
+        print()
+        print(report.comparison_text(result["comparison"]["levels"], str(args.baseline)))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    report.write_json(out_dir / "results.json", result)
+    report.write_csv(out_dir, levels_done)
+    written = [out_dir / "results.json", out_dir / "summary.csv", out_dir / "requests.csv"]
+    if not args.no_plots:
+        plots = report.write_plots(out_dir, levels_done)
+        if isinstance(plots, str):
+            print(plots, file=sys.stderr)
+        else:
+            written += plots
+    print(f"\nwritten: {', '.join(str(p) for p in written)}", file=sys.stderr)
+    if status == 0 and levels_done and not any(lv["summary"]["ok"] for lv in levels_done):
+        samples = {k: v for lv in levels_done for k, v in lv["summary"]["error_samples"].items()}
+        print(f"error: no request succeeded; first errors: {samples}", file=sys.stderr)
+        return 1
+    return status

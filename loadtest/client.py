@@ -1,0 +1,168 @@
+"""One streamed generation request against a TGI-style `/generate_stream`, timed per token.
+
+The server answers Server-Sent Events, one per generated token:
+`data:{"index", "token": {"id", "text", "logprob", "special"}, "top_tokens", "generated_text", "details"}`,
+the last one carrying `generated_text`. An error after the stream started
+arrives as an event with an `error` field.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import asdict, dataclass
+
+import httpx
+
+# Error kinds, in report order.
+ERROR_KINDS = ("http_429", "http_503", "http_4xx", "http_5xx", "timeout", "connection", "stream")
+# Short column names for the summary table, and what each means.
+ERROR_KIND_HELP = {
+    "http_429": ("429", "overloaded"),
+    "http_503": ("503", "draining/unavailable"),
+    "http_4xx": ("4xx", "other 4xx"),
+    "http_5xx": ("5xx", "5xx but 503"),
+    "timeout": ("timeout", "over --timeout"),
+    "connection": ("conn", "connection failed"),
+    "stream": ("stream", "error event or cut-short stream"),
+}
+
+
+def error_kind_for_status(status: int) -> str:
+    if status == 429:
+        return "http_429"
+    if status == 503:
+        return "http_503"
+    if 400 <= status < 500:
+        return "http_4xx"
+    return "http_5xx"
+
+
+@dataclass
+class GenerationParams:
+    """TGI `parameters`; None means "not sent" (the server's default applies)."""
+
+    max_new_tokens: int | None = None
+    do_sample: bool = False
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int | None = None  # base seed: request i sends seed + i, so a run is reproducible
+
+    def payload(self, text: str, index: int) -> dict:
+        params: dict = {"do_sample": self.do_sample}
+        for name in ("max_new_tokens", "temperature", "top_k", "top_p"):
+            value = getattr(self, name)
+            if value is not None:
+                params[name] = value
+        if self.seed is not None:
+            params["seed"] = self.seed + index
+        return {"inputs": text, "parameters": params}
+
+
+@dataclass
+class RequestRecord:
+    """One request's outcome. Times are seconds; offsets count from the level's start.
+
+    Latencies are measured from `due_s`, the moment the request was meant to be
+    sent (open loop: its scheduled arrival), so a client that falls behind
+    shows up as latency instead of silently sending less load.
+    """
+
+    index: int
+    due_s: float
+    sent_s: float
+    done_s: float
+    ok: bool
+    status: int | None = None
+    error_kind: str | None = None
+    error: str | None = None
+    ttft_s: float | None = None
+    e2e_s: float | None = None
+    output_tokens: int = 0
+
+    @property
+    def itl_s(self) -> float | None:
+        """genai-perf's inter-token latency: (e2e - ttft) / (output_tokens - 1); None for one token."""
+        if not self.ok or self.output_tokens < 2:
+            return None
+        return (self.e2e_s - self.ttft_s) / (self.output_tokens - 1)
+
+    def as_dict(self) -> dict:
+        return asdict(self) | {"itl_s": self.itl_s}
+
+
+def _error_message(body: bytes) -> str:
+    """The server's `error` field when the body is the project's error shape, else the text."""
+    text = body.decode("utf-8", "replace")
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError:
+        return text[:200]
+    if isinstance(obj, dict) and "error" in obj:
+        return str(obj["error"])[:200]
+    return text[:200]
+
+
+async def stream_request(
+    client: httpx.AsyncClient,
+    url: str,
+    payload: dict,
+    headers: dict[str, str],
+    *,
+    index: int,
+    due: float,
+    level_start: float,
+    timeout_s: float,
+) -> RequestRecord:
+    """POST `payload` to the streaming `url` and time each token event.
+
+    `due` and `level_start` are `time.perf_counter()` values. The whole request
+    (queueing in the client pool included) must finish within `timeout_s` of `due`.
+    """
+    sent = time.perf_counter()
+    rec = RequestRecord(index=index, due_s=due - level_start, sent_s=sent - level_start, done_s=0.0, ok=False)
+    first = final = None
+    tokens = 0
+    try:
+        async with asyncio.timeout(max(0.0, timeout_s - (sent - due))):
+            async with client.stream("POST", url, json=payload, headers=headers) as resp:
+                rec.status = resp.status_code
+                if resp.status_code != 200:
+                    rec.error_kind = error_kind_for_status(resp.status_code)
+                    rec.error = _error_message(await resp.aread())
+                else:
+                    async for line in resp.aiter_lines():
+                        if not line.startswith("data:"):
+                            continue  # blank separators, comments, `event:` lines
+                        now = time.perf_counter()
+                        event = json.loads(line[5:])
+                        if "error" in event:
+                            rec.error_kind, rec.error = "stream", str(event["error"])[:200]
+                            break
+                        if event.get("token") is not None:
+                            tokens += 1
+                            first = first if first is not None else now
+                        if event.get("generated_text") is not None:
+                            final = now
+                            break
+                    if rec.error_kind is None and final is None:
+                        rec.error_kind, rec.error = "stream", "stream ended before the event carrying generated_text"
+    except TimeoutError:
+        rec.error_kind, rec.error = "timeout", f"no complete answer within {timeout_s:g} s"
+    except httpx.TimeoutException as e:
+        rec.error_kind, rec.error = "timeout", f"{type(e).__name__}: {e}"
+    except httpx.TransportError as e:
+        rec.error_kind, rec.error = "connection", f"{type(e).__name__}: {e}"
+    except json.JSONDecodeError as e:
+        rec.error_kind, rec.error = "stream", f"event is not JSON: {e}"
+    rec.done_s = time.perf_counter() - level_start
+    rec.output_tokens = tokens
+    if rec.error_kind is None and first is not None:
+        rec.ok = True
+        rec.ttft_s = first - due
+        rec.e2e_s = final - due
+    elif rec.error_kind is None:
+        rec.error_kind, rec.error = "stream", "final event arrived without any token"
+    return rec
