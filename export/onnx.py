@@ -1,0 +1,195 @@
+"""Export the Transformer as two ONNX graphs with the names of Contract 2.
+
+- encoder.onnx: runs once per request. Besides the additive source bias it
+  projects every decoder layer's cross-attention K/V here, once, so decoder
+  steps never recompute or copy them (the layout CTranslate2 and ONNX
+  Runtime's own T5 tooling use).
+- decoder.onnx: ONE step over T new tokens (T = 1 when serving) against the
+  self-attention cache; no `If` node: P = 0 on the first step is just an empty
+  past. `decoder_attention_mask` [B, P+T] lets rows with different real past
+  lengths share a step (their missing slots are 0).
+
+The TorchScript exporter (`dynamo=False`) is used: it keeps every batch,
+length and past axis symbolic (verify.py runs the graphs at other sizes to
+prove none was frozen).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+import torch
+from torch import Tensor, nn
+
+from training.model import Transformer, decoder_self_bias
+
+OPSET = 17
+# ONNX Runtime 1.31 loads IR <= 13 while onnx 1.23 writes IR 14 by default:
+# save with the smallest IR version the opset needs.
+MAX_IR_VERSION = 10
+
+
+def past_names(n_layers: int, kind: str) -> list[str]:
+    """Decoder cache input names, key then value per layer; kind is "decoder" or "encoder"."""
+    return [f"past_key_values.{i}.{kind}.{kv}" for i in range(n_layers) for kv in ("key", "value")]
+
+
+def present_names(n_layers: int, kind: str) -> list[str]:
+    return [f"present.{i}.{kind}.{kv}" for i in range(n_layers) for kv in ("key", "value")]
+
+
+def encoder_io(n_layers: int) -> tuple[list[str], list[str]]:
+    return ["input_ids", "attention_mask"], ["encoder_attention_bias", *present_names(n_layers, "encoder")]
+
+
+def decoder_io(n_layers: int, next_token: bool = True, explain: bool = False) -> tuple[list[str], list[str]]:
+    inputs = [
+        "input_ids",
+        "position_ids",
+        "decoder_attention_mask",
+        "encoder_attention_bias",
+        *past_names(n_layers, "decoder"),
+        *past_names(n_layers, "encoder"),
+    ]
+    outputs = ["logits", *present_names(n_layers, "decoder")]
+    if next_token:
+        outputs.append("next_token")
+    if explain:
+        outputs += [f"cross_attentions.{i}" for i in range(n_layers)]
+    return inputs, outputs
+
+
+class EncoderGraph(nn.Module):
+    """(input_ids [B,S], attention_mask [B,S]) -> bias [B,1,1,S], then (K, V) [B,H,S,Dh] per decoder layer."""
+
+    def __init__(self, model: Transformer):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor) -> tuple[Tensor, ...]:
+        memory, bias = self.model.encode(input_ids, attention_mask)
+        flat = [t for kv in self.model.cross_kv(memory) for t in kv]
+        return (bias, *flat)
+
+
+class DecoderGraph(nn.Module):
+    """One cached decoder step. Inputs in `decoder_io` order; outputs:
+    logits [B,V] (last position), present self K/V [B,H,P+T,Dh] per layer,
+    next_token [B] (in-graph argmax, saves greedy a pass over logits in Python),
+    and with `explain` the cross-attention weights [B,H,T,S] per layer."""
+
+    def __init__(self, model: Transformer, next_token: bool = True, explain: bool = False):
+        super().__init__()
+        self.model = model
+        self.n_layers = model.cfg.n_decoder_layers
+        self.next_token = next_token
+        self.explain = explain
+
+    def forward(self, input_ids, position_ids, decoder_attention_mask, encoder_attention_bias, *caches):
+        n = self.n_layers
+        past = [(caches[2 * i], caches[2 * i + 1]) for i in range(n)]
+        cross = [(caches[2 * n + 2 * i], caches[2 * n + 2 * i + 1]) for i in range(n)]
+        self_bias = decoder_self_bias(decoder_attention_mask, input_ids.shape[1])  # [B,1,T,P+T]
+        logits, presents, cross_weights = self.model.decode(
+            input_ids, position_ids, self_bias, cross, encoder_attention_bias, past
+        )
+        last = logits[:, -1, :]  # [B, V]
+        out: list[Tensor] = [last, *[t for kv in presents for t in kv]]
+        if self.next_token:
+            out.append(torch.argmax(last, dim=-1))  # [B] int64
+        if self.explain:
+            out += cross_weights
+        return tuple(out)
+
+
+def example_inputs(model: Transformer, b: int = 2, s: int = 5, p: int = 3, t: int = 1) -> tuple[tuple, tuple]:
+    """Dummy inputs for tracing: sizes > 1 and distinct, so no axis is mistaken for a constant."""
+    cfg = model.cfg
+    h, dh, n = cfg.n_heads, cfg.head_dim, cfg.n_decoder_layers
+    src = torch.randint(4, cfg.src_vocab_size, (b, s))
+    src_mask = torch.ones(b, s, dtype=torch.long)
+    tgt = torch.randint(4, cfg.tgt_vocab_size, (b, t))
+    pos = torch.arange(p, p + t)[None, :].expand(b, t).contiguous()
+    dec_mask = torch.ones(b, p + t, dtype=torch.long)
+    bias = torch.zeros(b, 1, 1, s)
+    past = [torch.randn(b, h, p, dh) for _ in range(2 * n)]
+    cross = [torch.randn(b, h, s, dh) for _ in range(2 * n)]
+    return (src, src_mask), (tgt, pos, dec_mask, bias, *past, *cross)
+
+
+def _save(path: Path) -> None:
+    """Reload the exported file, lower its IR version to what ONNX Runtime loads, check, save."""
+    m = onnx.load(str(path))
+    m.ir_version = min(m.ir_version, MAX_IR_VERSION)
+    onnx.checker.check_model(m)
+    onnx.save(m, str(path))
+
+
+def export_encoder(model: Transformer, path: Path) -> None:
+    enc_in, _ = example_inputs(model)
+    names_in, names_out = encoder_io(model.cfg.n_decoder_layers)
+    axes = {"input_ids": {0: "B", 1: "S"}, "attention_mask": {0: "B", 1: "S"}, "encoder_attention_bias": {0: "B", 3: "S"}}
+    axes.update({name: {0: "B", 2: "S"} for name in names_out[1:]})
+    with torch.no_grad():
+        torch.onnx.export(
+            EncoderGraph(model).eval(),
+            enc_in,
+            str(path),
+            input_names=names_in,
+            output_names=names_out,
+            dynamic_axes=axes,
+            opset_version=OPSET,
+            dynamo=False,
+        )
+    _save(path)
+
+
+def export_decoder(model: Transformer, path: Path, next_token: bool = True, explain: bool = False) -> None:
+    _, dec_in = example_inputs(model)
+    n = model.cfg.n_decoder_layers
+    names_in, names_out = decoder_io(n, next_token, explain)
+    axes: dict[str, dict[int, str]] = {
+        "input_ids": {0: "B", 1: "T"},
+        "position_ids": {0: "B", 1: "T"},
+        "decoder_attention_mask": {0: "B", 1: "P_plus_T"},
+        "encoder_attention_bias": {0: "B", 3: "S"},
+        "logits": {0: "B"},
+    }
+    axes.update({name: {0: "B", 2: "P"} for name in past_names(n, "decoder")})
+    axes.update({name: {0: "B", 2: "S"} for name in past_names(n, "encoder")})
+    axes.update({name: {0: "B", 2: "P_plus_T"} for name in present_names(n, "decoder")})
+    if next_token:
+        axes["next_token"] = {0: "B"}
+    if explain:
+        axes.update({f"cross_attentions.{i}": {0: "B", 2: "T", 3: "S"} for i in range(n)})
+    with torch.no_grad():
+        torch.onnx.export(
+            DecoderGraph(model, next_token, explain).eval(),
+            dec_in,
+            str(path),
+            input_names=names_in,
+            output_names=names_out,
+            dynamic_axes=axes,
+            opset_version=OPSET,
+            dynamo=False,
+        )
+    _save(path)
+    ops = {node.op_type for node in onnx.load(str(path)).graph.node}
+    if "If" in ops or "Loop" in ops:
+        raise RuntimeError(f"{path.name}: the one-step decoder must have no control flow, found {ops & {'If', 'Loop'}}")
+
+
+def graph_io(path: Path) -> dict:
+    """{"inputs": [{name, dtype, shape}], "outputs": [...]} as bundle.json records it (symbolic axes by name)."""
+    m = onnx.load(str(path), load_external_data=False)
+
+    def describe(values) -> list[dict]:
+        out = []
+        for v in values:
+            tt = v.type.tensor_type
+            shape = [d.dim_param if d.dim_param else d.dim_value for d in tt.shape.dim]
+            out.append({"name": v.name, "dtype": onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type).name, "shape": shape})
+        return out
+
+    return {"inputs": describe(m.graph.input), "outputs": describe(m.graph.output)}

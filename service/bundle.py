@@ -1,0 +1,158 @@
+"""Load and check a model bundle (Contract 2) without torch.
+
+A bundle is a directory with `bundle.json` at its root. Every file it lists in
+`files` is checked against its sha256 before anything is loaded, and every
+file it refers to (graphs of each variant, tokenizers) must be listed, so a
+tampered, truncated, missing or mismatched file stops start-up with ONE line
+naming it. Other files in the directory (a model card, plots) are ignored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+FORMAT_VERSION = 1
+SUPPORTED_FORMAT_VERSIONS = (1,)
+REQUIRED_FIELDS = (
+    "format_version",
+    "model_id",
+    "config",
+    "special_ids",
+    "max_source_len",
+    "max_target_len",
+    "opset",
+    "io",
+    "variants",
+    "default_variant",
+    "tokenizers",
+    "files",
+)
+
+
+class BundleError(Exception):
+    """The bundle cannot be used; the message is one line naming the file or field."""
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class LoadedBundle:
+    dir: Path
+    meta: dict  # bundle.json as read
+    sha256: str  # of bundle.json: identifies this exact bundle
+
+    @property
+    def model_id(self) -> str:
+        return self.meta["model_id"]
+
+    @property
+    def config(self) -> dict:
+        return self.meta["config"]
+
+    @property
+    def special_ids(self) -> dict[str, int]:
+        return self.meta["special_ids"]
+
+    @property
+    def max_source_len(self) -> int:
+        return int(self.meta["max_source_len"])
+
+    @property
+    def max_target_len(self) -> int:
+        return int(self.meta["max_target_len"])
+
+    @property
+    def n_layers(self) -> int:
+        return int(self.config["n_decoder_layers"])
+
+    @property
+    def variants(self) -> dict[str, dict]:
+        return self.meta["variants"]
+
+    @property
+    def default_variant(self) -> dict[str, str]:
+        return self.meta["default_variant"]
+
+    @property
+    def decoder_extra_outputs(self) -> list[str]:
+        return list(self.meta.get("decoder_extra_outputs", []))
+
+    @property
+    def src_tokenizer_path(self) -> Path:
+        return self.dir / self.meta["tokenizers"]["source"]
+
+    @property
+    def tgt_tokenizer_path(self) -> Path:
+        return self.dir / self.meta["tokenizers"]["target"]
+
+    def graph_paths(self, variant: str) -> tuple[Path, Path]:
+        """(encoder, decoder) paths of a variant."""
+        if variant not in self.variants:
+            raise BundleError(f"{self.dir / 'bundle.json'}: no variant {variant!r} (has {', '.join(self.variants)})")
+        v = self.variants[variant]
+        return self.dir / v["encoder"], self.dir / v["decoder"]
+
+    def resolve_variant(self, variant: str, device: str) -> str:
+        """ "auto" -> the bundle's default for `device` ("cpu" or "cuda"); a name is checked."""
+        name = self.default_variant.get(device, "fp32") if variant == "auto" else variant
+        self.graph_paths(name)
+        return name
+
+
+def load_bundle(bundle_dir: str | Path, check_hashes: bool = True) -> LoadedBundle:
+    """Read and validate `bundle_dir/bundle.json` and the files it lists; raises BundleError."""
+    d = Path(bundle_dir)
+    manifest = d / "bundle.json"
+    if not d.is_dir():
+        raise BundleError(f"bundle directory not found: {d}")
+    if not manifest.is_file():
+        raise BundleError(f"{manifest}: missing (is {d} a model bundle? build one with attnserve-export build)")
+    raw = manifest.read_bytes()
+    try:
+        meta = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise BundleError(f"{manifest}: not valid JSON ({e})") from None
+    if not isinstance(meta, dict):
+        raise BundleError(f"{manifest}: expected a JSON object")
+    missing = [k for k in REQUIRED_FIELDS if k not in meta]
+    if missing:
+        raise BundleError(f"{manifest}: missing field(s) {', '.join(missing)}")
+    if meta["format_version"] not in SUPPORTED_FORMAT_VERSIONS:
+        raise BundleError(
+            f"{manifest}: format_version {meta['format_version']!r} is not supported "
+            f"(this attnserve reads {', '.join(map(str, SUPPORTED_FORMAT_VERSIONS))})"
+        )
+    files = meta["files"]
+    if not isinstance(files, dict) or not files:
+        raise BundleError(f"{manifest}: field 'files' must map file names to sha256")
+    referenced = [meta["tokenizers"].get("source"), meta["tokenizers"].get("target")]
+    for name, v in meta["variants"].items():
+        if not isinstance(v, dict) or "encoder" not in v or "decoder" not in v:
+            raise BundleError(f"{manifest}: variant {name!r} must name its 'encoder' and 'decoder' files")
+        referenced += [v["encoder"], v["decoder"]]
+    for name in referenced:
+        if not name:
+            raise BundleError(f"{manifest}: field 'tokenizers' must name 'source' and 'target'")
+        if name not in files:
+            raise BundleError(f"{manifest}: {name} is referenced but not listed in 'files' (unverifiable)")
+    for device, name in meta["default_variant"].items():
+        if name not in meta["variants"]:
+            raise BundleError(f"{manifest}: default_variant.{device} = {name!r} is not a listed variant")
+    for name, digest in files.items():
+        path = d / name
+        if Path(name).is_absolute() or ".." in Path(name).parts:
+            raise BundleError(f"{manifest}: file name {name!r} must be relative to the bundle directory")
+        if not path.is_file():
+            raise BundleError(f"{path}: listed in bundle.json but missing")
+        if check_hashes and sha256_file(path) != digest:
+            raise BundleError(f"{path}: sha256 does not match bundle.json (changed, truncated or corrupted)")
+    return LoadedBundle(dir=d, meta=meta, sha256=hashlib.sha256(raw).hexdigest())

@@ -1,0 +1,514 @@
+"""The ONNX Runtime decode loop: the one place the project turns ids into ids.
+
+Export proves parity on this loop, eval/bench/bulk generation use it, and the
+service's scheduler drives its continuous-batching primitives:
+
+    seqs = engine.start([(source_ids, options), ...])  # encoder once for these sources
+    batch = engine.new_batch(); batch.add(seqs)          # join at a step boundary
+    results = engine.step(batch)                         # ONE decoder call for all rows
+    batch.remove([r.sequence for r in results if r.finish_reason])
+
+Cache layout of an ActiveBatch (B rows, P past slots, S source slots):
+- self-attention cache `past.{i}.decoder.key/value` [B, H, P, Dh] is RIGHT-aligned:
+  every row writes its newest token into the same last slot at every step, so
+  a row that joined later (shorter real past) has 0-filled slots on its LEFT,
+  marked 0 in `decoder_attention_mask` [B, P+1]; `position_ids` [B, 1] carry
+  each row's own position. When rows leave, leading slots that no remaining row
+  uses are trimmed, so P is always the longest real past in the batch.
+- cross-attention K/V [B, H, S, Dh] are LEFT-aligned (as the encoder wrote them),
+  padded on the right to the longest source, with `encoder_attention_bias`
+  [B, 1, 1, S] = -1e9 on the padding.
+Padding keys get a -1e9 bias, so their softmax weight is exactly 0 in float32:
+batching does not change what a row computes.
+
+Between steps the cache stays in ONNX Runtime values (OrtValues bound through
+IOBinding): each step's `present` outputs are bound as the next step's `past`
+inputs without a numpy round trip (and stay on the GPU under CUDA). Only a change
+of batch membership (add/remove) reshapes the cache through numpy.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Sequence as SequenceABC
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+from tokenizers import Tokenizer
+
+from service.bundle import BundleError, LoadedBundle
+from service.sampling import SamplingParams, greedy_token, sample_token
+
+NEG_INF = -1e9  # the bias value the graphs use for masked keys (never -inf)
+FINISH_REASONS = ("eos_token", "length", "stop_sequence")
+
+
+class InputError(ValueError):
+    """A request the engine cannot honour; the message says what to fix."""
+
+
+class EngineError(RuntimeError):
+    """The engine cannot start as configured (provider, threads); one line."""
+
+
+@dataclass(frozen=True)
+class DecodingOptions:
+    max_new_tokens: int = 32
+    do_sample: bool = False
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    repetition_penalty: float | None = None
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    logprobs: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+            raise InputError(f"max_new_tokens must be a positive integer, got {self.max_new_tokens!r}")
+        if self.temperature is not None and not self.temperature > 0:
+            raise InputError(f"temperature must be > 0, got {self.temperature!r}")
+        if self.top_k is not None and (isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0):
+            raise InputError(f"top_k must be a non-negative integer (0 = off), got {self.top_k!r}")
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise InputError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if self.repetition_penalty is not None and not self.repetition_penalty > 0:
+            raise InputError(f"repetition_penalty must be > 0, got {self.repetition_penalty!r}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
+            raise InputError(f"seed must be a non-negative integer, got {self.seed!r}")
+        if isinstance(self.stop, str) or not all(isinstance(s, str) and s for s in self.stop):
+            raise InputError("stop must be a list of non-empty strings")
+        object.__setattr__(self, "stop", tuple(self.stop))
+
+    @property
+    def sampling(self) -> bool:
+        """TGI semantics: sample iff asked to, or any sampling parameter is set (top_k 0 = off)."""
+        return bool(self.do_sample or self.temperature is not None or self.top_k or self.top_p is not None)
+
+    def sampling_params(self) -> SamplingParams:
+        return SamplingParams(
+            temperature=1.0 if self.temperature is None else float(self.temperature),
+            top_k=self.top_k or None,
+            top_p=self.top_p,
+            repetition_penalty=self.repetition_penalty,
+        )
+
+
+@dataclass(eq=False)
+class Sequence:
+    """One request's decoding state. Identity, not value, makes two sequences different."""
+
+    source_ids: list[int]
+    options: DecodingOptions
+    max_new_tokens: int  # options.max_new_tokens within the model's limit
+    seed: int | None  # the seed in use when sampling (picked by the engine if none was given)
+    rng: np.random.Generator | None
+    params: SamplingParams | None  # None: greedy
+    cross: list[np.ndarray]  # 2L arrays [H, S_i, Dh]: this row's cross-attention K/V
+    bias: np.ndarray  # [S_i] this row's encoder_attention_bias
+    token_ids: list[int] = field(default_factory=list)  # generated, without bos/eos
+    text: str = ""
+    logprobs: list[float] | None = None  # aligned with token_ids when options.logprobs
+    finish_reason: str | None = None
+    eos_logprob: float | None = None
+
+    @property
+    def source_len(self) -> int:
+        return len(self.bias)
+
+
+@dataclass
+class StepResult:
+    sequence: Sequence
+    token_id: int  # the eos id when finish_reason == "eos_token" (not added to token_ids)
+    text: str  # the streamed text delta ("" for eos)
+    logprob: float | None
+    finish_reason: str | None
+    special: bool  # True for the eos token
+
+
+@dataclass
+class GenerationResult:
+    token_ids: list[int]
+    text: str
+    finish_reason: str
+    seed: int | None
+    logprobs: list[float] | None
+    generated_tokens: int  # token_ids plus the eos token when it ended the sequence
+
+
+def available_cpus() -> int:
+    """CPUs this process may use: its affinity mask, capped by a cgroup v2/v1 CPU quota."""
+    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            n = min(n, max(1, int(int(quota) / int(period))))
+    except (OSError, ValueError):
+        try:
+            q = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").read_text())
+            p = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read_text())
+            if q > 0:
+                n = min(n, max(1, q // p))
+        except (OSError, ValueError):
+            pass
+    return max(1, n)
+
+
+def gpu_present() -> bool:
+    """CUDA only when ONNX Runtime has the provider AND an NVIDIA device is really there;
+    onnxruntime-gpu on a CPU-only machine otherwise logs loud errors and falls back."""
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        return False
+    gpus = Path("/proc/driver/nvidia/gpus")
+    return Path("/dev/nvidiactl").exists() or (gpus.is_dir() and any(gpus.iterdir()))
+
+
+def _np_dtype(ort_type: str) -> type:
+    return {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64}[ort_type]
+
+
+class Engine:
+    def __init__(self, bundle: LoadedBundle, variant: str = "auto", provider: str = "auto", threads: int | None = None):
+        if provider not in ("auto", "cpu", "cuda"):
+            raise EngineError(f"provider must be auto, cpu or cuda, not {provider!r}")
+        use_cuda = provider == "cuda" or (provider == "auto" and gpu_present())
+        if provider == "cuda" and not gpu_present():
+            raise EngineError("provider 'cuda' requested but no GPU with ONNX Runtime's CUDA provider is available")
+        self.bundle = bundle
+        self.variant = bundle.resolve_variant(variant, "cuda" if use_cuda else "cpu")
+        self.threads = int(threads) if threads else available_cpus()
+        if self.threads < 1:
+            raise EngineError(f"threads must be >= 1, got {threads}")
+        enc_path, dec_path = bundle.graph_paths(self.variant)
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = self.threads
+        so.inter_op_num_threads = 1
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        so.log_severity_level = 3  # errors only: keep CUDA fallback noise out of a CPU user's face
+        providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if use_cuda else ["CPUExecutionProvider"]
+        try:
+            self.encoder = ort.InferenceSession(str(enc_path), so, providers=providers)
+            self.decoder = ort.InferenceSession(str(dec_path), so, providers=providers)
+        except Exception as e:  # ONNX Runtime raises its own exception types; keep one line
+            raise BundleError(f"{dec_path.parent}: ONNX Runtime cannot load variant {self.variant!r}: {e}") from None
+        self.provider = self.decoder.get_providers()[0]
+        self.device = "cuda" if self.provider == "CUDAExecutionProvider" else "cpu"
+        self.src_tokenizer = Tokenizer.from_file(str(bundle.src_tokenizer_path))
+        self.tgt_tokenizer = Tokenizer.from_file(str(bundle.tgt_tokenizer_path))
+
+        ids = bundle.special_ids
+        self.pad_id, self.bos_id, self.eos_id, self.unk_id = ids["pad"], ids["bos"], ids["eos"], ids["unk"]
+        self.n_layers = bundle.n_layers
+        self.n_heads = int(bundle.config["n_heads"])
+        self.head_dim = int(bundle.config["d_model"]) // self.n_heads
+        self.max_source_len = bundle.max_source_len
+        self.max_target_len = bundle.max_target_len
+        dec_inputs = {i.name: i for i in self.decoder.get_inputs()}
+        self.kv_dtype = _np_dtype(dec_inputs["past_key_values.0.decoder.key"].type)
+        self.bias_dtype = _np_dtype(dec_inputs["encoder_attention_bias"].type)
+        self.past_names = [f"past_key_values.{i}.decoder.{kv}" for i in range(self.n_layers) for kv in ("key", "value")]
+        self.cross_names = [f"past_key_values.{i}.encoder.{kv}" for i in range(self.n_layers) for kv in ("key", "value")]
+        self.output_names = ["logits", *(f"present.{i}.decoder.{kv}" for i in range(self.n_layers) for kv in ("key", "value"))]
+        self.has_next_token = "next_token" in {o.name for o in self.decoder.get_outputs()}
+        if self.has_next_token:
+            self.output_names.append("next_token")
+        self.encoder_output_names = [o.name for o in self.encoder.get_outputs()]
+
+    # ---- text -------------------------------------------------------------------------
+    def encode_text(self, text: str) -> list[int]:
+        """Source ids for `text`; InputError if empty, too long, or holding characters the model cannot read."""
+        if not isinstance(text, str) or not text.strip():
+            raise InputError("input text is empty")
+        enc = self.src_tokenizer.encode(text, add_special_tokens=False)
+        unknown = [text[a:b] for tok, (a, b) in zip(enc.ids, enc.offsets) if tok == self.unk_id]
+        if unknown:
+            shown = ", ".join(repr(c) for c in dict.fromkeys(unknown))
+            raise InputError(f"input contains text this model cannot read: {shown}; remove or replace it")
+        if not enc.ids:
+            raise InputError("input text has no tokens this model can read")
+        if len(enc.ids) > self.max_source_len:
+            raise InputError(f"input is {len(enc.ids)} tokens long; this model reads at most {self.max_source_len}")
+        return list(enc.ids)
+
+    def decode_ids(self, ids: SequenceABC[int]) -> str:
+        return self.tgt_tokenizer.decode(list(ids), skip_special_tokens=True)
+
+    # ---- continuous-batching primitives -----------------------------------------------
+    def start(self, items: list[tuple[list[int], DecodingOptions]]) -> list[Sequence]:
+        """Run the encoder ONCE for these sources; return sequences ready to join a batch."""
+        if not items:
+            return []
+        for ids, opts in items:
+            if not ids:
+                raise InputError("input has no tokens")
+            if len(ids) > self.max_source_len:
+                raise InputError(f"input is {len(ids)} tokens long; this model reads at most {self.max_source_len}")
+            if opts.max_new_tokens > self.max_target_len:
+                raise InputError(f"max_new_tokens is {opts.max_new_tokens}; this model generates at most {self.max_target_len}")
+        n, s = len(items), max(len(ids) for ids, _ in items)
+        input_ids = np.full((n, s), self.pad_id, dtype=np.int64)
+        mask = np.zeros((n, s), dtype=np.int64)
+        for i, (ids, _) in enumerate(items):
+            input_ids[i, : len(ids)] = ids
+            mask[i, : len(ids)] = 1
+        bias, *kv = self.encoder.run(None, {"input_ids": input_ids, "attention_mask": mask})  # [n,1,1,s], 2L x [n,H,s,Dh]
+        seqs = []
+        for i, (ids, opts) in enumerate(items):
+            li = len(ids)
+            seed, rng, params = None, None, None
+            if opts.sampling:
+                seed = opts.seed if opts.seed is not None else secrets.randbits(63)
+                rng = np.random.default_rng(seed)
+                params = opts.sampling_params()
+            seqs.append(
+                Sequence(
+                    source_ids=list(ids),
+                    options=opts,
+                    max_new_tokens=opts.max_new_tokens,
+                    seed=seed,
+                    rng=rng,
+                    params=params,
+                    cross=[a[i, :, :li] for a in kv],
+                    bias=bias[i, 0, 0, :li],
+                    logprobs=[] if opts.logprobs else None,
+                )
+            )
+        return seqs
+
+    def new_batch(self) -> ActiveBatch:
+        return ActiveBatch(self)
+
+    def _ortvalue(self, array: np.ndarray) -> ort.OrtValue:
+        return ort.OrtValue.ortvalue_from_numpy(array, self.device, 0)
+
+    def step(self, batch: ActiveBatch) -> list[StepResult]:
+        """ONE decoder call for every row; results for the rows not yet finished, in batch order."""
+        rows = batch.seqs
+        if not rows:
+            return []
+        b = len(rows)
+        binding = batch.binding
+        # The mask gains this step's slot; it is the only input whose shape changes every step.
+        mask = np.empty((b, batch.mask.shape[1] + 1), dtype=np.int64)
+        mask[:, :-1] = batch.mask
+        mask[:, -1] = 1
+        batch.mask = mask
+        if batch.dirty:
+            batch.bind_static()
+        elif self.device != "cpu":
+            batch.bind_step_inputs()
+        binding.bind_cpu_input("decoder_attention_mask", mask)
+        for name, value in zip(self.past_names, batch.past):
+            binding.bind_ortvalue_input(name, value)
+        binding.clear_binding_outputs()
+        for name in self.output_names:
+            binding.bind_output(name, self.device)
+        self.decoder.run_with_iobinding(binding)
+        outs = binding.get_outputs()
+        batch.past = outs[1 : 1 + 2 * self.n_layers]  # stays an OrtValue: next step's past
+        logits = outs[0].numpy()  # [B, V] float32 (a view on CPU)
+        next_tokens = outs[-1].numpy() if self.has_next_token else np.argmax(logits, axis=-1)  # [B]
+
+        results = []
+        eos = self.eos_id
+        for i, seq in enumerate(rows):
+            if seq.finish_reason is not None:
+                continue  # finished but not removed yet: it stepped for nothing, nothing to report
+            opts = seq.options
+            if seq.params is not None:
+                tok = sample_token(logits[i], seq.rng, seq.params, seq.token_ids)
+            elif opts.repetition_penalty:
+                tok = greedy_token(logits[i], seq.token_ids, opts.repetition_penalty)
+            else:
+                tok = int(next_tokens[i])
+            lp = None
+            if opts.logprobs:
+                row = logits[i].astype(np.float64)
+                m = row.max()
+                lp = float(row[tok] - m - np.log(np.exp(row - m).sum()))
+            if tok == eos:
+                seq.finish_reason = "eos_token"
+                seq.eos_logprob = lp
+                results.append(StepResult(seq, tok, "", lp, "eos_token", True))
+                continue
+            seq.token_ids.append(tok)
+            if lp is not None:
+                seq.logprobs.append(lp)
+            old = seq.text
+            new = self.tgt_tokenizer.decode(seq.token_ids, skip_special_tokens=True)
+            delta = new[len(old) :]
+            seq.text = new
+            reason = None
+            if opts.stop and any(new.find(s, max(0, len(old) - len(s) + 1)) != -1 for s in opts.stop):
+                reason = "stop_sequence"
+            elif len(seq.token_ids) >= seq.max_new_tokens:
+                reason = "length"
+            seq.finish_reason = reason
+            results.append(StepResult(seq, tok, delta, lp, reason, False))
+            batch.input_ids[i, 0] = tok
+        batch.positions += 1  # in place: the bound OrtValue sees it
+        return results
+
+    # ---- convenience ------------------------------------------------------------------
+    def generate(
+        self,
+        inputs: SequenceABC[str] | SequenceABC[list[int]],
+        options: DecodingOptions | SequenceABC[DecodingOptions] = DecodingOptions(),
+        batch_size: int = 32,
+        refill: bool = False,
+    ) -> list[GenerationResult]:
+        """Generate for every input (texts, or lists of source ids) in input order.
+
+        refill=False: rows start together in chunks of `batch_size` (what bench measures).
+        refill=True: continuous batching: a new row joins as soon as one finishes,
+        so rows of one step have different past and source lengths.
+        """
+        items = [(self.encode_text(x) if isinstance(x, str) else list(x)) for x in inputs]
+        opts = [options] * len(items) if isinstance(options, DecodingOptions) else list(options)
+        if len(opts) != len(items):
+            raise InputError(f"{len(items)} inputs but {len(opts)} options")
+        order: list[Sequence] = []
+        pending = list(zip(items, opts))
+        batch = self.new_batch()
+        cursor = 0
+        while cursor < len(pending) or len(batch):
+            if cursor < len(pending) and (refill or not len(batch)):
+                take = pending[cursor : cursor + batch_size - len(batch)]
+                cursor += len(take)
+                seqs = self.start(take)
+                order += seqs
+                batch.add(seqs)
+            results = self.step(batch)
+            done = [r.sequence for r in results if r.finish_reason]
+            if done:
+                batch.remove(done)
+        return [
+            GenerationResult(
+                token_ids=s.token_ids,
+                text=s.text,
+                finish_reason=s.finish_reason or "length",
+                seed=s.seed,
+                logprobs=s.logprobs,
+                generated_tokens=len(s.token_ids) + (s.finish_reason == "eos_token"),
+            )
+            for s in order
+        ]
+
+
+class ActiveBatch:
+    """The rows decoding together and their cache (layout: see the module docstring)."""
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self.binding = engine.decoder.io_binding()
+        self.seqs: list[Sequence] = []
+        self._reset()
+
+    def _reset(self) -> None:
+        e = self.engine
+        self.past: list[ort.OrtValue] = []  # 2L x [B, H, P, Dh]
+        self.cross_np: list[np.ndarray] = [np.zeros((0, e.n_heads, 0, e.head_dim), e.kv_dtype)] * (2 * e.n_layers)
+        self.bias = np.zeros((0, 1, 1, 0), e.bias_dtype)  # [B, 1, 1, S]
+        self.mask = np.zeros((0, 0), np.int64)  # [B, P]
+        self.input_ids = np.zeros((0, 1), np.int64)  # [B, 1] the token each row feeds next
+        self.positions = np.zeros((0, 1), np.int64)  # [B, 1] that token's position
+        self.source_lens = np.zeros((0,), np.int64)
+        self.dirty = True
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    def _past_numpy(self) -> list[np.ndarray]:
+        e = self.engine
+        if not self.past:
+            return [np.zeros((len(self.seqs), e.n_heads, 0, e.head_dim), e.kv_dtype)] * (2 * e.n_layers)
+        return [v.numpy() for v in self.past]
+
+    def _set(self, past: list[np.ndarray], cross: list[np.ndarray]) -> None:
+        e = self.engine
+        self.past_np = [np.ascontiguousarray(p) for p in past]  # kept alive: OrtValues may share their memory
+        self.past = [e._ortvalue(p) for p in self.past_np]
+        self.cross_np = [np.ascontiguousarray(c) for c in cross]
+        self.dirty = True
+
+    def bind_static(self) -> None:
+        """Bind what changes only with membership: cross K/V, bias, and the id/position buffers."""
+        e, binding = self.engine, self.binding
+        self.cross_values = [e._ortvalue(c) for c in self.cross_np]
+        for name, value in zip(e.cross_names, self.cross_values):
+            binding.bind_ortvalue_input(name, value)
+        self.bias_value = e._ortvalue(self.bias)
+        binding.bind_ortvalue_input("encoder_attention_bias", self.bias_value)
+        self.bind_step_inputs()
+        self.dirty = False
+
+    def bind_step_inputs(self) -> None:
+        """input_ids/position_ids. On CPU an OrtValue shares the numpy buffer's memory, so the
+        in-place updates of each step need no rebinding; on CUDA they are copied: rebind per step."""
+        e = self.engine
+        self.ids_value = e._ortvalue(self.input_ids)
+        self.positions_value = e._ortvalue(self.positions)
+        self.binding.bind_ortvalue_input("input_ids", self.ids_value)
+        self.binding.bind_ortvalue_input("position_ids", self.positions_value)
+
+    def add(self, seqs: list[Sequence]) -> None:
+        """Join new sequences (fresh from engine.start) at a step boundary."""
+        if not seqs:
+            return
+        e = self.engine
+        old_b, new_b = len(self.seqs), len(self.seqs) + len(seqs)
+        p = self.mask.shape[1]
+        s = max(self.bias.shape[3], max(q.source_len for q in seqs))
+        past = []
+        for old in self._past_numpy():
+            a = np.zeros((new_b, e.n_heads, p, e.head_dim), e.kv_dtype)  # new rows: left padding only
+            a[:old_b] = old
+            past.append(a)
+        cross = []
+        for j, old in enumerate(self.cross_np):
+            a = np.zeros((new_b, e.n_heads, s, e.head_dim), e.kv_dtype)
+            a[:old_b, :, : old.shape[2]] = old
+            for k, q in enumerate(seqs):
+                a[old_b + k, :, : q.source_len] = q.cross[j]
+            cross.append(a)
+        bias = np.full((new_b, 1, 1, s), NEG_INF, e.bias_dtype)
+        bias[:old_b, :, :, : self.bias.shape[3]] = self.bias
+        for k, q in enumerate(seqs):
+            bias[old_b + k, 0, 0, : q.source_len] = q.bias
+        self.bias = bias
+        self.mask = np.concatenate([self.mask, np.zeros((len(seqs), p), np.int64)])
+        self.input_ids = np.concatenate([self.input_ids, np.full((len(seqs), 1), e.bos_id, np.int64)])
+        self.positions = np.concatenate([self.positions, np.zeros((len(seqs), 1), np.int64)])
+        self.source_lens = np.concatenate([self.source_lens, [q.source_len for q in seqs]]).astype(np.int64)
+        self.seqs = self.seqs + list(seqs)
+        self._set(past, cross)
+
+    def remove(self, seqs: list[Sequence]) -> None:
+        """Drop rows (finished or cancelled) at once; trims cache slots no remaining row uses."""
+        gone = {id(q) for q in seqs}
+        keep = [i for i, q in enumerate(self.seqs) if id(q) not in gone]
+        if len(keep) == len(self.seqs):
+            return
+        if not keep:
+            self.seqs = []
+            self._reset()
+            return
+        idx = np.asarray(keep)
+        mask = self.mask[idx]
+        used = np.flatnonzero(mask.any(axis=0))
+        first = int(used[0]) if used.size else mask.shape[1]  # leading slots no kept row uses
+        s = int(self.source_lens[idx].max())
+        past = [a[idx, :, first:] for a in self._past_numpy()]
+        cross = [a[idx, :, :s] for a in self.cross_np]
+        self.mask = np.ascontiguousarray(mask[:, first:])
+        self.bias = np.ascontiguousarray(self.bias[idx, :, :, :s])
+        self.input_ids = np.ascontiguousarray(self.input_ids[idx])
+        self.positions = np.ascontiguousarray(self.positions[idx])
+        self.source_lens = self.source_lens[idx]
+        self.seqs = [self.seqs[i] for i in keep]
+        self._set(past, cross)
