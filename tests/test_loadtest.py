@@ -6,9 +6,12 @@ import asyncio
 import csv
 import json
 import socket
+import subprocess
+import sys
 import threading
 import time
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 import uvicorn
@@ -16,6 +19,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
+import loadtest
 from loadtest.cli import main
 from loadtest.inputs import bundled_test_words, default_inputs
 from loadtest.server_metrics import histogram_quantile
@@ -285,3 +289,34 @@ def test_slo_parsing_and_histogram_quantile():
     buckets = {1.0: 4, 2.0: 10, float("inf"): 10}
     assert histogram_quantile(0.5, buckets) == pytest.approx(1 + 1 / 6)
     assert histogram_quantile(0.5, {1.0: 0, float("inf"): 0}) is None
+
+
+def run_locust(url: str, tmp_path, seconds: int = 3, users: int = 2) -> dict[str, dict]:
+    """The locustfile headless for `seconds`; returns the CSV stats rows by name."""
+    locustfile = Path(loadtest.__file__).parent / "locustfile.py"
+    prefix = tmp_path / "locust"
+    proc = subprocess.run(
+        [sys.executable, "-m", "locust", "-f", str(locustfile), "--host", url, "--headless"]
+        + ["-u", str(users), "-r", str(users), "-t", f"{seconds}s", "--csv", str(prefix), "--only-summary", "--stop-timeout", "5"]
+        + ["--max-new-tokens", "16"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(f"{prefix}_stats.csv") as f:
+        return {row["Name"]: row for row in csv.DictReader(f)}
+
+
+def test_locustfile_reports_ttft_through_custom_events(tmp_path):
+    ttft, itl, tokens = 0.06, 0.02, 4
+    with serve(stub_app(ttft, itl, tokens)) as url:
+        stats = run_locust(url, tmp_path)
+    assert {"/generate_stream", "TTFT", "ITL", "e2e"} <= set(stats)
+    for name in ("/generate_stream", "TTFT", "ITL", "e2e"):
+        assert int(stats[name]["Failure Count"]) == 0
+    n = int(stats["TTFT"]["Request Count"])
+    assert n >= 5 and int(stats["e2e"]["Request Count"]) == n
+    assert ttft * 1000 <= float(stats["TTFT"]["Median Response Time"]) < (ttft + 0.06) * 1000
+    assert itl * 1000 * 0.8 <= float(stats["ITL"]["Average Response Time"]) < (itl + 0.03) * 1000
+    assert float(stats["TTFT"]["Average Content Size"]) == tokens

@@ -1,0 +1,109 @@
+"""Locust user for TGI-style `/generate_stream` servers, reporting TTFT, ITL and end-to-end latency.
+
+    locust -f loadtest/locustfile.py --host http://127.0.0.1:8000 --headless -u 16 -r 16 -t 60s
+
+Each user is a closed-loop client (no wait between requests). Besides Locust's
+own `POST /generate_stream` entry (whose time, for a streamed answer, ends when
+the response headers arrive), every successful request fires three custom
+request events of type `stream`: `TTFT` (time to the first token event),
+`ITL` (genai-perf's per-request inter-token latency,
+(e2e - TTFT) / (output_tokens - 1), first token excluded; only for answers of
+2+ tokens) and `e2e` (time to the event carrying `generated_text`). Their
+`response_length` is the number of tokens streamed.
+
+Options (after Locust's own): --input-file FILE (one input per line; default
+the CMUdict test words), --max-new-tokens N, --do-sample, --temperature T,
+--api-key KEY (or $ATTNSERVE_API_KEY), --endpoint (default /generate_stream).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from pathlib import Path
+
+from locust import HttpUser, constant, events, task
+
+from loadtest.inputs import load_inputs
+
+_inputs: itertools.cycle | None = None
+
+
+@events.init_command_line_parser.add_listener
+def _add_options(parser) -> None:
+    parser.add_argument("--input-file", default="", help="inputs, one per line (default: the CMUdict test words)")
+    parser.add_argument("--max-new-tokens", type=int, default=0, help="TGI max_new_tokens (0: the server's default)")
+    parser.add_argument("--do-sample", action="store_true", default=False, help="sample instead of greedy decoding")
+    parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0: the server's default)")
+    parser.add_argument("--api-key", default="", env_var="ATTNSERVE_API_KEY", help="sent as 'Authorization: Bearer KEY'")
+    parser.add_argument("--endpoint", default="/generate_stream", help="streaming route")
+
+
+@events.test_start.add_listener
+def _load_inputs(environment, **_kwargs) -> None:
+    global _inputs
+    opts = environment.parsed_options
+    path = Path(opts.input_file) if opts and opts.input_file else None
+    inputs, _source = load_inputs(path)
+    _inputs = itertools.cycle(inputs)
+
+
+class GenerateStreamUser(HttpUser):
+    wait_time = constant(0)
+
+    def on_start(self) -> None:
+        opts = self.environment.parsed_options
+        params: dict = {"do_sample": bool(opts.do_sample)}
+        if opts.max_new_tokens:
+            params["max_new_tokens"] = opts.max_new_tokens
+        if opts.temperature:
+            params["temperature"] = opts.temperature
+        self.params = params
+        self.endpoint = opts.endpoint
+        self.headers = {"Authorization": f"Bearer {opts.api_key}"} if opts.api_key else {}
+
+    def _fire(self, name: str, seconds: float, tokens: int) -> None:
+        self.environment.events.request.fire(
+            request_type="stream", name=name, response_time=seconds * 1000, response_length=tokens, exception=None, context={}
+        )
+
+    @task
+    def generate_stream(self) -> None:
+        payload = {"inputs": next(_inputs), "parameters": self.params}
+        start = time.perf_counter()
+        first = final = None
+        tokens = 0
+        with self.client.post(
+            self.endpoint, json=payload, headers=self.headers, stream=True, catch_response=True, name=self.endpoint
+        ) as resp:
+            if resp.status_code != 200:
+                resp.failure(f"HTTP {resp.status_code}: {resp.text[:200]}")
+                return
+            try:
+                for raw in resp.iter_lines():
+                    line = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+                    if not line.startswith("data:"):
+                        continue
+                    now = time.perf_counter()
+                    event = json.loads(line[5:])
+                    if "error" in event:
+                        resp.failure(f"error event: {event['error']}")
+                        return
+                    if event.get("token") is not None:
+                        tokens += 1
+                        first = first if first is not None else now
+                    if event.get("generated_text") is not None:
+                        final = now
+                        break
+            except (OSError, ValueError) as e:  # connection cut, chunk errors, bad JSON
+                resp.failure(f"stream broken: {type(e).__name__}: {e}")
+                return
+            if final is None or first is None:
+                resp.failure("stream ended before the event carrying generated_text")
+                return
+            resp.success()
+        self._fire("TTFT", first - start, tokens)
+        self._fire("e2e", final - start, tokens)
+        if tokens >= 2:
+            self._fire("ITL", (final - first) / (tokens - 1), tokens)
