@@ -114,9 +114,14 @@ def _progress_factory(enabled: bool, label: str):
 
 
 async def _server_info(client: httpx.AsyncClient, base: str, headers: dict[str, str]) -> dict | str:
-    """GET /info (attnserve and TGI both have it); a string saying why when it fails."""
+    """GET /info (attnserve and TGI both have it); a string saying why when it fails.
+
+    Raises ConnectionError when nothing answers at `base`: no point in a sweep of connection errors.
+    """
     try:
         resp = await client.get(base + "/info", headers=headers, timeout=10.0)
+    except (httpx.ConnectError, httpx.ConnectTimeout) as e:
+        raise ConnectionError(f"cannot reach {base}: {type(e).__name__}: {e}") from None
     except httpx.HTTPError as e:
         return f"{type(e).__name__}: {e}"
     if resp.status_code != 200:
@@ -155,8 +160,6 @@ async def run(args, levels: list[Level], inputs: list[str], slo: dict, result: d
     timeout = httpx.Timeout(args.timeout, connect=min(args.timeout, 10.0))
     async with httpx.AsyncClient(trust_env=False, limits=limits, timeout=timeout) as client:
         info = await _server_info(client, base, headers)
-        if isinstance(info, str) and ("ConnectError" in info or "Timeout" in info):
-            raise ConnectionError(f"cannot reach {base}: {info}")
         result["server_info"] = info if isinstance(info, dict) else {"unavailable": info}
         sender = Sender(client, target)
         for i, level in enumerate(levels):
