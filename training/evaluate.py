@@ -35,6 +35,56 @@ def evaluate_run(run_dir: Path, split: str, limit: int | None, dataset: str | No
     return {"source": "pytorch", "path": run_dir.name, "split": split, "decode_seconds": elapsed, **report}
 
 
-def evaluate_bundle(bundle_dir: Path, split: str, limit: int | None, dataset: str | None, batch_size: int) -> dict:
+def evaluate_bundle(
+    bundle_dir: Path,
+    split: str,
+    limit: int | None,
+    dataset: str | None,
+    batch_size: int,
+    variant: str = "auto",
+    threads: int | None = None,
+) -> dict:
     """Greedy decoding through the service's ONNX engine: what users get."""
-    raise NotImplementedError("bundle evaluation arrives with the export stage")
+    from service.bundle import load_bundle
+    from service.engine import Engine
+
+    bundle = load_bundle(bundle_dir)
+    engine = Engine(bundle, variant=variant, threads=threads)
+    data = dataset or bundle.meta.get("dataset")
+    if not data:
+        raise FileNotFoundError(f"{bundle_dir}/bundle.json records no dataset: pass --dataset")
+    t0 = time.perf_counter()
+    report = evaluate_engine(
+        engine, data, split, limit, bool(bundle.meta.get("strip_stress", False)), bundle.meta.get("task", "g2p"), batch_size
+    )
+    elapsed = time.perf_counter() - t0
+    return {
+        "source": "onnxruntime",
+        "path": Path(bundle_dir).name,
+        "variant": engine.variant,
+        "provider": engine.provider,
+        "threads": engine.threads,
+        "split": split,
+        "decode_seconds": elapsed,
+        **report,
+    }
+
+
+def evaluate_engine(
+    engine, dataset: str, split: str, limit: int | None, strip_stress: bool, task: str, batch_size: int = 64
+) -> dict:
+    """Task metrics of greedy outputs from an ONNX engine (continuous batching, sources truncated
+    to the model's limit as training's evaluation does)."""
+    from service.engine import DecodingOptions
+
+    examples = load_examples(dataset, split, strip_stress, limit)
+    sources = [e.source for e in examples]
+    ids = [
+        engine.src_tokenizer.encode(s, add_special_tokens=False).ids[: engine.max_source_len] or [engine.unk_id] for s in sources
+    ]
+    results = engine.generate(ids, DecodingOptions(max_new_tokens=engine.max_target_len), batch_size=batch_size, refill=True)
+    hyps = [r.text for r in results]
+    refs = [e.targets for e in examples]
+    return task_metrics(
+        task, sources, hyps, refs, tokenize=lambda text: engine.tgt_tokenizer.encode(text, add_special_tokens=False).tokens
+    )

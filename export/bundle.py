@@ -1,0 +1,207 @@
+"""`attnserve-export build`: run directory (Contract 1) -> model bundle (Contract 2).
+
+Steps: export fp32 graphs, derive int8 and fp16 variants, copy the tokenizers,
+record the parity corpus, write bundle.json with the sha256 of every file,
+run the parity suite (verify.py) and the dev-split evaluation, apply the int8
+gate, and write the figures into bundle.json. The bundle is built in
+`BUNDLE.partial` and moved into place only when every check passed, so a
+failed build never leaves a half-made bundle where the service looks.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import onnx
+import onnxruntime
+import torch
+
+from export.onnx import OPSET, export_decoder, export_encoder, graph_io
+from export.variants import FP16_KEEP_FP32_OPS, FP32_BOUNDARY, convert_fp16, quantize_int8
+from service.bundle import FORMAT_VERSION, load_bundle, sha256_file
+from training.train import load_model, load_run_tokenizers
+
+BUNDLE_JSON = "bundle.json"
+PARITY_CORPUS = "parity_corpus.json"
+TOKENIZERS = {"source": "src_tokenizer.json", "target": "tgt_tokenizer.json"}
+VARIANT_FILES = {
+    "fp32": {"encoder": "encoder.onnx", "decoder": "decoder.onnx"},
+    "int8": {"encoder": "encoder.int8.onnx", "decoder": "decoder.int8.onnx"},
+    "fp16": {"encoder": "encoder.fp16.onnx", "decoder": "decoder.fp16.onnx"},
+}
+INT8_MAX_WER_LOSS = 0.5  # percentage points of dev WER int8 may lose against fp32
+INT8_MIN_SPEEDUP = 1.05  # and it must be at least this much faster, at batch 1 and at batch 32
+
+
+class BuildError(RuntimeError):
+    """The bundle could not be built or failed its checks; one line."""
+
+
+def write_manifest(bundle_dir: Path, meta: dict) -> None:
+    """Hash every file the bundle refers to and write bundle.json (itself not listed)."""
+    names = [*TOKENIZERS.values(), PARITY_CORPUS, *(v[g] for v in meta["variants"].values() for g in ("encoder", "decoder"))]
+    meta["files"] = {name: sha256_file(bundle_dir / name) for name in dict.fromkeys(names)}
+    (bundle_dir / BUNDLE_JSON).write_text(json.dumps(meta, indent=2) + "\n")
+
+
+def update_manifest(bundle_dir: Path, **fields) -> dict:
+    meta = json.loads((bundle_dir / BUNDLE_JSON).read_text())
+    meta.update(fields)
+    (bundle_dir / BUNDLE_JSON).write_text(json.dumps(meta, indent=2) + "\n")
+    return meta
+
+
+def run_task(run_dir: Path) -> dict:
+    path = run_dir / "config.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def build(
+    run_dir: Path,
+    out_dir: Path,
+    model_id: str | None = None,
+    eval_limit: int = 2000,
+    parity_limit: int = 256,
+    threads: int | None = None,
+    log=print,
+) -> dict:
+    """Build and verify a bundle; returns its bundle.json. Raises BuildError on any failed check."""
+    from export.verify import default_corpus, make_parity_corpus, run_parity
+
+    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    if (out_dir.exists() and any(out_dir.iterdir())) and not (out_dir / BUNDLE_JSON).is_file():
+        raise BuildError(f"{out_dir} exists and is not a bundle: choose an empty or new --out")
+    t_start = time.perf_counter()
+    model = load_model(run_dir)
+    src_tok, tgt_tok = load_run_tokenizers(run_dir)
+    train_cfg = run_task(run_dir)
+    cfg = model.cfg
+    work = out_dir.with_name(out_dir.name + ".partial")
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+
+    log(f"[export] graphs (opset {OPSET}) from {run_dir}")
+    export_encoder(model, work / VARIANT_FILES["fp32"]["encoder"])
+    export_decoder(model, work / VARIANT_FILES["fp32"]["decoder"])
+    for graph in ("encoder", "decoder"):
+        quantize_int8(work / VARIANT_FILES["fp32"][graph], work / VARIANT_FILES["int8"][graph])
+        convert_fp16(work / VARIANT_FILES["fp32"][graph], work / VARIANT_FILES["fp16"][graph])
+    src_tok.save(str(work / TOKENIZERS["source"]))
+    tgt_tok.save(str(work / TOKENIZERS["target"]))
+
+    sources = default_corpus(train_cfg, parity_limit)
+    log(f"[export] PyTorch reference outputs for the parity corpus ({len(sources)} inputs)")
+    corpus = make_parity_corpus(model, src_tok, sources)
+    (work / PARITY_CORPUS).write_text(json.dumps(corpus) + "\n")
+
+    meta = {
+        "format_version": FORMAT_VERSION,
+        "model_id": model_id or run_dir.resolve().name,
+        "config": cfg.to_dict(),
+        "special_ids": {"pad": cfg.pad_id, "bos": cfg.bos_id, "eos": cfg.eos_id, "unk": cfg.unk_id},
+        "max_source_len": cfg.max_source_len,
+        "max_target_len": cfg.max_target_len,
+        "opset": OPSET,
+        "io": {g: graph_io(work / VARIANT_FILES["fp32"][g]) for g in ("encoder", "decoder")},
+        "decoder_extra_outputs": ["next_token"],  # [B] int64: in-graph argmax of logits
+        "variants": {
+            "fp32": dict(VARIANT_FILES["fp32"]),
+            "int8": {**VARIANT_FILES["int8"], "quantization": "onnxruntime dynamic, MatMul weights int8"},
+            "fp16": {
+                **VARIANT_FILES["fp16"],
+                "precision": f"float16; {', '.join(FP16_KEEP_FP32_OPS)} in float32; "
+                f"{', '.join(FP32_BOUNDARY)} float32 at the graph boundary",
+            },
+        },
+        "default_variant": {"cpu": "fp32", "cuda": "fp32"},
+        "tokenizers": dict(TOKENIZERS),
+        "parity_corpus": PARITY_CORPUS,
+        "task": train_cfg.get("task", "g2p"),
+        "dataset": train_cfg.get("dataset"),
+        "strip_stress": bool(train_cfg.get("strip_stress", False)),
+        "parity": {},
+        "eval": {},
+        "built_with": {
+            "torch": torch.__version__.split("+")[0],
+            "onnx": onnx.__version__,
+            "onnxruntime": onnxruntime.__version__,
+        },
+    }
+    write_manifest(work, meta)
+
+    log("[export] parity suite")
+    report = run_parity(work, model=model, threads=threads, log=log)
+    update_manifest(work, parity=report["figures"])
+    if report["failures"]:
+        raise BuildError(f"parity failed ({work} kept for inspection): " + "; ".join(report["failures"]))
+
+    log(f"[export] dev evaluation of fp32 and int8 (limit {eval_limit}) and the int8 speed gate")
+    gate = int8_gate(work, train_cfg, eval_limit, threads, log)
+    default_cpu = "int8" if gate["int8_is_cpu_default"] else "fp32"
+    fp16_ok = report["figures"]["fp16"]["ok"]
+    meta = update_manifest(
+        work,
+        eval={"dev": gate["fp32_dev"]},
+        default_variant={"cpu": default_cpu, "cuda": "fp16" if fp16_ok else "fp32"},
+        int8_gate=gate["decision"],
+        variants={
+            **meta["variants"],
+            "int8": {**meta["variants"]["int8"], "eval": {"dev": gate["int8_dev"]}, "speed": gate["speed"]},
+        },
+    )
+    load_bundle(work)  # the service's own loader must accept what we wrote
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    work.rename(out_dir)
+    log(f"[export] bundle written to {out_dir} in {time.perf_counter() - t_start:.0f} s (default cpu variant: {default_cpu})")
+    return meta
+
+
+def int8_gate(bundle_dir: Path, train_cfg: dict, eval_limit: int, threads: int | None, log=print) -> dict:
+    """Dev WER of fp32 and int8 through the engine, and their speed at batch 1 and 32.
+
+    int8 becomes the CPU default only if it loses at most INT8_MAX_WER_LOSS WER points AND is
+    at least INT8_MIN_SPEEDUP times faster at both batch sizes (int8 is not always faster for
+    small matrices; measure, don't assume).
+    """
+    from export.verify import bench_engine_speed
+    from service.engine import Engine
+    from training.evaluate import evaluate_engine
+
+    bundle = load_bundle(bundle_dir)
+    engines = {v: Engine(bundle, variant=v, provider="cpu", threads=threads) for v in ("fp32", "int8")}
+    dataset = train_cfg.get("dataset")
+    dev = {}
+    for v, engine in engines.items():
+        strip = bool(train_cfg.get("strip_stress", False))
+        dev[v] = evaluate_engine(engine, dataset, "dev", eval_limit or None, strip, bundle.meta["task"])
+        dev[v].pop("by_length", None)
+        log(f"[export] dev {v}: " + ", ".join(f"{k}={x:.2f}" for k, x in dev[v].items() if isinstance(x, float)))
+    speed = bench_engine_speed(engines, dataset, train_cfg.get("strip_stress", False))
+    metric, higher_better = ("wer", False) if bundle.meta["task"] == "g2p" else ("exact_match", True)
+    loss = (dev["fp32"][metric] - dev["int8"][metric]) if higher_better else (dev["int8"][metric] - dev["fp32"][metric])
+    speedups = {b: speed["int8"][b] / speed["fp32"][b] for b in speed["fp32"]}
+    accurate = loss <= INT8_MAX_WER_LOSS
+    faster = all(s >= INT8_MIN_SPEEDUP for s in speedups.values())
+    decision = {
+        "metric": metric,
+        "loss_points": round(loss, 3),
+        "max_loss_points": INT8_MAX_WER_LOSS,
+        "speedup_vs_fp32": {k: round(v, 3) for k, v in speedups.items()},
+        "min_speedup": INT8_MIN_SPEEDUP,
+        "accurate_enough": accurate,
+        "faster": faster,
+        "threads": engines["fp32"].threads,
+    }
+    log(f"[export] int8 gate: {decision}")
+    return {
+        "fp32_dev": dev["fp32"],
+        "int8_dev": dev["int8"],
+        "speed": speed,
+        "decision": decision,
+        "int8_is_cpu_default": accurate and faster,
+    }

@@ -1,0 +1,57 @@
+"""`attnserve-export build RUN --out BUNDLE` and `attnserve-export verify BUNDLE [--run RUN]`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="attnserve-export", description="Export a trained run to a verified model bundle.")
+    sub = p.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build", help="run directory -> model bundle (graphs, variants, parity, dev eval, int8 gate)")
+    b.add_argument("run", type=Path, help="run directory (best.pt or checkpoint.pt, tokenizers, config.json)")
+    b.add_argument("--out", type=Path, required=True, help="bundle directory to write (replaced if it holds a bundle)")
+    b.add_argument("--model-id", help="model_id recorded in bundle.json (default: the run directory's name)")
+    b.add_argument("--eval-limit", type=int, default=2000, help="dev examples for the fp32/int8 evaluation (0 = all)")
+    b.add_argument("--parity-limit", type=int, default=256, help="inputs in the parity corpus (at least 200)")
+    b.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads (default: the CPUs this process may use)")
+    v = sub.add_parser("verify", help="run the parity suite on a bundle; exit 1 on any failure")
+    v.add_argument("bundle", type=Path)
+    v.add_argument("--run", type=Path, help="the run it came from: recompute the PyTorch reference and compare numerically")
+    v.add_argument("--threads", type=int)
+    args = p.parse_args(argv)
+
+    from export.bundle import BuildError
+    from service.bundle import BundleError
+
+    try:
+        if args.command == "build":
+            from export.bundle import build
+
+            if args.parity_limit < 200:
+                raise BuildError("--parity-limit must be at least 200 (the parity suite needs 200 inputs)")
+            build(args.run, args.out, args.model_id, args.eval_limit or 0, args.parity_limit, args.threads, log=_log)
+            return 0
+        from export.verify import run_parity
+
+        model = None
+        if args.run:
+            from training.train import load_model
+
+            model = load_model(args.run)
+        report = run_parity(args.bundle, model=model, threads=args.threads, log=_log)
+    except (BuildError, BundleError, FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps(report["figures"], indent=2))
+    for failure in report["failures"]:
+        print(f"FAIL: {failure}", file=sys.stderr)
+    print("parity: " + ("FAILED" if report["failures"] else "passed"), file=sys.stderr)
+    return 1 if report["failures"] else 0
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)

@@ -1,0 +1,378 @@
+"""The parity suite: what a bundle must prove before anything serves it.
+
+1. Per graph, at (B, S) = (1,1), (2,7), (3,1), (4,11) and past lengths 0 and
+   5 (rows of one batch with different real past lengths): ONNX Runtime fp32
+   within 1e-4 of PyTorch, and every output the right size (no frozen axis).
+2. Step-by-step cached logits equal the full teacher-forced logits.
+3. Greedy ids of the service's engine identical to the PyTorch reference on a
+   corpus of >= 200 inputs, one at a time, in padded batches, and under
+   continuous batching (rows joining at different steps).
+4. Seeded sampling: the same ids as the reference.
+5. The model is non-trivial: mean output length >= 5, >= 100 distinct outputs.
+Plus: fp16 on CPU within 1e-2 of fp32, int8's greedy agreement with fp32.
+
+With the run directory the reference is recomputed with PyTorch; without it the
+reference ids recorded in the bundle at build time (parity_corpus.json) are used,
+and the numerical checks compare cached steps with the graph's own full forward.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from service.bundle import load_bundle
+from service.engine import DecodingOptions, Engine
+
+SHAPES = [(1, 1), (2, 7), (3, 1), (4, 11)]
+PAST_LENGTHS = [0, 5]
+TOL_FP32 = 1e-4
+TOL_FP16 = 1e-2
+MIN_CORPUS = 200
+MIN_MEAN_LEN = 5.0
+MIN_DISTINCT = 100
+SAMPLING_CASES = [
+    {"do_sample": True},
+    {"temperature": 0.7, "top_k": 5},
+    {"temperature": 1.2, "top_p": 0.9},
+    {"do_sample": True, "repetition_penalty": 1.3},
+    {"repetition_penalty": 1.5},  # greedy with a penalty
+]
+N_SAMPLING = 50
+
+
+# ---- corpus -----------------------------------------------------------------------------
+def default_corpus(train_cfg: dict, limit: int) -> list[str]:
+    """Dev-split sources of the run's dataset (then test, then train if dev is small)."""
+    from training.data import DataError, load_examples
+
+    out: list[str] = []
+    for split in ("dev", "test", "train"):
+        try:
+            out += [e.source for e in load_examples(train_cfg.get("dataset", "cmudict"), split, limit=limit)]
+        except DataError:
+            continue
+        if len(out) >= limit:
+            break
+    return list(dict.fromkeys(out))[:limit]
+
+
+def sampling_options(i: int, max_new_tokens: int) -> DecodingOptions:
+    return DecodingOptions(max_new_tokens=max_new_tokens, seed=1000 + i, **SAMPLING_CASES[i % len(SAMPLING_CASES)])
+
+
+def source_ids(src_tok, text: str, max_source_len: int, unk_id: int) -> list[int]:
+    """As training evaluates: truncate to the model's limit; an unreadable input becomes unk."""
+    ids = src_tok.encode(text, add_special_tokens=False).ids[:max_source_len]
+    return ids or [unk_id]
+
+
+def reference_outputs(model, ids: list[list[int]]) -> tuple[list[list[int]], list[list[int]]]:
+    """PyTorch greedy ids for every input, and sampled ids for the first N_SAMPLING; one input at a time."""
+    import torch
+
+    from export.reference import reference_generate
+
+    n_max = model.cfg.max_target_len
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny per-step work: one thread is faster than two fighting
+    try:
+        greedy = [reference_generate(model, [x], DecodingOptions(max_new_tokens=n_max))[0] for x in ids]
+        sampled = [reference_generate(model, [x], sampling_options(i, n_max))[0] for i, x in enumerate(ids[:N_SAMPLING])]
+    finally:
+        torch.set_num_threads(threads)
+    return greedy, sampled
+
+
+def make_parity_corpus(model, src_tok, sources: list[str]) -> dict:
+    cfg = model.cfg
+    ids = [source_ids(src_tok, s, cfg.max_source_len, cfg.unk_id) for s in sources]
+    greedy, sampled = reference_outputs(model, ids)
+    return {"sources": sources, "source_ids": ids, "greedy": greedy, "sampled": sampled}
+
+
+# ---- graph-level checks -------------------------------------------------------------------
+def graph_inputs(engine: Engine, b: int, s: int, p: int, seed: int = 0) -> tuple[dict, dict]:
+    """Encoder feeds, and decoder feeds for one step after a real past of up to p tokens.
+
+    Row r has source length max(1, s - r) (right padding) and real past length
+    max(0, p - r) (left padding, mask 0), as a continuous batch holds them. The past
+    is computed by the ONNX decoder itself over the prefix in one call (T = p).
+    """
+    rng = np.random.default_rng(seed)
+    src_v = int(engine.bundle.config["src_vocab_size"])
+    tgt_v = int(engine.bundle.config["tgt_vocab_size"])
+    src = rng.integers(4, src_v, (b, s)).astype(np.int64)
+    src_mask = np.zeros((b, s), np.int64)
+    for r in range(b):
+        src_mask[r, : max(1, s - r)] = 1
+    src = np.where(src_mask == 1, src, engine.pad_id)
+    enc_feeds = {"input_ids": src, "attention_mask": src_mask}
+    bias, *cross = engine.encoder.run(None, enc_feeds)
+    n2 = 2 * engine.n_layers
+    real = [max(0, p - r) for r in range(b)]
+    past_mask = np.zeros((b, p), np.int64)
+    prefix = np.full((b, p), engine.pad_id, np.int64)
+    positions = np.zeros((b, p), np.int64)
+    for r in range(b):
+        past_mask[r, p - real[r] :] = 1
+        prefix[r, p - real[r] :] = np.concatenate([[engine.bos_id], rng.integers(4, tgt_v, max(0, real[r] - 1))])[: real[r]]
+        positions[r, p - real[r] :] = np.arange(real[r])
+    empty = np.zeros((b, engine.n_heads, 0, engine.head_dim), engine.kv_dtype)
+    if p:
+        feeds = {
+            "input_ids": prefix,
+            "position_ids": positions,
+            "decoder_attention_mask": past_mask,
+            "encoder_attention_bias": bias,
+            **dict(zip(engine.past_names, [empty] * n2)),
+            **dict(zip(engine.cross_names, cross)),
+        }
+        past = engine.decoder.run(None, feeds)[1 : 1 + n2]
+    else:
+        past = [empty] * n2
+    dec_feeds = {
+        "input_ids": rng.integers(4, tgt_v, (b, 1)).astype(np.int64),
+        "position_ids": np.array([[x] for x in real], np.int64),
+        "decoder_attention_mask": np.concatenate([past_mask, np.ones((b, 1), np.int64)], axis=1),
+        "encoder_attention_bias": bias,
+        **dict(zip(engine.past_names, past)),
+        **dict(zip(engine.cross_names, cross)),
+    }
+    return enc_feeds, dec_feeds
+
+
+def graph_parity(engine: Engine, model=None) -> dict:
+    """Max |ORT - PyTorch| per graph over SHAPES x PAST_LENGTHS; shape checks always."""
+    import torch
+
+    from export.onnx import DecoderGraph, EncoderGraph
+
+    enc_diff = logit_diff = present_diff = 0.0
+    problems = []
+    h, dh, v = engine.n_heads, engine.head_dim, int(engine.bundle.config["tgt_vocab_size"])
+    for b, s in SHAPES:
+        for p in PAST_LENGTHS:
+            enc_feeds, dec_feeds = graph_inputs(engine, b, s, p)
+            enc_out = engine.encoder.run(None, enc_feeds)
+            dec_names = [o.name for o in engine.decoder.get_outputs()]
+            dec_out = dict(zip(dec_names, engine.decoder.run(None, dec_feeds)))
+            expect = {"logits": (b, v), "present.0.decoder.key": (b, h, p + 1, dh)}
+            got = {k: dec_out[k].shape for k in expect} | {"present.0.encoder.key": enc_out[1].shape}
+            expect["present.0.encoder.key"] = (b, h, s, dh)
+            if got != expect:
+                problems.append(f"(B,S,P)=({b},{s},{p}): shapes {got} != {expect}")
+            if "next_token" in dec_out and not np.array_equal(dec_out["next_token"], dec_out["logits"].argmax(-1)):
+                problems.append(f"(B,S,P)=({b},{s},{p}): next_token is not argmax(logits)")
+            if model is None:
+                continue
+            with torch.no_grad():
+                t_enc = EncoderGraph(model)(*(torch.from_numpy(enc_feeds[k]) for k in ("input_ids", "attention_mask")))
+                names = [i.name for i in engine.decoder.get_inputs()]
+                t_dec = DecoderGraph(model, next_token=False)(*(torch.from_numpy(np.asarray(dec_feeds[n])) for n in names))
+            enc_diff = max(enc_diff, *(float(np.abs(a - t.numpy()).max()) for a, t in zip(enc_out, t_enc)))
+            logit_diff = max(logit_diff, float(np.abs(dec_out["logits"] - t_dec[0].numpy()).max()))
+            n2 = 2 * engine.n_layers
+            present_diff = max(
+                present_diff,
+                *(float(np.abs(dec_out[name] - t.numpy()).max()) for name, t in zip(dec_names[1 : 1 + n2], t_dec[1 : 1 + n2])),
+            )
+    figures = {"shapes_b_s": SHAPES, "past_lengths": PAST_LENGTHS, "tolerance": TOL_FP32, "shape_problems": problems}
+    if model is not None:
+        figures |= {
+            "encoder_max_abs_diff": enc_diff,
+            "decoder_logits_max_abs_diff": logit_diff,
+            "decoder_present_max_abs_diff": present_diff,
+        }
+    return figures
+
+
+def cached_vs_full(engine: Engine, corpus: dict, model=None, n: int = 16) -> dict:
+    """Logits of cached one-token steps vs the full teacher-forced forward (PyTorch, and the graph
+    itself run on the whole prefix with P = 0), along the reference greedy outputs."""
+    import torch
+
+    n2 = 2 * engine.n_layers
+    vs_torch = vs_graph = 0.0
+    for src, tgt in list(zip(corpus["source_ids"], corpus["greedy"]))[:n]:
+        tokens = [engine.bos_id, *tgt]  # fed tokens; logits predict tgt + eos
+        src_a = np.array([src], np.int64)
+        bias, *cross = engine.encoder.run(None, {"input_ids": src_a, "attention_mask": np.ones_like(src_a)})
+        base = {"encoder_attention_bias": bias, **dict(zip(engine.cross_names, cross))}
+        past = [np.zeros((1, engine.n_heads, 0, engine.head_dim), engine.kv_dtype)] * n2
+        stepped = []
+        for t, tok in enumerate(tokens):
+            out = engine.decoder.run(
+                None,
+                {
+                    **base,
+                    "input_ids": np.array([[tok]], np.int64),
+                    "position_ids": np.array([[t]], np.int64),
+                    "decoder_attention_mask": np.ones((1, t + 1), np.int64),
+                    **dict(zip(engine.past_names, past)),
+                },
+            )
+            stepped.append(out[0][0])
+            past = out[1 : 1 + n2]
+            full = engine.decoder.run(
+                None,
+                {
+                    **base,
+                    "input_ids": np.array([tokens[: t + 1]], np.int64),
+                    "position_ids": np.arange(t + 1, dtype=np.int64)[None],
+                    "decoder_attention_mask": np.ones((1, t + 1), np.int64),
+                    **dict(zip(engine.past_names, [np.zeros((1, engine.n_heads, 0, engine.head_dim), engine.kv_dtype)] * n2)),
+                },
+            )[0][0]
+            vs_graph = max(vs_graph, float(np.abs(full - stepped[-1]).max()))
+        if model is not None:
+            with torch.no_grad():
+                tgt_in = torch.tensor([tokens])
+                src_t = torch.from_numpy(src_a)
+                teacher = model(src_t, torch.ones_like(src_t), tgt_in, torch.ones_like(tgt_in))
+            vs_torch = max(vs_torch, float(np.abs(teacher[0].numpy() - np.stack(stepped)).max()))
+    figures = {"sequences": min(n, len(corpus["greedy"])), "cached_vs_full_graph_max_abs_diff": vs_graph}
+    if model is not None:
+        figures["cached_vs_pytorch_teacher_forced_max_abs_diff"] = vs_torch
+    return figures
+
+
+# ---- decoding checks ----------------------------------------------------------------------
+def count_mismatches(results, expected: list[list[int]]) -> int:
+    return sum(r.token_ids != e for r, e in zip(results, expected))
+
+
+def greedy_parity(engine: Engine, corpus: dict) -> dict:
+    ids, expected = corpus["source_ids"], corpus["greedy"]
+    greedy = DecodingOptions(max_new_tokens=engine.max_target_len)
+    single = engine.generate(ids, greedy, batch_size=1)
+    padded = engine.generate(ids, greedy, batch_size=32)
+    continuous = engine.generate(ids, greedy, batch_size=7, refill=True)
+    return {
+        "inputs": len(ids),
+        "mismatches_one_at_a_time": count_mismatches(single, expected),
+        "mismatches_padded_batches_32": count_mismatches(padded, expected),
+        "mismatches_continuous_batching_7": count_mismatches(continuous, expected),
+        "mean_output_len": float(np.mean([len(x) for x in expected])) if expected else 0.0,
+        "distinct_outputs": len({tuple(x) for x in expected}),
+    }
+
+
+def sampling_parity(engine: Engine, corpus: dict) -> dict:
+    ids = corpus["source_ids"][: len(corpus["sampled"])]
+    opts = [sampling_options(i, engine.max_target_len) for i in range(len(ids))]
+    results = engine.generate(ids, opts, batch_size=5, refill=True)
+    return {
+        "inputs": len(ids),
+        "cases": SAMPLING_CASES,
+        "mismatches_continuous_batching_5": count_mismatches(results, corpus["sampled"]),
+        "distinct_outputs": len({tuple(r.token_ids) for r in results}),
+    }
+
+
+def fp16_check(bundle, threads: int | None) -> dict:
+    """fp16 graphs vs fp32 on CPU over SHAPES x PAST_LENGTHS (no GPU needed: ONNX Runtime's CPU
+    provider runs float16 graphs); logits compared as float32 at the boundary."""
+    e32 = Engine(bundle, variant="fp32", provider="cpu", threads=threads)
+    e16 = Engine(bundle, variant="fp16", provider="cpu", threads=threads)
+    diff = 0.0
+    for b, s in SHAPES:
+        for p in PAST_LENGTHS:
+            enc32, dec32 = graph_inputs(e32, b, s, p)
+            enc16, dec16 = graph_inputs(e16, b, s, p)  # same seed: same ids, fp16 past from the fp16 graph
+            ref = e32.decoder.run(["logits"], dec32)[0]
+            got = e16.decoder.run(["logits"], dec16)[0]
+            diff = max(diff, float(np.abs(ref - got).max()))
+    return {
+        "max_abs_diff_logits_vs_fp32": diff,
+        "tolerance": TOL_FP16,
+        "ok": diff <= TOL_FP16,
+        "checked_on": f"onnxruntime {e16.provider} (no GPU at export); CUDA not exercised here",
+    }
+
+
+def int8_agreement(bundle, corpus: dict, threads: int | None) -> dict:
+    e8 = Engine(bundle, variant="int8", provider="cpu", threads=threads)
+    res = e8.generate(corpus["source_ids"], DecodingOptions(max_new_tokens=e8.max_target_len), batch_size=32)
+    same = sum(r.token_ids == e for r, e in zip(res, corpus["greedy"]))
+    return {"greedy_agreement_with_fp32_reference_pct": 100.0 * same / max(1, len(res))}
+
+
+def run_parity(bundle_dir: Path, model=None, threads: int | None = None, log=print) -> dict:
+    """Every check; returns {"figures": {...}, "failures": [one line each]}."""
+    bundle = load_bundle(bundle_dir)
+    corpus = json.loads((Path(bundle_dir) / bundle.meta.get("parity_corpus", "parity_corpus.json")).read_text())
+    failures: list[str] = []
+    t0 = time.perf_counter()
+    if model is not None:
+        greedy, sampled = reference_outputs(model, corpus["source_ids"])
+        if greedy != corpus["greedy"] or sampled != corpus["sampled"]:
+            failures.append("the run's PyTorch outputs differ from the ones recorded in the bundle (bundle from another run?)")
+        corpus = {**corpus, "greedy": greedy, "sampled": sampled}
+    engine = Engine(bundle, variant="fp32", provider="cpu", threads=threads)
+    figures: dict = {"reference": "pytorch (recomputed from the run)" if model is not None else "recorded at build"}
+
+    figures["graphs"] = graph_parity(engine, model)
+    failures += figures["graphs"]["shape_problems"]
+    for key in ("encoder_max_abs_diff", "decoder_logits_max_abs_diff", "decoder_present_max_abs_diff"):
+        if figures["graphs"].get(key, 0.0) > TOL_FP32:
+            failures.append(f"{key} = {figures['graphs'][key]:.2e} > {TOL_FP32}")
+    log(f"[verify] graphs: {figures['graphs']}")
+
+    figures["cached_vs_full"] = cached_vs_full(engine, corpus, model)
+    for key, value in figures["cached_vs_full"].items():
+        if key.endswith("max_abs_diff") and value > TOL_FP32:
+            failures.append(f"{key} = {value:.2e} > {TOL_FP32}")
+    log(f"[verify] cached vs full: {figures['cached_vs_full']}")
+
+    g = figures["greedy"] = greedy_parity(engine, corpus)
+    for key in ("mismatches_one_at_a_time", "mismatches_padded_batches_32", "mismatches_continuous_batching_7"):
+        if g[key]:
+            failures.append(f"greedy {key} = {g[key]} of {g['inputs']}")
+    if g["inputs"] < MIN_CORPUS:
+        failures.append(f"parity corpus has {g['inputs']} inputs (< {MIN_CORPUS})")
+    if g["mean_output_len"] < MIN_MEAN_LEN or g["distinct_outputs"] < MIN_DISTINCT:
+        failures.append(
+            f"model too trivial to prove parity: mean output length {g['mean_output_len']:.2f} (need {MIN_MEAN_LEN}), "
+            f"{g['distinct_outputs']} distinct outputs (need {MIN_DISTINCT})"
+        )
+    log(f"[verify] greedy: {g}")
+
+    sp = figures["sampling"] = sampling_parity(engine, corpus)
+    if sp["mismatches_continuous_batching_5"]:
+        failures.append(f"sampling mismatches = {sp['mismatches_continuous_batching_5']} of {sp['inputs']}")
+    log(f"[verify] sampling: {sp}")
+
+    if "fp16" in bundle.variants:
+        figures["fp16"] = fp16_check(bundle, threads)
+        if not figures["fp16"]["ok"]:
+            failures.append(f"fp16 logits differ from fp32 by {figures['fp16']['max_abs_diff_logits_vs_fp32']:.2e} > {TOL_FP16}")
+        log(f"[verify] fp16: {figures['fp16']}")
+    if "int8" in bundle.variants:
+        figures["int8"] = int8_agreement(bundle, corpus, threads)
+        log(f"[verify] int8: {figures['int8']}")
+    figures["seconds"] = round(time.perf_counter() - t0, 1)
+    figures["passed"] = not failures
+    return {"figures": figures, "failures": failures}
+
+
+# ---- speed, for the int8 gate ---------------------------------------------------------------
+def bench_engine_speed(engines: dict[str, Engine], dataset: str | None, strip_stress: bool, rounds: int = 3) -> dict:
+    """Greedy tokens/s per engine at batch 1 (48 inputs) and batch 32 (256 inputs); best of
+    `rounds`, engines interleaved so background load hits both alike."""
+    sources = default_corpus({"dataset": dataset or "cmudict"}, 256)
+    any_engine = next(iter(engines.values()))
+    ids = [source_ids(any_engine.src_tokenizer, s, any_engine.max_source_len, any_engine.unk_id) for s in sources]
+    greedy = DecodingOptions(max_new_tokens=any_engine.max_target_len)
+    best: dict[str, dict[str, float]] = {name: {} for name in engines}
+    for batch, inputs in (("batch_1", ids[:48]), ("batch_32", ids)):
+        for _ in range(rounds):
+            for name, engine in engines.items():
+                t = time.perf_counter()
+                res = engine.generate(inputs, greedy, batch_size=1 if batch == "batch_1" else 32)
+                tps = sum(r.generated_tokens for r in res) / (time.perf_counter() - t)
+                best[name][batch] = max(best[name].get(batch, 0.0), tps)
+    return {name: {b: round(x, 1) for b, x in v.items()} for name, v in best.items()}
