@@ -1,0 +1,217 @@
+"""`attnserve-serve [BUNDLE]` (also `python -m service`) and `attnserve-generate` (bulk, in-process).
+
+Settings: a command-line flag wins over `ATTNSERVE_*`, which wins over the
+default (service/settings.py). A bad bundle or setting stops start-up with one
+line on stderr and exit status 2, before the port opens.
+
+SIGTERM drains: /ready answers 503 at once, new generation requests get 503
+`draining`, requests in flight finish (up to the drain timeout), then the
+process exits 0. uvicorn's own SIGTERM handling would stop accepting and cut
+streams at once, so the server class below takes the signal itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+import time
+from pathlib import Path
+
+import uvicorn
+from pydantic import ValidationError
+
+log = logging.getLogger("attnserve.service")
+
+
+def _fail(msg: str) -> int:
+    print(f"error: {msg}", file=sys.stderr)
+    return 2
+
+
+def _settings_error(e: ValidationError) -> str:
+    parts = []
+    for err in e.errors():
+        name = ".".join(str(x) for x in err.get("loc", ()))
+        parts.append(f"{name} (--{name.replace('_', '-')} / ATTNSERVE_{name.upper()}): {err.get('msg')}")
+    return "invalid setting: " + "; ".join(parts)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="attnserve-serve",
+        description="Serve a model bundle over HTTP (TGI-compatible API). Every flag is also ATTNSERVE_<NAME>.",
+    )
+    p.add_argument("bundle", nargs="?", type=Path, help="model bundle directory (default: models/g2p-en)")
+    p.add_argument("--variant", help="graph variant from bundle.json (default: auto)")
+    p.add_argument("--provider", choices=["auto", "cpu", "cuda"], help="ONNX Runtime provider (default: auto)")
+    p.add_argument("--threads", type=int, help="ONNX Runtime threads (default: the CPUs this process may use)")
+    p.add_argument("--host", help="address to listen on (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port to listen on (default: 8000)")
+    p.add_argument("--max-batch-size", type=int, help="most sequences per decoder step (default: 32)")
+    p.add_argument("--max-concurrent-requests", type=int, help="bound on queued + running requests (default: 128)")
+    p.add_argument("--max-input-tokens", type=int, help="longest input (default: the bundle's max_source_len)")
+    p.add_argument("--max-new-tokens", type=int, help="largest max_new_tokens (default: the bundle's max_target_len)")
+    p.add_argument("--request-timeout-s", type=float, help="504 past this many seconds (default: 60)")
+    p.add_argument("--drain-timeout-s", type=float, help="how long SIGTERM waits for in-flight requests (default: 30)")
+    p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on generation routes")
+    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="(default: info)")
+    return p
+
+
+def serve_main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from service.settings import Settings
+
+    flags = {k: v for k, v in vars(args).items() if v is not None}
+    try:
+        settings = Settings(**flags)
+    except ValidationError as e:
+        return _fail(_settings_error(e))
+    return serve(settings)
+
+
+def serve(settings, engine=None, *, keepalive_s: float | None = None) -> int:
+    """Load (unless given an engine), then run uvicorn until SIGTERM/SIGINT; the exit status."""
+    from service.app import SSE_KEEPALIVE_S, create_app, load_engine, resolve_limits
+    from service.bundle import BundleError
+    from service.engine import EngineError
+    from service.logs import configure_logging
+    from service.settings import ConfigError
+
+    configure_logging(settings.log_level)
+    try:
+        if engine is None:
+            engine = load_engine(settings)
+        resolve_limits(settings, engine)
+    except (BundleError, EngineError, ConfigError) as e:
+        return _fail(str(e))
+    app = create_app(settings, engine, keepalive_s=SSE_KEEPALIVE_S if keepalive_s is None else keepalive_s)
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_config=None,  # keep the JSON logging configured above
+        access_log=False,  # the app logs each request with its id
+        lifespan="on",
+        timeout_graceful_shutdown=max(5.0, settings.drain_timeout_s),
+    )
+    DrainingServer(config, app).run()  # a failed start-up exits 3 from inside uvicorn
+    return 0
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn.Server whose first SIGTERM drains instead of stopping at once."""
+
+    def __init__(self, config: uvicorn.Config, app):
+        super().__init__(config)
+        self.app = app
+
+    def handle_exit(self, sig: int, frame) -> None:
+        svc = self.app.state.service
+        if sig == signal.SIGTERM and svc is not None and svc.loop is not None and not svc.draining:
+            svc.draining = True  # /ready and new generation requests answer 503 from here on
+            svc.loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self._drain(svc)))
+            return  # not recorded as captured: uvicorn would re-raise it at exit and the status would not be 0
+        super().handle_exit(sig, frame)  # a second signal, or SIGINT: uvicorn's immediate shutdown
+
+    async def _drain(self, svc) -> None:
+        timeout = svc.settings.drain_timeout_s
+        log.info("SIGTERM: draining", extra={"in_flight": svc.scheduler.in_flight, "drain_timeout_s": timeout})
+        deadline = time.monotonic() + timeout
+        while svc.scheduler.in_flight and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        if svc.scheduler.in_flight:
+            log.warning("drain timeout: failing the requests still in flight", extra={"in_flight": svc.scheduler.in_flight})
+            await asyncio.to_thread(svc.scheduler.stop, "the server shut down before this request finished")
+        log.info("drained; shutting down")
+        self.should_exit = True
+
+
+def generate_main(argv: list[str] | None = None) -> int:
+    """Bulk generation: one input per line in, `input<TAB>output` lines out (for G2P: a lexicon)."""
+    p = argparse.ArgumentParser(
+        prog="attnserve-generate",
+        description="Generate for every line of a file with the server's engine and batching, in-process.",
+    )
+    p.add_argument("input", type=Path, help="text file, one input per line ('-': stdin)")
+    p.add_argument("-o", "--output", type=Path, help="TSV to write (default: stdout)")
+    p.add_argument("--bundle", type=Path, help="model bundle (default: ATTNSERVE_BUNDLE or models/g2p-en)")
+    p.add_argument("--variant", help="graph variant (default: auto)")
+    p.add_argument("--provider", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--threads", type=int)
+    p.add_argument("--max-batch-size", type=int, help="most sequences per decoder step (default: 32)")
+    p.add_argument("--max-new-tokens", type=int, help="default: the bundle's max_target_len")
+    p.add_argument("--do-sample", action="store_true", help="sample instead of greedy")
+    p.add_argument("--temperature", type=float)
+    p.add_argument("--top-k", type=int)
+    p.add_argument("--top-p", type=float)
+    p.add_argument("--repetition-penalty", type=float)
+    p.add_argument("--seed", type=int, help="seed of every sampled line (default: a new one per line)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    args = p.parse_args(argv)
+
+    from tqdm import tqdm
+
+    from service.bundle import BundleError
+    from service.client import Generator
+    from service.engine import EngineError, InputError
+    from service.settings import Settings
+
+    overrides = {
+        k: getattr(args, k)
+        for k in ("bundle", "variant", "provider", "threads", "max_batch_size")
+        if getattr(args, k) is not None
+    }
+    try:
+        settings = Settings(**overrides)
+    except ValidationError as e:
+        return _fail(_settings_error(e))
+    if str(args.input) == "-":
+        lines = sys.stdin.read().splitlines()
+    elif not args.input.is_file():
+        return _fail(f"input file not found: {args.input}")
+    else:
+        lines = args.input.read_text(encoding="utf-8").splitlines()
+    inputs = [(n, line.strip()) for n, line in enumerate(lines, 1) if line.strip()]
+    params = {
+        k: getattr(args, k)
+        for k in ("max_new_tokens", "temperature", "top_k", "top_p", "repetition_penalty", "seed")
+        if getattr(args, k) is not None
+    }
+    params["do_sample"] = args.do_sample
+    try:
+        gen = Generator(
+            settings.bundle,
+            variant=settings.variant,
+            provider=settings.provider,
+            threads=settings.threads,
+            max_batch_size=settings.max_batch_size,
+        )
+    except (BundleError, EngineError) as e:
+        return _fail(str(e))
+    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
+    failed = 0
+    try:
+        gen.options(**params)  # bad parameters stop here with their message, before any work
+        bar = tqdm(total=len(inputs), unit="line", disable=args.no_progress or None, file=sys.stderr)
+        for (n, text), result in zip(inputs, gen.generate_many([t for _, t in inputs], **params)):
+            if isinstance(result, InputError):
+                failed += 1
+                tqdm.write(f"line {n}: {result}", file=sys.stderr)
+            else:
+                out.write(f"{text}\t{result.text}\n")
+            bar.update(1)
+        bar.close()
+    except InputError as e:
+        return _fail(str(e))
+    finally:
+        gen.close()
+        if out is not sys.stdout:
+            out.close()
+    if failed:
+        print(f"{failed} of {len(inputs)} lines could not be read by the model (see above)", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,171 @@
+"""One error shape for every route: `{"error": "...", "error_type": "..."}` (ARCHITECTURE.md).
+
+FastAPI's own 422 body (a list of pydantic errors) and Starlette's 404/405
+bodies are replaced by this shape; an unexpected exception becomes a 500 that
+says nothing about the code (the detail goes to the log, with the request id).
+`BodySizeLimit` answers 413 before a large body is read into memory.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+log = logging.getLogger("attnserve.service")
+
+MAX_BODY_BYTES = 256 * 1024  # a G2P word is ~20 bytes; a generous ceiling for any text this service takes
+
+
+class APIError(Exception):
+    """An error answered to the client as `{"error", "error_type"}` with `status`."""
+
+    def __init__(self, status: int, error_type: str, message: str, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.error_type = error_type
+        self.message = message
+        self.headers = headers or {}
+
+
+def validation(message: str) -> APIError:
+    return APIError(422, "validation", message)
+
+
+def overloaded(retry_after_s: int) -> APIError:
+    return APIError(
+        429,
+        "overloaded",
+        f"the server is at its bound of queued + running requests; retry after {retry_after_s} s",
+        {"Retry-After": str(retry_after_s)},
+    )
+
+
+def draining() -> APIError:
+    return APIError(503, "draining", "the server is shutting down and takes no new requests; send it to another replica")
+
+
+def unavailable(message: str) -> APIError:
+    return APIError(503, "unavailable", message)
+
+
+def timeout(limit_s: float) -> APIError:
+    return APIError(504, "timeout", f"the request did not finish within the server's request timeout of {limit_s:g} s")
+
+
+def error_body(error_type: str, message: str) -> dict[str, str]:
+    return {"error": message, "error_type": error_type}
+
+
+def error_response(err: APIError) -> JSONResponse:
+    return JSONResponse(error_body(err.error_type, err.message), status_code=err.status, headers=err.headers)
+
+
+def describe_validation_errors(errors: list[dict]) -> str:
+    """pydantic's error list -> one line a person can act on: `parameters.top_p: Input should be ...; ...`."""
+    parts = []
+    for err in errors:
+        if err.get("type") == "json_invalid":
+            ctx = err.get("ctx") or {}
+            return f"the request body is not valid JSON ({ctx.get('error', 'malformed')})"
+        loc = [str(x) for x in err.get("loc", ()) if x != "body"]
+        where = ".".join(loc) or "body"
+        msg = err.get("msg", "invalid")
+        if err.get("type") == "missing":
+            msg = "is required"
+        elif err.get("type") in ("model_attributes_type", "dict_type") and not loc:
+            msg = 'must be a JSON object like {"inputs": "...", "parameters": {...}}'
+        parts.append(f"{where}: {msg}")
+    return "; ".join(parts) or "invalid request"
+
+
+def install_error_handlers(app: FastAPI, on_error: Callable[[Request, APIError], None] | None = None) -> None:
+    """Route every error through the one shape; `on_error(request, err)` counts it (metrics)."""
+
+    def answer(request: Request, err: APIError) -> JSONResponse:
+        if on_error is not None:
+            on_error(request, err)
+        return error_response(err)
+
+    @app.exception_handler(APIError)
+    async def _api_error(request: Request, exc: APIError) -> JSONResponse:
+        return answer(request, exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return answer(request, validation(describe_validation_errors(list(exc.errors()))))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kinds = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed", 413: "validation"}
+        message = exc.detail if isinstance(exc.detail, str) else json.dumps(exc.detail)
+        if exc.status_code == 404:
+            message = f"no route {request.method} {request.url.path}; see /docs"
+        elif exc.status_code == 405:
+            message = f"{request.method} is not allowed on {request.url.path}; see /docs"
+        return answer(request, APIError(exc.status_code, kinds.get(exc.status_code, "http"), message, dict(exc.headers or {})))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error on %s %s", request.method, request.url.path)
+        return answer(request, APIError(500, "internal", "internal server error; the server log has the details"))
+
+
+class BodySizeLimit:
+    """ASGI middleware: 413 for a body over `limit` bytes, by Content-Length or by counting a chunked body.
+
+    The body is read here (at most `limit` bytes are ever held) and replayed to
+    the app, so the app's own body parsing never sees an oversized request.
+    """
+
+    def __init__(self, app: ASGIApp, limit: int = MAX_BODY_BYTES):
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await self._reject(send)
+            return
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away before sending its body
+                return
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.limit:
+                await self._reject(send)
+                return
+            if not message.get("more_body", False):
+                break
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()  # after the body: http.disconnect when the client goes away
+
+        await self.app(scope, replay, send)
+
+    async def _reject(self, send: Send) -> None:
+        body = json.dumps(error_body("validation", f"the request body is larger than the limit of {self.limit} bytes")).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})

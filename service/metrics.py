@@ -1,0 +1,97 @@
+"""Prometheus metrics, named exactly as ARCHITECTURE.md fixes them; every one carries `model` = the bundle's model_id.
+
+Histograms, not summaries, so replicas aggregate (`histogram_quantile` over
+`sum by (le)`). Each `ServiceMetrics` owns its registry, so two apps in one
+process (tests) never share counts. Where each is observed:
+- the route handlers: `attnserve_requests_total{route,outcome}`,
+  `attnserve_request_duration_seconds` (successful generation requests);
+- the scheduler's engine thread: everything else (see service/scheduler.py).
+The README documents each metric and the formulas for TTFT and inter-token latency.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+# Latency buckets from 0.5 ms (one decoder step of a small model) to 2 minutes (a long request under load).
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+STEP_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+TOKEN_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+class ServiceMetrics:
+    """The service's metric families, with the `model` label already applied where it is the only label."""
+
+    def __init__(self, model_id: str, registry: CollectorRegistry | None = None):
+        self.model_id = model_id
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r, m = self.registry, ["model"]
+
+        def hist(name: str, doc: str, buckets: tuple) -> Histogram:
+            return Histogram(name, doc, m, buckets=buckets, registry=r).labels(model_id)
+
+        self.request_duration = hist(
+            "attnserve_request_duration_seconds",
+            "Successful generation requests: from arrival to the last byte of the answer.",
+            LATENCY_BUCKETS,
+        )
+        self.queue_duration = hist(
+            "attnserve_request_queue_duration_seconds",
+            "From arrival to joining the running batch (the encoder call).",
+            LATENCY_BUCKETS,
+        )
+        self.time_to_first_token = hist(
+            "attnserve_time_to_first_token_seconds",
+            "From arrival to the first generated token leaving the engine.",
+            LATENCY_BUCKETS,
+        )
+        self.inter_token_latency = hist(
+            "attnserve_inter_token_latency_seconds",
+            "Gap between two successive tokens of one request (one observation per token after the first).",
+            LATENCY_BUCKETS,
+        )
+        self.inference_duration = hist(
+            "attnserve_inference_duration_seconds",
+            "From joining the batch to the last token: encoder plus every decoder step the request took part in.",
+            LATENCY_BUCKETS,
+        )
+        self.encoder_duration = hist(
+            "attnserve_encoder_duration_seconds",
+            "One encoder call, for the group of requests joining the batch at one step boundary.",
+            STEP_BUCKETS,
+        )
+        self.decoder_step_duration = hist(
+            "attnserve_decoder_step_duration_seconds",
+            "One decoder step for the whole running batch, token choice included.",
+            STEP_BUCKETS,
+        )
+        self.batch_size = hist("attnserve_batch_size", "Sequences in the batch at each decoder step.", BATCH_BUCKETS)
+        self.input_tokens = hist(
+            "attnserve_request_input_tokens", "Input length of each request, in source tokens.", TOKEN_BUCKETS
+        )
+        self.generated_tokens = hist(
+            "attnserve_request_generated_tokens", "Tokens generated for each finished request.", TOKEN_BUCKETS
+        )
+        self.generated_tokens_total = Counter(
+            "attnserve_generated_tokens", "Tokens generated, counted at every decoder step.", m, registry=r
+        ).labels(model_id)
+        self._requests_total = Counter(
+            "attnserve_requests",
+            "Generation requests by route and outcome (success, or the error_type, or cancelled).",
+            ["model", "route", "outcome"],
+            registry=r,
+        )
+        self.queue_size = Gauge("attnserve_queue_size", "Requests waiting to join the batch.", m, registry=r).labels(model_id)
+        self.running_sequences = Gauge("attnserve_running_sequences", "Sequences in the running batch.", m, registry=r).labels(
+            model_id
+        )
+
+    def request_done(self, route: str, outcome: str) -> None:
+        self._requests_total.labels(self.model_id, route, outcome).inc()
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

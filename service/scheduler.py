@@ -1,0 +1,348 @@
+"""Continuous (iteration-level) batching over the engine's primitives.
+
+One engine thread owns the engine and its running batch; nothing else touches
+ONNX Runtime. Each turn of its loop is one step boundary:
+
+    1. rows whose client went away or whose deadline passed leave the batch;
+    2. waiting requests join, up to `max_batch_size` rows: ONE encoder call
+       for the whole group (`engine.start`), then `batch.add` pads them into
+       the running cache;
+    3. ONE decoder call for every row (`engine.step`); each row's token goes
+       to its request, and rows that finished leave at once (`batch.remove`),
+       so a short request is never held by a long one.
+
+Requests are `Ticket`s. The event loop (HTTP handlers) or any thread (the
+in-process API) submits them; the engine thread appends events to a ticket
+and wakes its owner, once per step for all tickets of one event loop.
+Admission is bounded: queued + running requests never exceed
+`max_concurrent_requests`; past it `submit` raises 429 with a Retry-After.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass
+
+from service import errors
+from service.engine import DecodingOptions, Engine, InputError, Sequence, StepResult
+from service.metrics import ServiceMetrics
+
+log = logging.getLogger("attnserve.scheduler")
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The last event of a ticket that completed."""
+
+    finish_reason: str
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The last event of a ticket that ended with an error (timeout, shutdown, engine failure)."""
+
+    error: errors.APIError
+
+
+class Ticket:
+    """One generation request as the scheduler sees it.
+
+    The engine thread appends `StepResult`s and finally a `Finished` or
+    `Failed`; the owner reads them with `next_events` (asyncio) or
+    `next_events_blocking` (threads). `cancel()` asks the engine thread to
+    drop the row at the next step boundary.
+    """
+
+    def __init__(self, source_ids: list[int], options: DecodingOptions, deadline: float, loop: asyncio.AbstractEventLoop | None):
+        self.source_ids = source_ids
+        self.options = options
+        self.deadline = deadline  # time.perf_counter() value
+        self.loop = loop
+        self.seq: Sequence | None = None
+        self.cancelled = False
+        self.done = False  # set by the engine thread with the last event
+        self.t_arrival = time.perf_counter()
+        self.t_admitted: float | None = None  # encoder call began
+        self.t_first_token: float | None = None
+        self.t_last_token: float | None = None
+        self.n_tokens = 0
+        self._events: collections.deque = collections.deque()
+        self._async_ready = asyncio.Event() if loop is not None else None
+        self._thread_ready = threading.Event() if loop is None else None
+
+    @property
+    def seed(self) -> int | None:
+        return self.seq.seed if self.seq is not None else None
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+    def _wake(self) -> None:  # engine thread, threads-owned tickets only
+        self._thread_ready.set()
+
+    async def next_events(self) -> list:
+        """Events so far (at least one), waiting for them; cancel-safe."""
+        while True:
+            self._async_ready.clear()
+            if self._events:
+                return self._drain()
+            await self._async_ready.wait()
+
+    def next_events_blocking(self, timeout: float | None = None) -> list:
+        while True:
+            self._thread_ready.clear()
+            if self._events:
+                return self._drain()
+            if not self._thread_ready.wait(timeout):
+                return []
+
+    def _drain(self) -> list:
+        out = []
+        while self._events:
+            out.append(self._events.popleft())
+        return out
+
+    def timings(self) -> dict[str, float]:
+        """Seconds: total, queue, inference, per token (TGI's x-* headers, which send them in ms)."""
+        end = self.t_last_token or time.perf_counter()
+        admitted = self.t_admitted or end
+        inference = end - admitted
+        return {
+            "total": time.perf_counter() - self.t_arrival,
+            "queue": admitted - self.t_arrival,
+            "inference": inference,
+            "per_token": inference / self.n_tokens if self.n_tokens else 0.0,
+        }
+
+
+class Scheduler:
+    """Owns the engine thread. Thread-safe `submit`; `start`/`stop` from the owner."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        metrics: ServiceMetrics,
+        max_batch_size: int = 32,
+        max_concurrent_requests: int = 128,
+        request_timeout_s: float = 60.0,
+    ):
+        self.engine = engine
+        self.metrics = metrics
+        self.max_batch_size = max_batch_size
+        self.max_concurrent_requests = max_concurrent_requests
+        self.request_timeout_s = request_timeout_s
+        self._cv = threading.Condition()
+        self._waiting: collections.deque[Ticket] = collections.deque()
+        self._by_seq: dict[int, Ticket] = {}  # id(engine Sequence) -> its ticket: the running rows
+        self._in_flight = 0  # submitted and not yet finished: the admission bound counts these
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self.failure: str | None = None  # why the engine loop died, if it did
+        self._mean_request_s = 1.0  # moving average, for Retry-After
+
+    # ---- owner side ---------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="attnserve-engine", daemon=True)
+        self._thread.start()
+
+    def stop(self, reason: str = "the server is shutting down") -> None:
+        """Stop the engine loop after its current step; requests still in flight fail with 503."""
+        with self._cv:
+            self._stopping = True
+            self._stop_reason = reason
+            self._cv.notify_all()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=30)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    @property
+    def saturated(self) -> bool:
+        return self._in_flight >= self.max_concurrent_requests
+
+    def retry_after_s(self) -> int:
+        """Seconds a refused client should wait: about how long the queue ahead needs to turn over once."""
+        turns = max(1.0, len(self._waiting) / self.max_batch_size)
+        return int(min(60, max(1, math.ceil(self._mean_request_s * turns))))
+
+    def submit(self, source_ids: list[int], options: DecodingOptions, loop: asyncio.AbstractEventLoop | None = None) -> Ticket:
+        """Queue a request; raises APIError 429 (bound reached) or 503 (stopping / engine dead)."""
+        ticket = Ticket(source_ids, options, time.perf_counter() + self.request_timeout_s, loop)
+        with self._cv:
+            if self._stopping or not self.alive:
+                raise errors.unavailable(self._unavailable_reason())
+            if self._in_flight >= self.max_concurrent_requests:
+                raise errors.overloaded(self.retry_after_s())
+            self._in_flight += 1
+            self._waiting.append(ticket)
+            self.metrics.queue_size.set(len(self._waiting))
+            self._cv.notify()
+        return ticket
+
+    def _unavailable_reason(self) -> str:
+        if self.failure:
+            return f"the generation engine has stopped ({self.failure}); the server needs a restart"
+        return "the server is shutting down"
+
+    # ---- engine thread ------------------------------------------------------------------
+    def _run(self) -> None:
+        batch = self.engine.new_batch()
+        try:
+            while True:
+                with self._cv:
+                    while not self._stopping and not self._waiting and not len(batch):
+                        self._cv.wait()
+                    if self._stopping:
+                        break
+                self._turn(batch)
+        except Exception as exc:  # the loop must not die silently: /health reports it
+            log.exception("engine loop failed")
+            self.failure = f"{type(exc).__name__}: {exc}"[:300]
+        finally:
+            with self._cv:
+                self._stopping = True
+                reason = getattr(self, "_stop_reason", None) if self.failure is None else self._unavailable_reason()
+                leftovers = list(self._waiting) + [t for t in self._by_seq.values()]
+                self._waiting.clear()
+            err = errors.unavailable(reason or "the server is shutting down")
+            for t in leftovers:
+                self._finish(t, Failed(err))
+            self._by_seq.clear()
+            self._flush(leftovers)
+            self.metrics.queue_size.set(0)
+            self.metrics.running_sequences.set(0)
+
+    def _turn(self, batch) -> None:
+        now = time.perf_counter()
+        touched: list[Ticket] = []
+
+        # 1. rows that must leave before this step: cancelled, or past their deadline
+        leaving = []
+        for t in list(self._by_seq.values()):
+            if t.cancelled:
+                leaving.append(t)
+                self._finish(t, None)
+            elif now > t.deadline:
+                leaving.append(t)
+                self._finish(t, Failed(errors.timeout(self.request_timeout_s)))
+                touched.append(t)
+        if leaving:
+            batch.remove([t.seq for t in leaving])
+            for t in leaving:
+                del self._by_seq[id(t.seq)]
+
+        # 2. waiting requests join, up to the batch bound; one encoder call for the group
+        joining: list[Ticket] = []
+        with self._cv:
+            while self._waiting and len(batch) + len(joining) < self.max_batch_size:
+                t = self._waiting.popleft()
+                if t.cancelled:
+                    self._finish(t, None)
+                elif now > t.deadline:
+                    self._finish(t, Failed(errors.timeout(self.request_timeout_s)))
+                    touched.append(t)
+                else:
+                    joining.append(t)
+            # queued requests past their deadline leave the queue too, not only the ones at its head
+            if self._waiting:
+                expired = [t for t in self._waiting if t.cancelled or now > t.deadline]
+                for t in expired:
+                    self._waiting.remove(t)
+                    self._finish(t, None if t.cancelled else Failed(errors.timeout(self.request_timeout_s)))
+                    touched.append(t)
+            self.metrics.queue_size.set(len(self._waiting))
+        if joining:
+            t0 = time.perf_counter()
+            try:
+                seqs = self.engine.start([(t.source_ids, t.options) for t in joining])
+            except InputError as exc:  # the handlers validate first, so this is a request the engine still refuses
+                for t in joining:
+                    self._finish(t, Failed(errors.validation(str(exc))))
+                touched += joining
+                joining, seqs = [], []
+            t1 = time.perf_counter()
+            if joining:
+                self.metrics.encoder_duration.observe(t1 - t0)
+                batch.add(seqs)
+                for t, seq in zip(joining, seqs):
+                    t.seq = seq
+                    t.t_admitted = t0
+                    self._by_seq[id(seq)] = t
+                    self.metrics.queue_duration.observe(t0 - t.t_arrival)
+                    self.metrics.input_tokens.observe(len(t.source_ids))
+        self.metrics.running_sequences.set(len(batch))
+        if not len(batch):
+            self._flush(touched)
+            return
+
+        # 3. one decoder step for every row
+        t0 = time.perf_counter()
+        results: list[StepResult] = self.engine.step(batch)
+        t1 = time.perf_counter()
+        self.metrics.decoder_step_duration.observe(t1 - t0)
+        self.metrics.batch_size.observe(len(batch))
+        self.metrics.generated_tokens_total.inc(len(results))
+        finished = []
+        for r in results:
+            t = self._by_seq[id(r.sequence)]
+            if t.t_first_token is None:
+                t.t_first_token = t1
+                self.metrics.time_to_first_token.observe(t1 - t.t_arrival)
+            else:
+                self.metrics.inter_token_latency.observe(t1 - t.t_last_token)
+            t.t_last_token = t1
+            t.n_tokens += 1
+            t._events.append(r)
+            touched.append(t)
+            if r.finish_reason is not None:
+                finished.append(t)
+                self.metrics.inference_duration.observe(t1 - t.t_admitted)
+                self.metrics.generated_tokens.observe(t.n_tokens)
+                self._mean_request_s = 0.9 * self._mean_request_s + 0.1 * (t1 - t.t_arrival)
+                self._finish(t, Finished(r.finish_reason))
+        if finished:
+            batch.remove([t.seq for t in finished])
+            for t in finished:
+                del self._by_seq[id(t.seq)]
+        self.metrics.running_sequences.set(len(batch))
+        self._flush(touched)
+
+    def _finish(self, t: Ticket, last: Finished | Failed | None) -> None:
+        """Close a ticket (engine thread): its last event, and its slot back to the admission bound."""
+        if t.done:
+            return
+        t.done = True
+        if last is not None:
+            t._events.append(last)
+        with self._cv:
+            self._in_flight -= 1
+
+    def _flush(self, touched: list[Ticket]) -> None:
+        """Wake the owners of tickets that got events: one callback per event loop per step."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[Ticket]] = {}
+        for t in touched:
+            if t.loop is None:
+                t._wake()
+            else:
+                by_loop.setdefault(t.loop, []).append(t)
+        for loop, tickets in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_set_all, tickets)
+            except RuntimeError:  # the loop has closed: nobody is waiting any more
+                pass
+
+
+def _set_all(tickets: list[Ticket]) -> None:
+    for t in tickets:
+        t._async_ready.set()

@@ -1,0 +1,167 @@
+"""Request and response bodies, in Text Generation Inference's (TGI) shapes, so /docs is exact.
+
+What the real clients send (huggingface_hub 0.x sends every parameter, most as
+null; 2.x only what was set) must validate: null means unset, and TGI's
+parameters this server does not implement are accepted while unset and refused
+with a 422 naming them when set to something it cannot honour
+(`unsupported_parameters`). Unknown extra fields are ignored, as TGI does.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+FinishReason = Literal["length", "eos_token", "stop_sequence"]
+
+MAX_STOP_SEQUENCES = 8
+
+
+class GenerateParameters(BaseModel):
+    """TGI's `parameters`: every field optional; null means unset."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    max_new_tokens: int | None = Field(
+        None, ge=1, description="Most tokens to generate (default and ceiling: the server's `max_new_tokens`).", examples=[20]
+    )
+    do_sample: bool | None = Field(
+        False, description="Sample instead of greedy; also on when temperature, top_k (> 0) or top_p is set."
+    )
+    temperature: float | None = Field(None, description="Softmax temperature; must be > 0 when sampling.", examples=[0.8])
+    top_k: int | None = Field(None, ge=0, description="Keep the k most likely tokens; 0 or null: off.")
+    top_p: float | None = Field(None, gt=0, le=1, description="Nucleus sampling: keep the smallest set with mass >= top_p.")
+    repetition_penalty: float | None = Field(
+        None, gt=0, description="CTRL's penalty on already generated tokens; 1.0 or null: off."
+    )
+    seed: int | None = Field(
+        None, ge=0, le=2**64 - 1, description="Random seed of a sampled request; the server picks one when absent."
+    )
+    stop: list[str] | None = Field(
+        None,
+        max_length=MAX_STOP_SEQUENCES,
+        description=f"Stop when the generated text ends with any of these (at most {MAX_STOP_SEQUENCES}).",
+    )
+    details: bool | None = Field(False, description="Return finish reason, token ids, texts and log-probabilities.")
+    return_full_text: bool | None = Field(False, description="Prepend the input to the generated text.")
+    truncate: int | None = Field(None, ge=1, description="Keep only the last `truncate` input tokens.")
+    # TGI parameters accepted for compatibility; a value other than "unset" is refused (see unsupported_parameters).
+    best_of: int | None = Field(None, ge=1, description="Only 1 (or null) is supported.")
+    decoder_input_details: bool | None = Field(False, description="Only false (or null) is supported.")
+    top_n_tokens: int | None = Field(None, ge=0, description="Only 0 (or null) is supported.")
+    typical_p: float | None = Field(None, gt=0, le=1, description="Only 1.0 (or null) is supported.")
+    frequency_penalty: float | None = Field(None, description="Only 0 (or null) is supported.")
+    watermark: bool | None = Field(False, description="Only false (or null) is supported.")
+    grammar: dict[str, Any] | None = Field(None, description="Only null is supported.")
+    adapter_id: str | None = Field(None, description="Only null is supported.")
+
+    def unsupported_parameters(self) -> list[str]:
+        """Names (with the value sent) of set TGI parameters this server cannot honour."""
+        bad = []
+        if self.best_of not in (None, 1):
+            bad.append(f"best_of={self.best_of} (only 1; send separate requests with different seeds)")
+        if self.decoder_input_details:
+            bad.append("decoder_input_details=true")
+        if self.top_n_tokens:
+            bad.append(f"top_n_tokens={self.top_n_tokens}")
+        if self.typical_p not in (None, 1.0):
+            bad.append(f"typical_p={self.typical_p}")
+        if self.frequency_penalty not in (None, 0.0):
+            bad.append(f"frequency_penalty={self.frequency_penalty}")
+        if self.watermark:
+            bad.append("watermark=true")
+        if self.grammar is not None:
+            bad.append("grammar")
+        if self.adapter_id is not None:
+            bad.append("adapter_id")
+        return bad
+
+
+class GenerateRequest(BaseModel):
+    """Body of `POST /generate` and `POST /generate_stream`."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    inputs: str = Field(..., min_length=1, description="The input text.", examples=["attention"])
+    parameters: GenerateParameters | None = Field(None, description="Generation parameters (TGI's names).")
+
+
+class CompatGenerateRequest(GenerateRequest):
+    """Body of `POST /` (what huggingface_hub and the text-generation client send)."""
+
+    stream: bool | None = Field(False, description="true: answer Server-Sent Events as /generate_stream does.")
+
+
+class Token(BaseModel):
+    id: int = Field(..., description="Token id.")
+    text: str = Field(..., description="Text this token adds (difference of successive decodes; '' for special tokens).")
+    logprob: float | None = Field(None, description="Log-probability of the token under the distribution it was chosen from.")
+    special: bool = Field(..., description="True for special tokens (end of sequence).")
+
+
+class PrefillToken(BaseModel):
+    id: int
+    text: str
+    logprob: float | None = None
+
+
+class Details(BaseModel):
+    finish_reason: FinishReason = Field(..., description="Why generation stopped.")
+    generated_tokens: int = Field(..., description="Tokens generated, the end-of-sequence token included.")
+    seed: int | None = Field(None, description="Seed a sampled request used (null for greedy).")
+    prefill: list[PrefillToken] = Field(default_factory=list, description="Always empty (decoder_input_details unsupported).")
+    tokens: list[Token] = Field(default_factory=list, description="The generated tokens.")
+    top_tokens: list[list[Token]] | None = Field(None, description="Always null (top_n_tokens unsupported).")
+    best_of_sequences: list[dict[str, Any]] | None = Field(None, description="Always null (best_of unsupported).")
+
+
+class GenerateResponse(BaseModel):
+    generated_text: str = Field(..., description="The generated text.", examples=["AH0 T EH1 N SH AH0 N"])
+    details: Details | None = Field(None, description="Present when `parameters.details` is true.")
+
+
+class StreamDetails(BaseModel):
+    finish_reason: FinishReason
+    generated_tokens: int
+    seed: int | None = None
+    input_length: int = Field(..., description="Input length in source tokens.")
+
+
+class StreamResponse(BaseModel):
+    """One Server-Sent Event of a stream: `data:{...}`; the last one carries `generated_text` and `details`."""
+
+    index: int = Field(..., description="1-based position of this token in the output.")
+    token: Token
+    top_tokens: list[Token] | None = None
+    generated_text: str | None = Field(None, description="The full text, on the last event only.")
+    details: StreamDetails | None = Field(None, description="On the last event only, when `parameters.details` is true.")
+
+
+class ErrorResponse(BaseModel):
+    """The one error shape of every route."""
+
+    error: str = Field(..., description="What went wrong and what to change.")
+    error_type: str = Field(
+        ..., description="validation, unauthorized, overloaded, draining, unavailable, timeout, not_found, ..."
+    )
+
+
+class HealthResponse(BaseModel):
+    status: Literal["ok"] = "ok"
+
+
+class InfoResponse(BaseModel):
+    model_id: str = Field(..., description="The bundle's model_id (also the `model` label of every metric).")
+    model_sha: str = Field(..., description="sha256 of the bundle's bundle.json: identifies the exact bundle.")
+    model_dtype: str = Field(..., description="Float type of the graphs in use.")
+    variant: str = Field(..., description="Graph variant in use.")
+    provider: str = Field(..., description="ONNX Runtime execution provider actually in use.")
+    threads: int = Field(..., description="ONNX Runtime intra-op threads.")
+    max_batch_size: int
+    max_concurrent_requests: int
+    max_input_tokens: int
+    max_new_tokens: int
+    max_stop_sequences: int = MAX_STOP_SEQUENCES
+    request_timeout_s: float
+    version: str = Field(..., description="attnserve version.")

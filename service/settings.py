@@ -1,0 +1,74 @@
+"""Service settings: one class, CLI flag > `ATTNSERVE_*` environment variable > default.
+
+The names are fixed by ARCHITECTURE.md. `Settings()` reads the environment;
+`Settings(**flags)` lets command-line values win (pydantic-settings gives
+init arguments the highest priority), which is how `attnserve-serve` builds it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from service.engine import available_cpus
+
+
+class ConfigError(ValueError):
+    """Settings that cannot work with the bundle being served; one line, stops start-up."""
+
+
+class Settings(BaseSettings):
+    """Every knob of `attnserve-serve`; each is also `ATTNSERVE_<NAME>` in the environment."""
+
+    model_config = SettingsConfigDict(env_prefix="ATTNSERVE_", extra="forbid", validate_default=True)
+
+    bundle: Path = Field(Path("models/g2p-en"), description="Model bundle directory (bundle.json and its graphs).")
+    variant: str = Field(
+        "auto", description="Graph variant from bundle.json `variants`; `auto` takes `default_variant` for the provider."
+    )
+    provider: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="ONNX Runtime execution provider; `auto` uses CUDA only when a GPU is really present."
+    )
+    threads: int = Field(
+        default_factory=available_cpus,
+        ge=1,
+        description="ONNX Runtime intra-op threads; default: the CPUs this process may use (cgroup quota included).",
+    )
+    host: str = Field("127.0.0.1", description="Address to listen on (the container image sets 0.0.0.0).")
+    port: int = Field(8000, ge=0, le=65535, description="TCP port to listen on (0: any free port).")
+    max_batch_size: int = Field(32, ge=1, description="Most sequences decoded together in one decoder step.")
+    max_concurrent_requests: int = Field(
+        128, ge=1, description="Bound on queued + running generation requests; past it requests get 429 at once."
+    )
+    max_input_tokens: int | None = Field(
+        None, ge=1, description="Longest input in source tokens; default and ceiling: the bundle's `max_source_len`."
+    )
+    max_new_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Largest `max_new_tokens` a request may ask for, and its value when a request does not say; "
+        "default and ceiling: what the bundle can generate (`max_target_len`).",
+    )
+    request_timeout_s: float = Field(
+        60.0, gt=0, description="A request that waits plus runs longer than this ends with 504 and frees its slot."
+    )
+    drain_timeout_s: float = Field(
+        30.0, ge=0, description="On SIGTERM, how long in-flight requests may take to finish before the process exits."
+    )
+    api_key: str | None = Field(
+        None, description="When set, generation routes require `Authorization: Bearer <key>`; /health and /ready stay open."
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level of the JSON logs.")
+
+    @field_validator("log_level", "provider", mode="before")
+    @classmethod
+    def _lower(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
+
+    @field_validator("api_key", mode="after")
+    @classmethod
+    def _empty_key_is_none(cls, value: str | None) -> str | None:
+        return value or None  # ATTNSERVE_API_KEY= (empty) means auth off, not "the empty key"
