@@ -8,6 +8,7 @@ words, as the g2p literature reports it).
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 
 from rapidfuzz.distance import Levenshtein
 
@@ -55,14 +56,20 @@ def g2p_wer_by_length(sources: list[str], hyps: list[str], refs: list[list[str]]
     return {k: {"words": v[0], "wer_no_stress": 100.0 * v[1] / v[0]} for k, v in sorted(acc.items())}
 
 
-def sequence_metrics(hyps: list[str], refs: list[list[str]]) -> dict:
-    """For non-G2P data: exact match, token accuracy (position-wise vs first ref) and chrF."""
+def sequence_metrics(hyps: list[str], refs: list[list[str]], tokenize: Callable[[str], list[str]] | None = None) -> dict:
+    """For non-G2P data: exact match, token accuracy and chrF, in percent.
+
+    Token accuracy is position-wise against the first reference, over the
+    longer of the two; `tokenize` should be the target tokenizer's (a char-level
+    target has no spaces to split on), whitespace splitting by default.
+    """
     import sacrebleu
 
+    tokenize = tokenize or str.split
     exact = sum(h in rs for h, rs in zip(hyps, refs))
     correct = total = 0
     for h, rs in zip(hyps, refs):
-        ht, rt = h.split(), rs[0].split()
+        ht, rt = tokenize(h), tokenize(rs[0])
         correct += sum(a == b for a, b in zip(ht, rt))
         total += max(len(ht), len(rt))
     first_refs = [rs[0] for rs in refs]
@@ -75,9 +82,16 @@ def sequence_metrics(hyps: list[str], refs: list[list[str]]) -> dict:
     }
 
 
-def task_metrics(task: str, sources: list[str], hyps: list[str], refs: list[list[str]]) -> dict:
+def task_metrics(
+    task: str,
+    sources: list[str],
+    hyps: list[str],
+    refs: list[list[str]],
+    tokenize: Callable[[str], list[str]] | None = None,
+) -> dict:
+    """The task's metrics: "g2p" -> WER/PER (phonemes are whitespace-separated); else sequence metrics."""
     if task == "g2p":
         m = g2p_metrics(hyps, refs)
         m["by_length"] = g2p_wer_by_length(sources, hyps, refs)
         return m
-    return sequence_metrics(hyps, refs)
+    return sequence_metrics(hyps, refs, tokenize)

@@ -247,9 +247,7 @@ class Transformer(nn.Module):
         memory, cross_bias = self.encode(src_ids, src_mask)
         t = tgt_ids.shape[1]
         positions = torch.arange(t, device=tgt_ids.device)[None, :].expand_as(tgt_ids)
-        logits, _, _ = self.decode(
-            tgt_ids, positions, decoder_self_bias(tgt_mask, t), self.cross_kv(memory), cross_bias
-        )
+        logits, _, _ = self.decode(tgt_ids, positions, decoder_self_bias(tgt_mask, t), self.cross_kv(memory), cross_bias)
         return logits
 
     def num_parameters(self) -> int:
@@ -258,32 +256,33 @@ class Transformer(nn.Module):
 
 @torch.no_grad()
 def greedy_decode(model: Transformer, src_ids: Tensor, src_mask: Tensor, max_new_tokens: int) -> list[list[int]]:
-    """Batched greedy decoding with the KV cache; returns ids without bos/eos.
+    """Batched greedy decoding with the KV cache: [B, S] ids and mask -> B lists of ids without bos/eos.
 
     Every row starts at step 0 together, so past lengths are equal and the
     decoder mask is all ones; rows that finished keep stepping (cheaply) until
-    all have.
+    all have, and are cut at their first eos at the end, so the loop itself
+    does no per-row Python work.
     """
     cfg = model.cfg
     b = src_ids.shape[0]
+    device = src_ids.device
     memory, cross_bias = model.encode(src_ids, src_mask)
     cross = model.cross_kv(memory)
-    tokens = torch.full((b, 1), cfg.bos_id, dtype=torch.long, device=src_ids.device)
+    tokens = torch.full((b, 1), cfg.bos_id, dtype=torch.long, device=device)
     past: list[KV] | None = None
-    out: list[list[int]] = [[] for _ in range(b)]
-    done = torch.zeros(b, dtype=torch.bool, device=src_ids.device)
-    max_new_tokens = min(max_new_tokens, cfg.max_target_len)
-    for step in range(max_new_tokens):
-        positions = torch.full((b, 1), step, dtype=torch.long, device=src_ids.device)
-        dec_mask = torch.ones(b, step + 1, dtype=torch.long, device=src_ids.device)
+    generated: list[Tensor] = []  # each [B]
+    finished = torch.zeros(b, dtype=torch.bool, device=device)
+    for step in range(min(max_new_tokens, cfg.max_target_len)):
+        positions = torch.full((b, 1), step, dtype=torch.long, device=device)
+        dec_mask = torch.ones(b, step + 1, dtype=torch.long, device=device)
         logits, past, _ = model.decode(tokens, positions, decoder_self_bias(dec_mask, 1), cross, cross_bias, past)
         next_ids = logits[:, -1].argmax(-1)  # [B]
-        for i in torch.nonzero(~done).flatten().tolist():
-            if next_ids[i].item() == cfg.eos_id:
-                done[i] = True
-            else:
-                out[i].append(int(next_ids[i]))
-        if bool(done.all()):
+        generated.append(next_ids)
+        finished |= next_ids == cfg.eos_id
+        if bool(finished.all()):
             break
         tokens = next_ids[:, None]
-    return out
+    if not generated:
+        return [[] for _ in range(b)]
+    rows = torch.stack(generated, dim=1).tolist()  # [B, steps]
+    return [row[: row.index(cfg.eos_id)] if cfg.eos_id in row else row for row in rows]

@@ -51,3 +51,8 @@ def encode(tok: Tokenizer, text: str) -> list[int]:
 
 def decode(tok: Tokenizer, ids: Iterable[int]) -> str:
     return tok.decode(list(ids), skip_special_tokens=True)
+
+
+def tokens(tok: Tokenizer, text: str) -> list[str]:
+    """The token strings of `text` (what token-level metrics compare)."""
+    return tok.encode(text, add_special_tokens=False).tokens
