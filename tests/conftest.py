@@ -1,0 +1,49 @@
+"""Shared fixtures: a tiny trained run and the bundle exported from it, built once per test session.
+
+The model is small (2+2 layers, 64 wide) but trained enough on a CMUdict slice
+to be non-trivial (mean output length >= 5, >= 100 distinct outputs), which the
+parity suite requires; training takes ~15 s and the export ~25 s on 2 CPUs.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TINY_TRAIN_SETTINGS = [
+    "dataset=cmudict",
+    "train_limit=4000",
+    "max_steps=300",
+    "eval_every=300",
+    "checkpoint_every=300",
+    "eval_limit=100",
+    "threads=1",
+]
+
+
+@pytest.fixture(scope="session")
+def tiny_run_dir(tmp_path_factory) -> Path:
+    """A run directory (Contract 1) from `attnserve-train --preset tiny` on 4000 CMUdict words."""
+    out = tmp_path_factory.mktemp("tiny") / "run"
+    cmd = [sys.executable, "-m", "training", "--preset", "tiny", "--out", str(out)]
+    for item in TINY_TRAIN_SETTINGS:
+        cmd += ["--set", item]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, f"tiny training failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_bundle_dir(tiny_run_dir, tmp_path_factory) -> Path:
+    """A verified model bundle (Contract 2) built by `attnserve-export build` from `tiny_run_dir`.
+
+    Treat it as read-only: copy it (shutil.copytree) before changing anything in it.
+    """
+    from export.bundle import build
+
+    out = tmp_path_factory.mktemp("tiny_bundle") / "g2p-tiny"
+    build(tiny_run_dir, out, model_id="g2p-tiny", eval_limit=200, parity_limit=256, threads=1, log=lambda _msg: None)
+    return out

@@ -1,0 +1,92 @@
+"""attnserve-export build: the bundle of Contract 2, with its parity figures and the int8 gate recorded."""
+
+import json
+
+import onnx
+
+from service.bundle import load_bundle
+
+
+def test_build_writes_every_contract_field(tiny_bundle_dir):
+    meta = json.loads((tiny_bundle_dir / "bundle.json").read_text())
+    for key in (
+        "format_version",
+        "model_id",
+        "config",
+        "special_ids",
+        "max_source_len",
+        "max_target_len",
+        "opset",
+        "io",
+        "variants",
+        "default_variant",
+        "parity",
+        "eval",
+        "files",
+    ):
+        assert key in meta, key
+    assert meta["model_id"] == "g2p-tiny"
+    assert meta["special_ids"] == {"pad": 0, "bos": 1, "eos": 2, "unk": 3}
+    assert meta["opset"] >= 17
+    assert set(meta["variants"]) == {"fp32", "int8", "fp16"}
+    assert meta["default_variant"]["cpu"] in ("fp32", "int8")
+    for name in ("encoder.onnx", "decoder.onnx", "encoder.int8.onnx", "decoder.fp16.onnx", "src_tokenizer.json"):
+        assert name in meta["files"]
+    assert "wer" in meta["eval"]["dev"]
+    assert "wer" in meta["variants"]["int8"]["eval"]["dev"]
+    assert meta["parity"]["passed"] is True
+    load_bundle(tiny_bundle_dir)
+
+
+def test_graphs_have_contract_names_dynamic_axes_and_no_control_flow(tiny_bundle_dir):
+    meta = json.loads((tiny_bundle_dir / "bundle.json").read_text())
+    n = meta["config"]["n_decoder_layers"]
+    dec = meta["io"]["decoder"]
+    inputs = {i["name"]: i for i in dec["inputs"]}
+    assert list(inputs)[:4] == ["input_ids", "position_ids", "decoder_attention_mask", "encoder_attention_bias"]
+    for i in range(n):
+        for kind in ("decoder", "encoder"):
+            for kv in ("key", "value"):
+                assert f"past_key_values.{i}.{kind}.{kv}" in inputs
+    past = inputs["past_key_values.0.decoder.key"]["shape"]
+    assert isinstance(past[0], str) and isinstance(past[2], str)  # B and P symbolic
+    outputs = {o["name"]: o for o in dec["outputs"]}
+    assert outputs["logits"]["dtype"] == "float32" and len(outputs["logits"]["shape"]) == 2
+    assert "next_token" in outputs and meta["decoder_extra_outputs"] == ["next_token"]
+    enc_out = [o["name"] for o in meta["io"]["encoder"]["outputs"]]
+    assert enc_out[0] == "encoder_attention_bias" and f"present.{n - 1}.encoder.value" in enc_out
+    for variant in meta["variants"].values():
+        model = onnx.load(str(tiny_bundle_dir / variant["decoder"]))
+        assert model.ir_version <= 10
+        assert not {node.op_type for node in model.graph.node} & {"If", "Loop", "Scan"}
+
+
+def test_fp16_variant_keeps_bias_and_logits_float32_at_the_boundary(tiny_bundle_dir):
+    dec = onnx.load(str(tiny_bundle_dir / "decoder.fp16.onnx"))
+    types = {v.name: v.type.tensor_type.elem_type for v in [*dec.graph.input, *dec.graph.output]}
+    assert types["encoder_attention_bias"] == onnx.TensorProto.FLOAT
+    assert types["logits"] == onnx.TensorProto.FLOAT
+    assert types["past_key_values.0.decoder.key"] == onnx.TensorProto.FLOAT16
+    ops = {node.op_type for node in dec.graph.node}
+    assert "LayerNormalization" in ops and "Softmax" in ops
+
+
+def test_parity_figures_recorded_at_build(tiny_bundle_dir):
+    parity = json.loads((tiny_bundle_dir / "bundle.json").read_text())["parity"]
+    assert parity["graphs"]["decoder_logits_max_abs_diff"] <= 1e-4
+    assert parity["graphs"]["encoder_max_abs_diff"] <= 1e-4
+    assert parity["cached_vs_full"]["cached_vs_pytorch_teacher_forced_max_abs_diff"] <= 1e-4
+    g = parity["greedy"]
+    assert g["inputs"] >= 200 and g["mean_output_len"] >= 5 and g["distinct_outputs"] >= 100
+    assert g["mismatches_one_at_a_time"] == g["mismatches_padded_batches_32"] == g["mismatches_continuous_batching_7"] == 0
+    assert parity["sampling"]["mismatches_continuous_batching_5"] == 0
+    assert parity["fp16"]["ok"] and parity["fp16"]["max_abs_diff_logits_vs_fp32"] <= 1e-2
+
+
+def test_int8_gate_is_recorded_and_consistent(tiny_bundle_dir):
+    meta = json.loads((tiny_bundle_dir / "bundle.json").read_text())
+    gate = meta["int8_gate"]
+    assert gate["max_loss_points"] == 0.5
+    assert set(gate["speedup_vs_fp32"]) == {"batch_1", "batch_32"}
+    expected = "int8" if gate["accurate_enough"] and gate["faster"] else "fp32"
+    assert meta["default_variant"]["cpu"] == expected
