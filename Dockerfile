@@ -1,0 +1,82 @@
+# attnserve's service image; one file for both flavours (docs/DEPLOY.md):
+#   docker build -t attnserve:cpu .
+#   docker build -t attnserve:gpu --build-arg FLAVOUR=gpu .
+#   docker build -t attnserve-loadtest --target loadtest .   # the load tester alone
+# The GPU flavour takes ONNX Runtime's CUDA build with CUDA and cuDNN from wheels, so the base stays a
+# plain Python image; the host needs only the NVIDIA driver and the NVIDIA container toolkit.
+ARG BASE_IMAGE=python:3.11-slim
+
+# ---- build: resolve and install the service into a venv; only the venv reaches the runtime stage
+FROM ${BASE_IMAGE} AS build
+ARG FLAVOUR=cpu
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_ROOT_USER_ACTION=ignore
+SHELL ["/bin/sh", "-eu", "-c"]
+RUN case "${FLAVOUR}" in cpu|gpu) ;; *) echo "FLAVOUR must be cpu or gpu, not '${FLAVOUR}'" >&2; exit 1;; esac \
+ && python3 -m venv /opt/attnserve
+WORKDIR /src
+# Dependencies first, from pyproject.toml alone (no packages yet, so it builds an empty distribution):
+# a code change then rebuilds only the small layers below, not the ONNX Runtime install.
+COPY pyproject.toml README.md LICENSE ./
+RUN /opt/attnserve/bin/pip install --quiet ".[${FLAVOUR}]"
+# Only the service: training/ and export/ need torch and stay out of the image, and so do the
+# console scripts of the packages left out (they would only fail on import), and pip itself.
+COPY service/ service/
+RUN /opt/attnserve/bin/pip install --quiet --no-deps --force-reinstall . \
+ && /opt/attnserve/bin/pip uninstall --quiet --yes pip setuptools \
+ && site="$(/opt/attnserve/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+ && for script in /opt/attnserve/bin/attnserve-*; do \
+      pkg="$(sed -n '/^from /{s/^from \([A-Za-z_]*\).*/\1/p;q;}' "${script}")"; \
+      [ -d "${site}/${pkg}" ] || rm "${script}"; \
+    done
+
+# ---- loadtest: `attnserve-loadtest` alone, for the compose stack's loadtest profile
+FROM ${BASE_IMAGE} AS loadtest
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_ROOT_USER_ACTION=ignore
+WORKDIR /src
+COPY pyproject.toml README.md LICENSE ./
+RUN python3 -m venv /opt/attnserve-loadtest \
+ && /opt/attnserve-loadtest/bin/pip install --quiet ".[loadtest]"
+COPY loadtest/ loadtest/
+RUN /opt/attnserve-loadtest/bin/pip install --quiet --no-deps --force-reinstall . \
+ && rm -rf /src \
+ && useradd --system --uid 10001 --user-group --no-create-home --home-dir /nonexistent \
+      --shell /usr/sbin/nologin attnserve
+ENV PATH=/opt/attnserve-loadtest/bin:${PATH} \
+    PYTHONUNBUFFERED=1 \
+    MPLCONFIGDIR=/tmp
+WORKDIR /tmp
+USER 10001:10001
+ENTRYPOINT ["attnserve-loadtest"]
+CMD ["--help"]
+
+# ---- runtime (the default target): the base image, the venv and the default model bundle, non-root
+FROM ${BASE_IMAGE} AS runtime
+ARG FLAVOUR=cpu
+LABEL org.opencontainers.image.title="attnserve" \
+      org.opencontainers.image.description="Seq2seq Transformer generation over HTTP on ONNX Runtime (${FLAVOUR})" \
+      org.opencontainers.image.licenses="MIT"
+RUN useradd --system --uid 10001 --user-group --no-create-home --home-dir /nonexistent \
+      --shell /usr/sbin/nologin attnserve
+COPY --from=build /opt/attnserve /opt/attnserve
+# The default bundle, read-only to the service user; ATTNSERVE_BUNDLE or a volume mounted here replaces it.
+COPY models/g2p-en /opt/attnserve/models/g2p-en
+ENV PATH=/opt/attnserve/bin:${PATH} \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    ATTNSERVE_HOST=0.0.0.0 \
+    ATTNSERVE_PORT=8000 \
+    ATTNSERVE_BUNDLE=/opt/attnserve/models/g2p-en
+WORKDIR /opt/attnserve
+USER 10001:10001
+EXPOSE 8000
+# The image has no curl: the venv's python asks /health (which stays open when ATTNSERVE_API_KEY is set).
+HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=3 \
+  CMD ["python3", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:' + os.environ.get('ATTNSERVE_PORT', '8000') + '/health', timeout=2)"]
+# SIGTERM starts the drain (in-flight requests finish, new ones get 503 draining) for up to
+# ATTNSERVE_DRAIN_TIMEOUT_S (30 s): give `docker stop -t` / stop_grace_period more than that.
+STOPSIGNAL SIGTERM
+CMD ["attnserve-serve"]
