@@ -136,6 +136,7 @@ def export_encoder(model: Transformer, path: Path) -> None:
         # The tracer warns about Python ints taken from shapes; verify.py runs the graphs at
         # other sizes to prove no axis was frozen, so the warning is noise here.
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)  # dynamo=False is chosen on purpose (module docstring)
         torch.onnx.export(
             EncoderGraph(model).eval(),
             enc_in,
@@ -171,6 +172,7 @@ def export_decoder(model: Transformer, path: Path, next_token: bool = True, expl
         # The tracer warns about Python ints taken from shapes; verify.py runs the graphs at
         # other sizes to prove no axis was frozen, so the warning is noise here.
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)  # dynamo=False is chosen on purpose (module docstring)
         torch.onnx.export(
             DecoderGraph(model, next_token, explain).eval(),
             dec_in,

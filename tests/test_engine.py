@@ -1,0 +1,182 @@
+"""The ONNX Runtime engine: continuous batching changes no output, streaming, stops, options, errors."""
+
+import subprocess
+import sys
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from service.bundle import load_bundle
+from service.engine import DecodingOptions, Engine, InputError
+
+WORDS = ["attention", "hello", "a", "phonetics", "zebra", "characteristically", "it", "onnx", "runtime", "cat"]
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_bundle_dir):
+    return Engine(load_bundle(tiny_bundle_dir), variant="fp32", provider="cpu", threads=1)
+
+
+def greedy(n=48):
+    return DecodingOptions(max_new_tokens=n)
+
+
+def test_engine_reports_provider_variant_and_threads(engine, tiny_bundle_dir):
+    assert engine.provider == "CPUExecutionProvider"
+    assert engine.variant == "fp32" and engine.threads == 1
+    auto = Engine(load_bundle(tiny_bundle_dir), threads=2)
+    assert auto.variant == auto.bundle.default_variant["cpu"] and auto.threads == 2
+
+
+def test_greedy_matches_pytorch_reference(engine, tiny_run_dir):
+    from export.reference import reference_generate
+    from training.train import load_model
+
+    model = load_model(tiny_run_dir)
+    ids = [engine.encode_text(w) for w in WORDS]
+    expected = [reference_generate(model, [x], greedy())[0] for x in ids]
+    results = engine.generate(WORDS, greedy(), batch_size=4)
+    assert [r.token_ids for r in results] == expected
+    assert all(r.finish_reason == "eos_token" for r in results)
+    assert results[0].text == engine.decode_ids(expected[0]) and results[0].text
+
+
+def test_rows_joining_and_leaving_at_different_steps_change_nothing(engine):
+    """Continuous batching by hand: rows join with different source and past lengths and leave early."""
+    alone = {w: engine.generate([w], greedy())[0].token_ids for w in WORDS}
+    batch = engine.new_batch()
+    pending = list(WORDS)
+    seqs = {}
+    step = 0
+    while pending or len(batch):
+        if pending and step % 2 == 0:  # one new row every other step
+            w = pending.pop(0)
+            (seq,) = engine.start([(engine.encode_text(w), greedy())])
+            seqs[w] = seq
+            batch.add([seq])
+        results = engine.step(batch)
+        batch.remove([r.sequence for r in results if r.finish_reason])
+        step += 1
+        assert step < 500
+    assert {w: s.token_ids for w, s in seqs.items()} == alone
+
+
+def test_cache_stays_in_onnxruntime_values_between_steps(engine):
+    batch = engine.new_batch()
+    batch.add(engine.start([(engine.encode_text("hello"), greedy()), (engine.encode_text("characteristically"), greedy())]))
+    for expected_p in (1, 2, 3):
+        engine.step(batch)
+        assert all(isinstance(v, ort.OrtValue) for v in batch.past)
+        assert batch.past[0].shape() == [2, engine.n_heads, expected_p, engine.head_dim]
+    batch.add(engine.start([(engine.encode_text("a"), greedy())]))  # joins with left padding
+    assert batch.mask.shape == (3, 3) and batch.mask[2].sum() == 0
+    engine.step(batch)
+    assert batch.past[0].shape()[2] == 4
+    batch.remove(batch.seqs[:2])  # the new row's real past is 1: unused leading slots go
+    assert batch.past[0].shape()[2] == 1 and batch.mask.tolist() == [[1]]
+
+
+def test_streamed_deltas_concatenate_to_the_text(engine):
+    batch = engine.new_batch()
+    batch.add(engine.start([(engine.encode_text(w), greedy()) for w in WORDS[:4]]))
+    streamed = {}
+    while len(batch):
+        results = engine.step(batch)
+        for r in results:
+            streamed[id(r.sequence)] = streamed.get(id(r.sequence), "") + r.text
+            if r.finish_reason == "eos_token":
+                assert r.special and r.text == "" and r.token_id == engine.eos_id
+        batch.remove([r.sequence for r in results if r.finish_reason])
+    ref = engine.generate(WORDS[:4], greedy())
+    assert sorted(streamed.values()) == sorted(r.text for r in ref)
+
+
+def test_max_new_tokens_finishes_with_length(engine):
+    (r,) = engine.generate(["characteristically"], DecodingOptions(max_new_tokens=2))
+    assert r.finish_reason == "length" and len(r.token_ids) == 2 and r.generated_tokens == 2
+
+
+def test_stop_sequence_finishes_and_is_kept(engine):
+    (full,) = engine.generate(["attention"], greedy())
+    words = full.text.split()
+    assert len(words) >= 3
+    (r,) = engine.generate(["attention"], DecodingOptions(max_new_tokens=48, stop=(words[1],)))
+    assert r.finish_reason == "stop_sequence"
+    assert r.text.endswith(words[1]) and len(r.text) < len(full.text)
+
+
+def test_logprobs_are_log_probabilities_of_the_chosen_tokens(engine):
+    (r,) = engine.generate(["zebra"], DecodingOptions(max_new_tokens=48, logprobs=True))
+    assert len(r.logprobs) == len(r.token_ids)
+    assert all(lp <= 0.0 and np.isfinite(lp) for lp in r.logprobs)
+    (plain,) = engine.generate(["zebra"], greedy())
+    assert plain.logprobs is None and plain.token_ids == r.token_ids
+
+
+def test_same_seed_same_ids_whatever_the_batch_and_seed_is_returned(engine):
+    opts = DecodingOptions(max_new_tokens=48, do_sample=True, temperature=1.3, seed=42)
+    alone = engine.generate(["phonetics"], opts)[0]
+    inputs = WORDS[:3] + ["phonetics"] + WORDS[3:]
+    mixed = engine.generate(inputs, [greedy()] * 3 + [opts] + [greedy()] * 7, batch_size=5, refill=True)
+    assert mixed[3].token_ids == alone.token_ids and mixed[3].seed == 42
+    picked = engine.generate(["phonetics"], DecodingOptions(max_new_tokens=48, do_sample=True))[0]
+    assert isinstance(picked.seed, int)
+    again = engine.generate(["phonetics"], DecodingOptions(max_new_tokens=48, do_sample=True, seed=picked.seed))[0]
+    assert again.token_ids == picked.token_ids
+
+
+def test_sampling_matches_pytorch_reference(engine, tiny_run_dir):
+    from export.reference import reference_generate
+    from training.train import load_model
+
+    model = load_model(tiny_run_dir)
+    opts = [DecodingOptions(max_new_tokens=48, seed=i, temperature=1.5, top_p=0.95) for i in range(len(WORDS))]
+    ids = [engine.encode_text(w) for w in WORDS]
+    expected = [reference_generate(model, [x], o)[0] for x, o in zip(ids, opts)]
+    assert [r.token_ids for r in engine.generate(ids, opts, batch_size=3, refill=True)] == expected
+
+
+def test_decoding_options_follow_tgi_semantics_and_validate():
+    assert not DecodingOptions().sampling
+    assert not DecodingOptions(top_k=0).sampling  # 0 = off
+    assert DecodingOptions(top_k=5).sampling and DecodingOptions(temperature=0.5).sampling
+    assert DecodingOptions(top_p=0.9).sampling and DecodingOptions(do_sample=True).sampling
+    for bad in (
+        dict(max_new_tokens=0),
+        dict(temperature=0.0),
+        dict(top_k=-1),
+        dict(top_p=1.5),
+        dict(top_p=0.0),
+        dict(repetition_penalty=0.0),
+        dict(seed=-1),
+        dict(stop=("",)),
+    ):
+        with pytest.raises(InputError):
+            DecodingOptions(**bad)
+
+
+def test_bad_inputs_get_clear_errors(engine):
+    with pytest.raises(InputError, match="cannot read: '€'"):
+        engine.encode_text("caf€")
+    with pytest.raises(InputError, match="at most"):
+        engine.encode_text("a" * (engine.max_source_len + 1))
+    with pytest.raises(InputError, match="empty"):
+        engine.encode_text("  ")
+    with pytest.raises(InputError, match="max_new_tokens"):
+        engine.start([([5, 6], DecodingOptions(max_new_tokens=engine.max_target_len + 1))])
+    assert engine.encode_text("Hello") == engine.encode_text("hello")  # the tokenizer lower-cases
+
+
+def test_fp16_and_int8_variants_run_in_the_engine(tiny_bundle_dir, engine):
+    ref = [r.token_ids for r in engine.generate(WORDS, greedy())]
+    for variant in ("fp16", "int8"):
+        e = Engine(load_bundle(tiny_bundle_dir), variant=variant, provider="cpu", threads=1)
+        out = [r.token_ids for r in e.generate(WORDS, greedy(), batch_size=4)]
+        agree = sum(a == b for a, b in zip(out, ref))
+        assert agree >= len(WORDS) - 2, (variant, agree)
+
+
+def test_service_modules_never_import_torch():
+    code = "import sys, service.engine, service.bundle, service.sampling; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
