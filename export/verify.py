@@ -261,6 +261,19 @@ def greedy_parity(engine: Engine, corpus: dict) -> dict:
     }
 
 
+def corpus_failures(g: dict) -> list[str]:
+    """A parity proof needs enough inputs and a model that says something (not eos at once)."""
+    out = []
+    if g["inputs"] < MIN_CORPUS:
+        out.append(f"parity corpus has {g['inputs']} inputs (< {MIN_CORPUS})")
+    if g["mean_output_len"] < MIN_MEAN_LEN or g["distinct_outputs"] < MIN_DISTINCT:
+        out.append(
+            f"model too trivial to prove parity: mean output length {g['mean_output_len']:.2f} (need {MIN_MEAN_LEN}), "
+            f"{g['distinct_outputs']} distinct outputs (need {MIN_DISTINCT})"
+        )
+    return out
+
+
 def sampling_parity(engine: Engine, corpus: dict) -> dict:
     ids = corpus["source_ids"][: len(corpus["sampled"])]
     opts = [sampling_options(i, engine.max_target_len) for i in range(len(ids))]
@@ -332,13 +345,7 @@ def run_parity(bundle_dir: Path, model=None, threads: int | None = None, log=pri
     for key in ("mismatches_one_at_a_time", "mismatches_padded_batches_32", "mismatches_continuous_batching_7"):
         if g[key]:
             failures.append(f"greedy {key} = {g[key]} of {g['inputs']}")
-    if g["inputs"] < MIN_CORPUS:
-        failures.append(f"parity corpus has {g['inputs']} inputs (< {MIN_CORPUS})")
-    if g["mean_output_len"] < MIN_MEAN_LEN or g["distinct_outputs"] < MIN_DISTINCT:
-        failures.append(
-            f"model too trivial to prove parity: mean output length {g['mean_output_len']:.2f} (need {MIN_MEAN_LEN}), "
-            f"{g['distinct_outputs']} distinct outputs (need {MIN_DISTINCT})"
-        )
+    failures += corpus_failures(g)
     log(f"[verify] greedy: {g}")
 
     sp = figures["sampling"] = sampling_parity(engine, corpus)
