@@ -61,13 +61,17 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def serve_main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def parse_settings(argv: list[str] | None = None):
+    """Settings from flags over `ATTNSERVE_*` over defaults; raises pydantic's ValidationError."""
     from service.settings import Settings
 
-    flags = {k: v for k, v in vars(args).items() if v is not None}
+    args = build_parser().parse_args(argv)
+    return Settings(**{k: v for k, v in vars(args).items() if v is not None})
+
+
+def serve_main(argv: list[str] | None = None) -> int:
     try:
-        settings = Settings(**flags)
+        settings = parse_settings(argv)
     except ValidationError as e:
         return _fail(_settings_error(e))
     return serve(settings)

@@ -33,7 +33,7 @@ class JsonFormatter(logging.Formatter):
         if rid is not None:
             out["request_id"] = rid
         for key, value in vars(record).items():
-            if key not in _STANDARD and not key.startswith("_"):
+            if key not in _STANDARD and not key.startswith("_") and key != "color_message":
                 out[key] = value
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)

@@ -191,8 +191,8 @@ class Scheduler:
         return ticket
 
     def _unavailable_reason(self) -> str:
-        if self.failure:
-            return f"the generation engine has stopped ({self.failure}); the server needs a restart"
+        if self.failure:  # the cause is in the log; clients get no internals
+            return "the generation engine has stopped after an internal error; the server needs a restart"
         return "the server is shutting down"
 
     # ---- engine thread ------------------------------------------------------------------

@@ -1,0 +1,241 @@
+"""The service outside its routes: settings, start-up failures, SIGTERM draining in a real process,
+the in-process API, bulk generation and the scheduler's bounds."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+import service_harness
+from service_harness import ROOT, free_port, load_engine, metric, scrape
+
+from service.engine import DecodingOptions
+
+
+def test_importing_the_service_does_not_import_torch():
+    code = "import sys, service.app, service.cli, service.client, service.scheduler; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "False"
+
+
+# ---- settings ---------------------------------------------------------------------------------
+def test_settings_flag_beats_environment_beats_default(monkeypatch):
+    from service.cli import parse_settings
+    from service.settings import Settings
+
+    for name in ("PORT", "MAX_BATCH_SIZE", "API_KEY", "BUNDLE"):
+        monkeypatch.delenv(f"ATTNSERVE_{name}", raising=False)
+    defaults = parse_settings([])
+    assert (defaults.port, defaults.host, defaults.max_batch_size, defaults.bundle) == (
+        8000,
+        "127.0.0.1",
+        32,
+        Path("models/g2p-en"),
+    )
+    assert defaults.api_key is None
+
+    monkeypatch.setenv("ATTNSERVE_PORT", "9001")
+    monkeypatch.setenv("ATTNSERVE_MAX_BATCH_SIZE", "4")
+    monkeypatch.setenv("ATTNSERVE_BUNDLE", "/models/from-env")
+    from_env = parse_settings([])
+    assert (from_env.port, from_env.max_batch_size, from_env.bundle) == (9001, 4, Path("/models/from-env"))
+
+    flagged = parse_settings(["/models/from-flag", "--port", "9002"])
+    assert (flagged.port, flagged.max_batch_size, flagged.bundle) == (9002, 4, Path("/models/from-flag"))
+
+    monkeypatch.setenv("ATTNSERVE_API_KEY", "")  # empty means off, not "the empty key"
+    assert Settings().api_key is None
+
+
+def test_threads_default_to_the_cpus_this_process_may_use():
+    from service.settings import Settings
+
+    threads = Settings().threads
+    assert 1 <= threads <= len(os.sched_getaffinity(0))
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "needle"),
+    [
+        (["/no/such/bundle", "--port", "PORT"], {}, "bundle directory not found: /no/such/bundle"),
+        (["BUNDLE"], {"ATTNSERVE_PORT": "eighty"}, "ATTNSERVE_PORT"),
+        (["BUNDLE", "--max-batch-size", "0", "--port", "PORT"], {}, "max_batch_size"),
+        (["BUNDLE", "--max-new-tokens", "4096", "--port", "PORT"], {}, "max_new_tokens=4096 exceeds"),
+    ],
+)
+def test_a_bad_bundle_or_setting_stops_start_up_with_one_line(tiny_bundle_dir, args, env, needle):
+    args = [{"BUNDLE": str(tiny_bundle_dir), "PORT": str(free_port())}.get(a, a) for a in args]
+    proc = subprocess.run(
+        [sys.executable, "-m", "service", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, **env},
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], proc.stderr
+
+
+# ---- SIGTERM ----------------------------------------------------------------------------------
+def test_sigterm_drains_in_flight_requests_then_exits_zero(tiny_bundle_dir):
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [sys.executable, service_harness.__file__, str(tiny_bundle_dir), "--port", str(port), "--step-delay", "0.02"]
+        + ["--max-batch-size", "2"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(url + "/ready", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, "server did not become ready"
+            time.sleep(0.1)
+
+        body = {"inputs": "supercalifragilistic", "parameters": {"max_new_tokens": 48}}
+        with ThreadPoolExecutor(6) as pool:
+            futures = [pool.submit(httpx.post, url + "/generate", json=body, timeout=60) for _ in range(6)]
+            while metric(scrape(url), "attnserve_running_sequences") < 1:
+                time.sleep(0.01)
+            proc.send_signal(signal.SIGTERM)
+
+            ready = httpx.get(url + "/ready", timeout=10)
+            late = httpx.post(url + "/generate", json=body, timeout=10)
+            results = [f.result() for f in futures]
+
+        assert ready.status_code == 503 and ready.json()["error_type"] == "draining"
+        assert late.status_code == 503 and late.json()["error_type"] == "draining"
+        assert [r.status_code for r in results] == [200] * 6
+        assert len({r.json()["generated_text"] for r in results}) == 1
+        assert proc.wait(timeout=60) == 0
+        assert "draining" in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+# ---- the in-process API and bulk generation ---------------------------------------------------
+@pytest.fixture(scope="module")
+def generator(tiny_bundle_dir):
+    from service.client import Generator
+
+    with Generator(tiny_bundle_dir, engine=load_engine(tiny_bundle_dir), max_batch_size=2) as g:
+        yield g
+
+
+WORDS = ["attention", "cat", "a", "hello", "phoneme", "transformer", "zebra", "data", "encoder", "supercalifragilistic"]
+
+
+def test_generator_matches_the_engine_and_streams(generator):
+    engine = generator.engine
+    expected = engine.generate(WORDS, DecodingOptions(max_new_tokens=engine.max_target_len))
+    assert [r.text for r in generator.generate_many(WORDS)] == [r.text for r in expected]
+    one = generator.generate("attention")
+    assert one.token_ids == expected[0].token_ids and one.finish_reason == expected[0].finish_reason
+    assert "".join(t.text for t in generator.stream("attention")) == expected[0].text
+
+    sampled = generator.generate("attention", do_sample=True, seed=5)
+    assert generator.generate("attention", do_sample=True, seed=5).token_ids == sampled.token_ids
+    assert sampled.seed == 5
+
+
+def test_generator_calls_from_threads_share_the_batch_within_its_bound(generator):
+    m = generator.metrics
+    before = _batch_hist(m)
+    generator.engine.step_delay_s = 0.005
+    try:
+        with ThreadPoolExecutor(6) as pool:
+            texts = list(pool.map(lambda w: generator.generate(w).text, WORDS))
+    finally:
+        generator.engine.step_delay_s = 0.0
+    assert texts == [generator.generate(w).text for w in WORDS]
+    after = _batch_hist(m)
+    steps = after["count"] - before["count"]
+    assert after["le2"] - before["le2"] == steps  # never more rows than max_batch_size=2
+    assert steps - (after["le1"] - before["le1"]) > 0  # and some steps ran two rows
+
+
+def _batch_hist(m) -> dict:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out = {"count": 0.0, "le1": 0.0, "le2": 0.0}
+    for fam in text_string_to_metric_families(m.exposition().decode()):
+        for s in fam.samples:
+            if s.name == "attnserve_batch_size_count":
+                out["count"] = s.value
+            elif s.name == "attnserve_batch_size_bucket" and s.labels["le"] in ("1.0", "2.0"):
+                out["le" + s.labels["le"][0]] = s.value
+    return out
+
+
+def test_generator_reports_input_the_model_cannot_read(generator):
+    from service.engine import InputError
+
+    with pytest.raises(InputError, match="'\u2603'"):
+        generator.generate("snow\u2603man")
+    results = list(generator.generate_many(["cat", "snow\u2603", "hello"]))
+    assert isinstance(results[1], InputError) and results[0].text and results[2].text
+
+
+def test_attnserve_generate_writes_a_tsv_in_input_order(tiny_bundle_dir, tmp_path, generator):
+    from service.cli import generate_main
+
+    src = tmp_path / "words.txt"
+    src.write_text("\n".join(WORDS) + "\n\n")
+    out = tmp_path / "lexicon.tsv"
+    assert generate_main([str(src), "-o", str(out), "--bundle", str(tiny_bundle_dir), "--threads", "1", "--no-progress"]) == 0
+    rows = [line.split("\t") for line in out.read_text().splitlines()]
+    assert [r[0] for r in rows] == WORDS
+    assert [r[1] for r in rows] == [generator.generate(w).text for w in WORDS]
+
+    src.write_text("cat\nsnow\u2603\n")
+    assert generate_main([str(src), "-o", str(out), "--bundle", str(tiny_bundle_dir), "--no-progress"]) == 1
+    assert [line.split("\t")[0] for line in out.read_text().splitlines()] == ["cat"]
+    assert generate_main([str(tmp_path / "missing.txt"), "--bundle", str(tiny_bundle_dir)]) == 2
+
+
+def test_a_cancelled_queued_request_frees_its_slot(tiny_bundle_dir):
+    from service.metrics import ServiceMetrics
+    from service.scheduler import Failed, Finished, Scheduler
+
+    engine = load_engine(tiny_bundle_dir, step_delay_s=0.02)
+    sched = Scheduler(engine, ServiceMetrics("t"), max_batch_size=1, max_concurrent_requests=2, request_timeout_s=30)
+    sched.start()
+    try:
+        ids = engine.encode_text("supercalifragilistic")
+        running = sched.submit(ids, DecodingOptions(max_new_tokens=48))
+        queued = sched.submit(ids, DecodingOptions(max_new_tokens=48))
+        with pytest.raises(Exception) as refused:
+            sched.submit(ids, DecodingOptions(max_new_tokens=48))
+        assert refused.value.status == 429 and int(refused.value.headers["Retry-After"]) >= 1
+        queued.cancel()
+        deadline = time.monotonic() + 5
+        while sched.in_flight > 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sched.in_flight == 1  # the slot came back while the first request still runs
+        third = sched.submit(ids, DecodingOptions(max_new_tokens=1))
+        for ticket in (running, third):
+            events = []
+            while not any(isinstance(e, Finished | Failed) for e in events):
+                events += ticket.next_events_blocking(timeout=10)
+            assert isinstance(events[-1], Finished)
+    finally:
+        sched.stop()
+    assert not sched.alive
