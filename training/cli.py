@@ -21,14 +21,45 @@ def _load_yaml(path: Path) -> dict:
 
     if not path.is_file():
         raise DataError(f"config file not found: {path}")
-    data = yaml.safe_load(path.read_text()) or {}
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        raise DataError(f"{where}: not valid YAML ({getattr(e, 'problem', None) or e})") from None
     if not isinstance(data, dict):
         raise DataError(f"{path}: expected a mapping of config keys")
     return data
 
 
+def resolve_config(
+    preset: str | None = None, config: Path | None = None, overrides: list[str] = (), resume_dir: Path | None = None
+):
+    """The training config: defaults < preset < YAML file < `--set`; a resumed run starts from its config.json."""
+    from training.config import PRESETS, ConfigError, TrainConfig
+
+    if resume_dir is not None:
+        stored = resume_dir / "config.json"
+        if not stored.is_file():
+            raise ConfigError(f"--resume: {resume_dir} has no config.json (is it a run directory?)")
+        if preset or config:
+            print(f"[train] --resume uses {stored}; --preset/--config are ignored (use --set to change keys)")
+        values = json.loads(stored.read_text())
+    else:
+        values = asdict(TrainConfig())
+        if preset:
+            values.update(PRESETS[preset])
+        if config:
+            from_file = _load_yaml(config)
+            unknown = sorted(set(from_file) - set(values))
+            if unknown:
+                raise ConfigError(f"{config}: unknown config key(s) {unknown}; valid keys: {', '.join(sorted(values))}")
+            values.update(from_file)
+    return TrainConfig.from_dict(values).with_overrides(list(overrides))
+
+
 def train_main(argv: list[str] | None = None) -> int:
-    from training.train import PRESETS, ConfigError, TrainConfig, train
+    from training.config import PRESETS, ConfigError
 
     p = argparse.ArgumentParser(prog="attnserve-train", description="Train an encoder-decoder Transformer.")
     p.add_argument("--config", type=Path, help="YAML file of TrainConfig keys (configs/g2p.yaml)")
@@ -38,23 +69,18 @@ def train_main(argv: list[str] | None = None) -> int:
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     args = p.parse_args(argv)
     try:
-        if args.resume:
-            stored = args.out / "config.json"
-            if not stored.is_file():
-                raise ConfigError(f"--resume: {args.out} has no config.json (is it a run directory?)")
-            values = json.loads(stored.read_text())
-        else:
-            values = asdict(TrainConfig())
-            if args.preset:
-                values.update(PRESETS[args.preset])
-            if args.config:
-                values.update(_load_yaml(args.config))
-        cfg = TrainConfig.from_dict(values).with_overrides(args.overrides)
+        cfg = resolve_config(args.preset, args.config, args.overrides, args.out if args.resume else None)
+        from training.train import train  # torch: only once the config is known to be good
+
         train(cfg, args.out, resume=args.resume)
     except (ConfigError, DataError, ValueError) as e:
         return _fail(str(e))
-    except KeyboardInterrupt:
-        print("\ninterrupted: continue with --resume", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        step = getattr(e, "step", None)  # set by train.StopRequested: a clean stop after a save
+        if step is None:
+            print("\ninterrupted: --resume continues from the last saved checkpoint", file=sys.stderr)
+        else:
+            print(f"\nstopped at step {step}, checkpoint saved: continue with --resume", file=sys.stderr)
         return 130
     return 0
 
@@ -67,8 +93,13 @@ def eval_main(argv: list[str] | None = None) -> int:
     p.add_argument("--dataset", help="override the dataset recorded in the run")
     p.add_argument("--out", type=Path, help="JSON report path (default: PATH/eval_SPLIT.json)")
     p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     args = p.parse_args(argv)
     try:
+        if args.threads:
+            import torch
+
+            torch.set_num_threads(args.threads)
         from training.evaluate import evaluate_path
 
         report = evaluate_path(args.path, args.split, args.limit or None, args.dataset, args.batch_size)

@@ -1,12 +1,16 @@
-"""Model dimensions: one frozen dataclass every module takes.
+"""Configuration: the model's dimensions and the training recipe (no torch here,
+so the command line can reject a bad config before importing it).
 
 `ModelConfig` is stored as a plain dict inside `checkpoint.pt` and `bundle.json`
 (Contract 1 and 2), so every field is an int, float, bool or string.
+`TrainConfig` is a run's `config.json`: defaults < `--preset` < YAML < `--set`.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
+
+from training.tokenize import BOS_ID, EOS_ID, KINDS, PAD_ID, UNK_ID
 
 
 @dataclass(frozen=True)
@@ -54,3 +58,184 @@ class ModelConfig:
         if unknown:
             raise ValueError(f"unknown model config keys {unknown}; valid keys: {sorted(known)}")
         return cls(**d)
+
+
+class ConfigError(ValueError):
+    """A configuration problem the user must fix."""
+
+
+_CHOICES = {
+    "task": ("g2p", "seq2seq"),
+    "schedule": ("inverse_sqrt", "cosine"),
+    "precision": ("auto", "fp32", "bf16"),
+    "src_tokenizer": KINDS,
+    "tgt_tokenizer": KINDS,
+}
+_POSITIVE = ("max_steps", "max_tokens", "log_every", "eval_every", "checkpoint_every", "eval_batch_size", "bpe_vocab_size")
+_NON_NEGATIVE = ("warmup_steps", "train_limit", "eval_limit", "threads", "max_minutes", "grad_clip", "weight_decay")
+_BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+
+
+def _coerce(key: str, value, default):
+    """A YAML or --set value converted to the type of the field's default, or a ConfigError.
+
+    YAML reads `1e-3` as a string (it wants `1.0e-3`), so numeric strings are accepted.
+    """
+    kind = type(default)
+    try:
+        if isinstance(value, kind) and not (kind is not bool and isinstance(value, bool)):
+            return value
+        if kind is bool and isinstance(value, str) and value.lower() in _BOOLS:
+            return _BOOLS[value.lower()]
+        if kind is int and not isinstance(value, bool):
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            if isinstance(value, str):
+                return int(value)
+        if kind is float and not isinstance(value, bool) and isinstance(value, int | str):
+            return float(value)
+    except ValueError:
+        pass
+    raise ConfigError(f"config key {key!r}: {value!r} is not a valid {kind.__name__}")
+
+
+@dataclass
+class TrainConfig:
+    # data
+    dataset: str = "cmudict"  # "cmudict" or a TSV/JSONL file of pairs
+    task: str = "g2p"  # "g2p" (WER/PER) or "seq2seq" (exact match, token accuracy, chrF)
+    strip_stress: bool = False
+    src_tokenizer: str = "char"
+    tgt_tokenizer: str = "whitespace"
+    lowercase_source: bool = True
+    bpe_vocab_size: int = 8000
+    train_limit: int = 0  # 0 = all; a small number for smoke tests
+    # model
+    d_model: int = 256
+    n_heads: int = 4
+    d_ff: int = 1024
+    n_encoder_layers: int = 3
+    n_decoder_layers: int = 3
+    max_source_len: int = 48
+    max_target_len: int = 48
+    dropout: float = 0.1
+    norm_placement: str = "pre"
+    pos_encoding: str = "sinusoidal"
+    activation: str = "relu"
+    tie_embeddings: bool = True
+    # optimization
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    warmup_steps: int = 1000
+    schedule: str = "inverse_sqrt"  # or "cosine"
+    max_steps: int = 20000
+    max_minutes: float = 0.0  # 0 = no wall-clock limit
+    max_tokens: int = 4096  # padded target tokens per batch (per rank)
+    label_smoothing: float = 0.1
+    grad_clip: float = 1.0
+    precision: str = "auto"  # "auto" (bf16 autocast on CUDA), "fp32", "bf16"
+    seed: int = 1234
+    # bookkeeping
+    eval_every: int = 1000
+    eval_limit: int = 2000  # dev examples per periodic eval; 0 = the whole split
+    eval_batch_size: int = 256
+    log_every: int = 50
+    checkpoint_every: int = 1000
+    threads: int = 0  # torch intra-op threads; 0 = leave torch's default
+
+    def __post_init__(self) -> None:
+        for key, allowed in _CHOICES.items():
+            if getattr(self, key) not in allowed:
+                raise ConfigError(f"{key} must be one of {', '.join(allowed)}; got {getattr(self, key)!r}")
+        for key in _POSITIVE:
+            if getattr(self, key) <= 0:
+                raise ConfigError(f"{key} must be positive; got {getattr(self, key)!r}")
+        for key in _NON_NEGATIVE:
+            if getattr(self, key) < 0:
+                raise ConfigError(f"{key} must be >= 0; got {getattr(self, key)!r}")
+        for key in ("dropout", "label_smoothing"):
+            if not 0 <= getattr(self, key) < 1:
+                raise ConfigError(f"{key} must be in [0, 1); got {getattr(self, key)!r}")
+        try:  # the model's own checks (d_model divisible by n_heads, ...) before any data is read
+            self.model_config(src_vocab=8, tgt_vocab=8)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+
+    def model_config(self, src_vocab: int, tgt_vocab: int) -> ModelConfig:
+        return ModelConfig(
+            src_vocab_size=src_vocab,
+            tgt_vocab_size=tgt_vocab,
+            d_model=self.d_model,
+            n_heads=self.n_heads,
+            d_ff=self.d_ff,
+            n_encoder_layers=self.n_encoder_layers,
+            n_decoder_layers=self.n_decoder_layers,
+            max_source_len=self.max_source_len,
+            max_target_len=self.max_target_len,
+            dropout=self.dropout,
+            norm_placement=self.norm_placement,
+            pos_encoding=self.pos_encoding,
+            activation=self.activation,
+            tie_embeddings=self.tie_embeddings,
+            pad_id=PAD_ID,
+            bos_id=BOS_ID,
+            eos_id=EOS_ID,
+            unk_id=UNK_ID,
+        )
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainConfig":
+        """Keys of a YAML file or config.json; values converted to each field's type."""
+        defaults = {f.name: f.default for f in fields(cls) if f.default is not MISSING}
+        unknown = sorted(set(d) - set(defaults))
+        if unknown:
+            raise ConfigError(f"unknown config key(s) {unknown}; valid keys: {', '.join(sorted(defaults))}")
+        return cls(**{k: _coerce(k, v, defaults[k]) for k, v in d.items()})
+
+    def with_overrides(self, assignments: list[str]) -> "TrainConfig":
+        """Apply `key=value` strings, converting value to the field's type."""
+        values = asdict(self)
+        for item in assignments:
+            if "=" not in item:
+                raise ConfigError(f"--set expects key=value, got {item!r}")
+            key, raw = item.split("=", 1)
+            if key not in values:
+                raise ConfigError(f"unknown config key {key!r}; valid keys: {', '.join(sorted(values))}")
+            values[key] = _coerce(key, raw, values[key])
+        return TrainConfig(**values)
+
+
+PRESETS: dict[str, dict] = {
+    # Trains in seconds on a laptop CPU: tests and smoke runs.
+    "tiny": dict(
+        d_model=64,
+        n_heads=4,
+        d_ff=128,
+        n_encoder_layers=2,
+        n_decoder_layers=2,
+        dropout=0.0,
+        lr=3e-3,
+        warmup_steps=100,
+        schedule="cosine",  # a short fixed budget: anneal to zero by max_steps
+        max_steps=400,
+        max_tokens=1024,
+        eval_every=200,
+        checkpoint_every=200,
+        log_every=20,
+        eval_limit=200,
+        label_smoothing=0.0,
+    ),
+    # The CMUSphinx g2p-seq2seq Transformer's size: 3+3 layers, 256 wide.
+    "base": dict(
+        d_model=256,
+        n_heads=4,
+        d_ff=1024,
+        n_encoder_layers=3,
+        n_decoder_layers=3,
+        dropout=0.1,
+        lr=1e-3,
+        warmup_steps=1000,
+        max_steps=20000,
+        max_tokens=4096,
+    ),
+}

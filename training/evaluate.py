@@ -10,9 +10,7 @@ from training.data import load_examples
 from training.metrics import task_metrics
 
 
-def evaluate_path(
-    path: Path, split: str, limit: int | None = None, dataset: str | None = None, batch_size: int = 256
-) -> dict:
+def evaluate_path(path: Path, split: str, limit: int | None = None, dataset: str | None = None, batch_size: int = 256) -> dict:
     if (path / "bundle.json").is_file():
         return evaluate_bundle(path, split, limit, dataset, batch_size)
     if (path / "checkpoint.pt").is_file() or (path / "best.pt").is_file():
@@ -21,8 +19,11 @@ def evaluate_path(
 
 
 def evaluate_run(run_dir: Path, split: str, limit: int | None, dataset: str | None, batch_size: int) -> dict:
+    from training.tokenize import tokens
     from training.train import decode_examples, load_model, load_run_tokenizers
 
+    if not (run_dir / "config.json").is_file():
+        raise FileNotFoundError(f"{run_dir} has no config.json (is it a run directory?)")
     cfg = json.loads((run_dir / "config.json").read_text())
     examples = load_examples(dataset or cfg["dataset"], split, cfg.get("strip_stress", False), limit)
     model = load_model(run_dir)
@@ -31,7 +32,8 @@ def evaluate_run(run_dir: Path, split: str, limit: int | None, dataset: str | No
     t0 = time.perf_counter()
     hyps = decode_examples(model, src_tok, tgt_tok, sources, batch_size, progress=True)
     elapsed = time.perf_counter() - t0
-    report = task_metrics(cfg.get("task", "g2p"), sources, hyps, [e.targets for e in examples])
+    refs = [e.targets for e in examples]
+    report = task_metrics(cfg.get("task", "g2p"), sources, hyps, refs, lambda text: tokens(tgt_tok, text))
     return {"source": "pytorch", "path": run_dir.name, "split": split, "decode_seconds": elapsed, **report}
 
 

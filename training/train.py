@@ -6,6 +6,11 @@ Writes the run directory of Contract 1:
     src_tokenizer.json, tgt_tokenizer.json, config.json, metrics.jsonl, train_log.jsonl, curves.png
 Multi-GPU / multi-node via DDP under torchrun (nccl on GPU, gloo on CPU): each
 rank takes every world_size-th batch; only rank 0 writes.
+
+Resuming is exact: the checkpoint holds the data order (epoch, batch index) and
+every rank's RNG state, so a resumed run follows the uninterrupted loss curve.
+A first Ctrl-C (SIGINT) or SIGTERM finishes the current step and saves, so
+`--resume` continues at the next step; a second one interrupts at once.
 """
 
 from __future__ import annotations
@@ -14,8 +19,11 @@ import json
 import math
 import os
 import random
+import signal
+import threading
 import time
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -24,154 +32,26 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from training.config import ModelConfig
+from training.config import PRESETS, ConfigError, ModelConfig, TrainConfig  # noqa: F401  (re-exported)
 from training.data import Example, load_examples, token_batches
 from training.metrics import task_metrics
 from training.model import Transformer, greedy_decode
-from training.tokenize import BOS_ID, EOS_ID, PAD_ID, UNK_ID, build_tokenizer, decode, encode
+from training.tokenize import BOS_ID, EOS_ID, PAD_ID, UNK_ID, build_tokenizer, decode, encode, tokens
 
 
-class ConfigError(ValueError):
-    """A configuration problem the user must fix."""
+class StopRequested(KeyboardInterrupt):
+    """Training stopped on a signal after saving `checkpoint.pt` at `step`: `--resume` continues."""
+
+    def __init__(self, step: int):
+        super().__init__(f"stopped at step {step}")
+        self.step = step
 
 
-@dataclass
-class TrainConfig:
-    # data
-    dataset: str = "cmudict"  # "cmudict" or a TSV/JSONL file of pairs
-    task: str = "g2p"  # "g2p" (WER/PER) or "seq2seq" (exact match, token accuracy, chrF)
-    strip_stress: bool = False
-    src_tokenizer: str = "char"
-    tgt_tokenizer: str = "whitespace"
-    lowercase_source: bool = True
-    bpe_vocab_size: int = 8000
-    train_limit: int = 0  # 0 = all; a small number for smoke tests
-    # model
-    d_model: int = 256
-    n_heads: int = 4
-    d_ff: int = 1024
-    n_encoder_layers: int = 3
-    n_decoder_layers: int = 3
-    max_source_len: int = 48
-    max_target_len: int = 48
-    dropout: float = 0.1
-    norm_placement: str = "pre"
-    pos_encoding: str = "sinusoidal"
-    activation: str = "relu"
-    tie_embeddings: bool = True
-    # optimization
-    lr: float = 1e-3
-    weight_decay: float = 0.01
-    warmup_steps: int = 1000
-    schedule: str = "inverse_sqrt"  # or "cosine"
-    max_steps: int = 20000
-    max_minutes: float = 0.0  # 0 = no wall-clock limit
-    max_tokens: int = 4096  # padded target tokens per batch (per rank)
-    label_smoothing: float = 0.1
-    grad_clip: float = 1.0
-    precision: str = "auto"  # "auto" (bf16 autocast on CUDA), "fp32", "bf16"
-    seed: int = 1234
-    # bookkeeping
-    eval_every: int = 1000
-    eval_limit: int = 2000  # dev examples per periodic eval; 0 = the whole split
-    eval_batch_size: int = 256
-    log_every: int = 50
-    checkpoint_every: int = 1000
-    threads: int = 0  # torch intra-op threads; 0 = leave torch's default
-
-    def model_config(self, src_vocab: int, tgt_vocab: int) -> ModelConfig:
-        return ModelConfig(
-            src_vocab_size=src_vocab,
-            tgt_vocab_size=tgt_vocab,
-            d_model=self.d_model,
-            n_heads=self.n_heads,
-            d_ff=self.d_ff,
-            n_encoder_layers=self.n_encoder_layers,
-            n_decoder_layers=self.n_decoder_layers,
-            max_source_len=self.max_source_len,
-            max_target_len=self.max_target_len,
-            dropout=self.dropout,
-            norm_placement=self.norm_placement,
-            pos_encoding=self.pos_encoding,
-            activation=self.activation,
-            tie_embeddings=self.tie_embeddings,
-            pad_id=PAD_ID,
-            bos_id=BOS_ID,
-            eos_id=EOS_ID,
-            unk_id=UNK_ID,
-        )
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "TrainConfig":
-        known = {f.name: f for f in fields(cls)}
-        unknown = sorted(set(d) - set(known))
-        if unknown:
-            raise ConfigError(f"unknown config key(s) {unknown}; valid keys: {', '.join(sorted(known))}")
-        return cls(**d)
-
-    def with_overrides(self, assignments: list[str]) -> "TrainConfig":
-        """Apply `key=value` strings, converting value to the field's type."""
-        known = {f.name: f for f in fields(self)}
-        values = asdict(self)
-        for item in assignments:
-            if "=" not in item:
-                raise ConfigError(f"--set expects key=value, got {item!r}")
-            key, raw = item.split("=", 1)
-            if key not in known:
-                raise ConfigError(f"unknown config key {key!r}; valid keys: {', '.join(sorted(known))}")
-            current = values[key]
-            try:
-                if isinstance(current, bool):
-                    if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
-                        raise ValueError(raw)
-                    values[key] = raw.lower() in ("true", "1", "yes")
-                elif isinstance(current, int):
-                    values[key] = int(raw)
-                elif isinstance(current, float):
-                    values[key] = float(raw)
-                else:
-                    values[key] = raw
-            except ValueError:
-                raise ConfigError(f"--set {key}: {raw!r} is not a valid {type(current).__name__}") from None
-        return TrainConfig(**values)
+# on_step(step, this rank's loss, the unwrapped model): called on every rank after each optimizer step.
+StepHook = Callable[[int, float, "Transformer"], None]
 
 
-PRESETS: dict[str, dict] = {
-    # Trains in seconds on a laptop CPU: tests and smoke runs.
-    "tiny": dict(
-        d_model=64,
-        n_heads=4,
-        d_ff=128,
-        n_encoder_layers=2,
-        n_decoder_layers=2,
-        dropout=0.0,
-        lr=3e-3,
-        warmup_steps=100,
-        max_steps=400,
-        max_tokens=1024,
-        eval_every=200,
-        checkpoint_every=200,
-        log_every=20,
-        eval_limit=200,
-        label_smoothing=0.0,
-    ),
-    # The CMUSphinx g2p-seq2seq Transformer's size: 3+3 layers, 256 wide.
-    "base": dict(
-        d_model=256,
-        n_heads=4,
-        d_ff=1024,
-        n_encoder_layers=3,
-        n_decoder_layers=3,
-        dropout=0.1,
-        lr=1e-3,
-        warmup_steps=1000,
-        max_steps=20000,
-        max_tokens=4096,
-    ),
-}
-
-
-# ---- distributed ------------------------------------------------------------------------
+# ---- distributed, RNG and signals ------------------------------------------------------
 def dist_setup() -> tuple[int, int, torch.device]:
     """(rank, world_size, device); initialises the process group under torchrun."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -186,6 +66,45 @@ def dist_setup() -> tuple[int, int, torch.device]:
     else:
         device = torch.device("cpu")
     return rank, world, device
+
+
+def rng_state(device: torch.device) -> dict:
+    """This process's RNG state (dropout draws from it), for an exact resume."""
+    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def set_rng_state(state: dict, device: torch.device) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
+class StopSignal:
+    """While active, a first SIGINT/SIGTERM only sets `requested` (the loop stops after the
+    current step and saves); a second one raises KeyboardInterrupt at once."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> "StopSignal":
+        if threading.current_thread() is threading.main_thread():  # signals can only be caught there
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
 
 
 # ---- batches ----------------------------------------------------------------------------
@@ -273,45 +192,75 @@ def evaluate_model(model, src_tok, tgt_tok, examples: list[Example], task: str, 
     sources = [e.source for e in examples]
     hyps = decode_examples(model, src_tok, tgt_tok, sources, batch_size)
     model.train(was_training)
-    return task_metrics(task, sources, hyps, [e.targets for e in examples])
+    return task_metrics(task, sources, hyps, [e.targets for e in examples], lambda text: tokens(tgt_tok, text))
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line] if path.exists() else []
 
 
 def plot_curves(run_dir: Path) -> None:
+    """curves.png: training loss by step (left) and the dev metrics of each eval (right)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    log = (
-        [json.loads(line) for line in open(run_dir / "train_log.jsonl")]
-        if (run_dir / "train_log.jsonl").exists()
-        else []
-    )
-    evals = (
-        [json.loads(line) for line in open(run_dir / "metrics.jsonl")] if (run_dir / "metrics.jsonl").exists() else []
-    )
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    log, evals = _read_jsonl(run_dir / "train_log.jsonl"), _read_jsonl(run_dir / "metrics.jsonl")
+    fig, (loss_ax, eval_ax) = plt.subplots(1, 2, figsize=(10, 4))
     if log:
-        axes[0].plot([r["step"] for r in log], [r["loss"] for r in log], label="train loss")
-    axes[0].set_xlabel("step")
-    axes[0].set_ylabel("loss")
-    axes[0].legend()
-    for key in ("wer", "wer_no_stress", "per", "exact_match"):
+        loss_ax.plot([r["step"] for r in log], [r["loss"] for r in log], label="train loss")
+    for key in ("wer", "wer_no_stress", "per", "exact_match", "token_accuracy", "chrf"):
         pts = [(r["step"], r[key]) for r in evals if key in r]
         if pts:
-            axes[1].plot(*zip(*pts), marker="o", label=f"dev {key}")
-    axes[1].set_xlabel("step")
-    axes[1].set_ylabel("%")
-    axes[1].legend()
+            eval_ax.plot(*zip(*pts), marker="o", label=f"dev {key}")
+    for ax, ylabel in ((loss_ax, "loss"), (eval_ax, "%")):
+        ax.set_xlabel("step")
+        ax.set_ylabel(ylabel)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend()
     fig.tight_layout()
     fig.savefig(run_dir / "curves.png", dpi=100)
     plt.close(fig)
 
 
 # ---- the loop ---------------------------------------------------------------------------
-def train(cfg: TrainConfig, out_dir: Path, resume: bool = False) -> dict:
-    """Train into `out_dir`; returns the last dev metrics."""
+def _truncate_log(path: Path, step: int) -> None:
+    """Drop lines logged after `step` (a run killed between checkpoints logged steps it will redo)."""
+    if path.exists():
+        lines = [line for line in path.read_text().splitlines() if line and json.loads(line)["step"] <= step]
+        path.write_text("".join(line + "\n" for line in lines))
+
+
+def _shared_tokenizers(cfg: TrainConfig, train_ex: list[Example], is_main: bool, world: int) -> tuple[Tokenizer, Tokenizer]:
+    """Rank 0 builds the tokenizers and sends them to the others, so every rank has the same ids."""
+    payload: list[str | None] = [None, None]
+    if is_main:
+        src = build_tokenizer((e.source for e in train_ex), cfg.src_tokenizer, cfg.lowercase_source, cfg.bpe_vocab_size)
+        tgt = build_tokenizer((t for e in train_ex for t in e.targets), cfg.tgt_tokenizer, False, cfg.bpe_vocab_size)
+        payload = [src.to_str(), tgt.to_str()]
+    if world > 1:
+        dist.broadcast_object_list(payload, src=0)
+    return Tokenizer.from_str(payload[0]), Tokenizer.from_str(payload[1])
+
+
+def train(cfg: TrainConfig, out_dir: Path, resume: bool = False, on_step: StepHook | None = None) -> dict:
+    """Train into `out_dir` (or continue the run there with `resume`); returns the last dev metrics.
+
+    `on_step(step, loss, model)` runs on every rank after each optimizer step with that
+    rank's own loss (tests record per-rank losses and weights with it).
+    Raises StopRequested after saving when stopped by SIGINT/SIGTERM.
+    """
+    owns_group = int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized()
     rank, world, device = dist_setup()
+    try:
+        return _train(cfg, out_dir, resume, on_step, rank, world, device)
+    finally:
+        if owns_group and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _train(cfg, out_dir: Path, resume: bool, on_step, rank: int, world: int, device: torch.device) -> dict:
     is_main = rank == 0
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -320,7 +269,7 @@ def train(cfg: TrainConfig, out_dir: Path, resume: bool = False) -> dict:
         if not (out_dir / "checkpoint.pt").is_file():
             raise ConfigError(f"--resume: no checkpoint.pt in {out_dir}")
         ckpt = torch.load(out_dir / "checkpoint.pt", map_location="cpu", weights_only=False)
-    elif is_main and (out_dir / "checkpoint.pt").exists():
+    elif (out_dir / "checkpoint.pt").exists():
         raise ConfigError(f"{out_dir} already holds a run: pass --resume to continue it, or choose another --out")
 
     random.seed(cfg.seed)
@@ -334,12 +283,7 @@ def train(cfg: TrainConfig, out_dir: Path, resume: bool = False) -> dict:
     if ckpt is not None:
         src_tok, tgt_tok = load_run_tokenizers(out_dir)
     else:
-        src_tok = build_tokenizer(
-            (e.source for e in train_ex), cfg.src_tokenizer, cfg.lowercase_source, cfg.bpe_vocab_size
-        )
-        tgt_tok = build_tokenizer(
-            (t for e in train_ex for t in e.targets), cfg.tgt_tokenizer, False, cfg.bpe_vocab_size
-        )
+        src_tok, tgt_tok = _shared_tokenizers(cfg, train_ex, is_main, world)
 
     pairs: list[tuple[list[int], list[int]]] = []
     skipped = 0
@@ -355,17 +299,21 @@ def train(cfg: TrainConfig, out_dir: Path, resume: bool = False) -> dict:
         raise ConfigError("no training pair fits max_source_len/max_target_len")
 
     mcfg = cfg.model_config(src_tok.get_vocab_size(), tgt_tok.get_vocab_size())
-    model = Transformer(mcfg).to(device)
+    model = Transformer(mcfg).to(device)  # same seed, same init on every rank
+    torch.manual_seed(cfg.seed + rank)  # but each rank its own dropout draws
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), weight_decay=cfg.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
     step, epoch, batch_pos, best = 0, 0, 0, None
     if ckpt is not None:
+        changed = sorted(k for k, v in ckpt["config"].items() if k != "dropout" and mcfg.to_dict().get(k) != v)
+        if changed:
+            raise ConfigError(f"--resume: the model in {out_dir} differs from the config in {changed}; they cannot change")
         model.load_state_dict(ckpt["state_dict"])
         optimizer.load_state_dict(ckpt["optimizer"])
         scheduler.load_state_dict(ckpt["scheduler"])
         step, epoch, batch_pos, best = ckpt["step"], ckpt["epoch"], ckpt["batch_pos"], ckpt.get("best")
-        torch.set_rng_state(ckpt["rng"]["torch"])
-        random.setstate(ckpt["rng"]["python"])
+        per_rank = ckpt.get("rng_per_rank")
+        set_rng_state(per_rank[rank] if per_rank and len(per_rank) == world else ckpt["rng"], device)
 
     ddp_model = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
     use_bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and device.type == "cuda")
@@ -375,12 +323,16 @@ def train(cfg: TrainConfig, out_dir: Path, resume: bool = False) -> dict:
         src_tok.save(str(out_dir / "src_tokenizer.json"))
         tgt_tok.save(str(out_dir / "tgt_tokenizer.json"))
         (out_dir / "config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
+        if ckpt is not None:
+            _truncate_log(out_dir / "train_log.jsonl", step)
+            _truncate_log(out_dir / "metrics.jsonl", step)
         print(
             f"[train] {len(pairs)} pairs ({skipped} too long, skipped), {len(dev_ex)} dev examples, "
             f"{model.num_parameters() / 1e6:.2f}M parameters, world size {world}, device {device}"
+            + (f", resuming after step {step}" if ckpt is not None else "")
         )
 
-    def save(name: str) -> None:
+    def save(name: str, rng_per_rank: list[dict] | None = None) -> None:
         state = {
             "config": mcfg.to_dict(),
             "train_config": asdict(cfg),
@@ -391,11 +343,21 @@ def train(cfg: TrainConfig, out_dir: Path, resume: bool = False) -> dict:
             "epoch": epoch,
             "batch_pos": batch_pos,
             "best": best,
-            "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},
+            "rng": rng_state(device),
+            "rng_per_rank": rng_per_rank,
         }
         tmp = out_dir / (name + ".tmp")
         torch.save(state, tmp)
         tmp.replace(out_dir / name)
+
+    def checkpoint() -> None:
+        """Collective: every rank hands rank 0 its RNG state, rank 0 writes checkpoint.pt."""
+        states = [rng_state(device)]
+        if world > 1:
+            states = [None] * world
+            dist.all_gather_object(states, rng_state(device))
+        if is_main:
+            save("checkpoint.pt", states)
 
     def run_eval() -> dict:
         nonlocal best
@@ -417,65 +379,81 @@ def train(cfg: TrainConfig, out_dir: Path, resume: bool = False) -> dict:
     tokens_since, t_since = 0, time.monotonic()
     model.train()
     stop = step >= cfg.max_steps
-    while not stop:
-        batches = token_batches(lengths, cfg.max_tokens, cfg.seed, epoch)
-        usable = len(batches) - len(batches) % world  # every rank takes the same number of steps
-        while batch_pos < usable:
-            batch = collate([pairs[i] for i in batches[batch_pos + rank]], device)
-            batch_pos += world
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
-                logits = ddp_model(batch["src"], batch["src_mask"], batch["tgt_in"], batch["tgt_mask"])
-                loss = F.cross_entropy(
-                    logits.float().reshape(-1, logits.shape[-1]),
-                    batch["labels"].reshape(-1),
-                    ignore_index=-100,
-                    label_smoothing=cfg.label_smoothing,
-                )
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            optimizer.step()
-            scheduler.step()
-            step += 1
-            tokens_since += int(batch["tgt_mask"].sum()) * world
-            if is_main:
-                bar.update(1)
-                if step % cfg.log_every == 0 or step == 1:
-                    now = time.monotonic()
-                    tps = tokens_since / max(1e-9, now - t_since)
-                    tokens_since, t_since = 0, now
-                    lr = scheduler.get_last_lr()[0]
-                    bar.set_postfix(loss=f"{loss.item():.3f}", lr=f"{lr:.2e}", tok_s=f"{tps:.0f}")
-                    with open(out_dir / "train_log.jsonl", "a") as f:
-                        f.write(json.dumps({"step": step, "loss": loss.item(), "lr": lr, "tokens_per_s": tps}) + "\n")
-                if step % cfg.eval_every == 0:
-                    last_metrics = run_eval()
-                    bar.write(
-                        f"[eval] step {step}: "
-                        + ", ".join(f"{k}={v:.2f}" for k, v in last_metrics.items() if k != "step")
+    signalled = False
+    with StopSignal() as stop_signal:
+        while not stop:
+            batches = token_batches(lengths, cfg.max_tokens, cfg.seed, epoch)
+            usable = len(batches) - len(batches) % world  # every rank takes the same number of steps
+            if usable == 0:
+                raise ConfigError(f"{len(batches)} batch(es) per epoch cannot feed {world} ranks: lower max_tokens")
+            while batch_pos < usable:
+                batch = collate([pairs[i] for i in batches[batch_pos + rank]], device)
+                batch_pos += world
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
+                    logits = ddp_model(batch["src"], batch["src_mask"], batch["tgt_in"], batch["tgt_mask"])
+                    loss = F.cross_entropy(
+                        logits.float().reshape(-1, logits.shape[-1]),
+                        batch["labels"].reshape(-1),
+                        ignore_index=-100,
+                        label_smoothing=cfg.label_smoothing,
                     )
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+                optimizer.step()
+                scheduler.step()
+                step += 1
+                if on_step is not None:
+                    on_step(step, loss.item(), model)
+                tokens_since += int(batch["tgt_mask"].sum()) * world
+                log_now = step % cfg.log_every == 0 or step == 1
+                logged_loss = loss.detach().clone()
+                if world > 1 and log_now:  # the log shows the mean over ranks
+                    dist.all_reduce(logged_loss)
+                    logged_loss /= world
+                if is_main:
+                    bar.update(1)
+                    if log_now:
+                        now = time.monotonic()
+                        tps = tokens_since / max(1e-9, now - t_since)
+                        tokens_since, t_since = 0, now
+                        lr = scheduler.get_last_lr()[0]
+                        bar.set_postfix(loss=f"{logged_loss.item():.3f}", lr=f"{lr:.2e}", tok_s=f"{tps:.0f}")
+                        with open(out_dir / "train_log.jsonl", "a") as f:
+                            record = {"step": step, "loss": logged_loss.item(), "lr": lr, "tokens_per_s": tps}
+                            f.write(json.dumps(record) + "\n")
+                    if step % cfg.eval_every == 0:
+                        last_metrics = run_eval()
+                        bar.write(
+                            f"[eval] step {step}: " + ", ".join(f"{k}={v:.2f}" for k, v in last_metrics.items() if k != "step")
+                        )
                 if step % cfg.checkpoint_every == 0:
-                    save("checkpoint.pt")
-            out_of_time = cfg.max_minutes and (time.monotonic() - start_time) / 60 >= cfg.max_minutes
-            if world > 1:  # every rank stops on the same step
-                flag = torch.tensor([1 if out_of_time else 0])
-                dist.all_reduce(flag)
-                out_of_time = bool(flag.item())
-            if step >= cfg.max_steps or out_of_time:
-                stop = True
-                break
-        else:
-            epoch += 1
-            batch_pos = 0
-    bar.close()
+                    checkpoint()
+                out_of_time = bool(cfg.max_minutes) and (time.monotonic() - start_time) / 60 >= cfg.max_minutes
+                halt = out_of_time or stop_signal.requested
+                if world > 1:  # every rank stops on the same step
+                    flag = torch.tensor([1 if halt else 0], device=device)
+                    dist.all_reduce(flag)
+                    halt = bool(flag.item())
+                if step >= cfg.max_steps or halt:
+                    signalled = halt and not out_of_time
+                    stop = True
+                    break
+            else:
+                epoch += 1
+                batch_pos = 0
+        bar.close()
+        if signalled:  # stop quickly: no final eval, just what --resume needs
+            checkpoint()
+            if is_main:
+                plot_curves(out_dir)
+            raise StopRequested(step)
+    if is_main and (not last_metrics or last_metrics.get("step") != step):
+        last_metrics = run_eval()
+    checkpoint()
     if is_main:
-        if not last_metrics or last_metrics.get("step") != step:
-            last_metrics = run_eval()
-        save("checkpoint.pt")
         plot_curves(out_dir)
-        print(
-            f"[train] done at step {step}: " + ", ".join(f"{k}={v:.2f}" for k, v in last_metrics.items() if k != "step")
-        )
+        print(f"[train] done at step {step}: " + ", ".join(f"{k}={v:.2f}" for k, v in last_metrics.items() if k != "step"))
     if world > 1:
         dist.barrier()
     return last_metrics
