@@ -19,6 +19,7 @@ import onnx
 import onnxruntime
 import torch
 
+from export.explain import add_explain_graph
 from export.onnx import OPSET, export_decoder, export_encoder, graph_io
 from export.variants import FP16_KEEP_FP32_OPS, FP32_BOUNDARY, convert_fp16, quantize_int8
 from service.bundle import FORMAT_VERSION, load_bundle, sha256_file
@@ -42,7 +43,11 @@ class BuildError(RuntimeError):
 
 def write_manifest(bundle_dir: Path, meta: dict) -> None:
     """Hash every file the bundle refers to and write bundle.json (itself not listed)."""
-    names = [*TOKENIZERS.values(), PARITY_CORPUS, *(v[g] for v in meta["variants"].values() for g in ("encoder", "decoder"))]
+    names = [*TOKENIZERS.values(), *(v[g] for v in meta["variants"].values() for g in ("encoder", "decoder"))]
+    if (bundle_dir / PARITY_CORPUS).is_file():
+        names.append(PARITY_CORPUS)
+    if "explain" in meta:  # decoder.explain.onnx (export/explain.py)
+        names.append(meta["explain"]["decoder"])
     meta["files"] = {name: sha256_file(bundle_dir / name) for name in dict.fromkeys(names)}
     (bundle_dir / BUNDLE_JSON).write_text(json.dumps(meta, indent=2) + "\n")
 
@@ -131,6 +136,8 @@ def build(
             "onnxruntime": onnxruntime.__version__,
         },
     }
+    log("[export] decoder.explain.onnx (cross-attention outputs for POST /explain)")
+    add_explain_graph(model, work, meta, VARIANT_FILES["fp32"]["encoder"])
     write_manifest(work, meta)
 
     log("[export] parity suite")

@@ -15,7 +15,7 @@ import secrets
 import numpy as np
 import torch
 
-from service.engine import DecodingOptions
+from service.engine import DecodingOptions, suppress
 from service.sampling import greedy_token, sample_token
 from training.model import Transformer, decoder_self_bias
 
@@ -64,10 +64,11 @@ def reference_generate(
             if done[i]:
                 continue
             o = opts[i]
+            row = suppress(last[i], cfg.eos_id) if len(out[i]) < o.min_new_tokens else last[i]
             if params[i] is not None:
-                tok = sample_token(last[i], rngs[i], params[i], out[i])
+                tok = sample_token(row, rngs[i], params[i], out[i])
             else:
-                tok = greedy_token(last[i], out[i], o.repetition_penalty)
+                tok = greedy_token(row, out[i], o.repetition_penalty)
             next_ids[i] = tok
             if tok == cfg.eos_id:
                 done[i] = True

@@ -65,6 +65,9 @@ class DecodingOptions:
     seed: int | None = None
     stop: tuple[str, ...] = ()
     logprobs: bool = False
+    # eos is suppressed until this many tokens (Hugging Face's min_new_tokens); the benchmark uses
+    # it to force exact output lengths from any model.
+    min_new_tokens: int = 0
 
     def __post_init__(self) -> None:
         if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
@@ -79,6 +82,8 @@ class DecodingOptions:
             raise InputError(f"repetition_penalty must be > 0, got {self.repetition_penalty!r}")
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
             raise InputError(f"seed must be a non-negative integer, got {self.seed!r}")
+        if not isinstance(self.min_new_tokens, int) or not 0 <= self.min_new_tokens <= self.max_new_tokens:
+            raise InputError(f"min_new_tokens must be between 0 and max_new_tokens, got {self.min_new_tokens!r}")
         if isinstance(self.stop, str) or not all(isinstance(s, str) and s for s in self.stop):
             raise InputError("stop must be a list of non-empty strings")
         object.__setattr__(self, "stop", tuple(self.stop))
@@ -138,6 +143,13 @@ class GenerationResult:
     seed: int | None
     logprobs: list[float] | None
     generated_tokens: int  # token_ids plus the eos token when it ended the sequence
+
+
+def suppress(logits_row: np.ndarray, token_id: int) -> np.ndarray:
+    """A copy of the row in which `token_id` can never be chosen.  # [V]"""
+    row = np.array(logits_row, dtype=np.float32)
+    row[token_id] = -np.inf
+    return row
 
 
 def available_cpus() -> int:
@@ -320,10 +332,13 @@ class Engine:
             if seq.finish_reason is not None:
                 continue  # finished but not removed yet: it stepped for nothing, nothing to report
             opts = seq.options
+            forced = len(seq.token_ids) < opts.min_new_tokens
             if seq.params is not None:
-                tok = sample_token(logits[i], seq.rng, seq.params, seq.token_ids)
-            elif opts.repetition_penalty:
-                tok = greedy_token(logits[i], seq.token_ids, opts.repetition_penalty)
+                row = suppress(logits[i], eos) if forced else logits[i]
+                tok = sample_token(row, seq.rng, seq.params, seq.token_ids)
+            elif opts.repetition_penalty or (forced and next_tokens[i] == eos):
+                row = suppress(logits[i], eos) if forced else logits[i]
+                tok = greedy_token(row, seq.token_ids, opts.repetition_penalty)
             else:
                 tok = int(next_tokens[i])
             lp = None

@@ -1,0 +1,272 @@
+"""`attnserve-bench`: decoding speed side by side, in-process (no HTTP).
+
+Backends, all greedy, all measured in one run on the same inputs:
+- torch-nocache: PyTorch recomputing the whole prefix every step;
+- torch-cache:   PyTorch with the KV cache (export/reference.py);
+- ort-fp32 / ort-int8: the service's ONNX Runtime engine (service/engine.py).
+For batch sizes (default 1 and 32) and output lengths (default 8, 32, 128).
+
+Output length is forced: eos is suppressed until N tokens (`min_new_tokens`) and
+generation stops at N, so every row decodes exactly N tokens. Cost per step does
+not depend on what the weights say, so by default the model is the default
+model's architecture (configs/g2p.yaml: 3+3 layers, 256 wide) with random
+weights and max_target_len 128: a synthetic task that reaches 128 tokens, which
+the G2P model (48 positions) cannot. `--run/--bundle` measure a trained model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+BACKENDS = ("torch-nocache", "torch-cache", "ort-fp32", "ort-int8")
+
+
+def synthetic_run(work: Path, max_target_len: int = 128):
+    """A random-initialised model of the default size, and a bundle of it (fp32 + int8)."""
+    import torch
+
+    from export.bundle import TOKENIZERS, VARIANT_FILES, write_manifest
+    from export.onnx import OPSET, export_decoder, export_encoder, graph_io
+    from export.variants import quantize_int8
+    from service.bundle import FORMAT_VERSION
+    from training.config import ModelConfig
+    from training.model import Transformer
+    from training.tokenize import build_tokenizer
+
+    src_tok = build_tokenizer(["abcdefghijklmnopqrstuvwxyz'"], "char", lowercase=True)
+    tgt_tok = build_tokenizer([" ".join(f"P{i}" for i in range(68))], "whitespace")
+    cfg = ModelConfig(
+        src_vocab_size=src_tok.get_vocab_size(),
+        tgt_vocab_size=tgt_tok.get_vocab_size(),
+        d_model=256,
+        n_heads=4,
+        d_ff=1024,
+        n_encoder_layers=3,
+        n_decoder_layers=3,
+        max_source_len=48,
+        max_target_len=max_target_len,
+        dropout=0.0,
+    )
+    torch.manual_seed(0)
+    model = Transformer(cfg).eval()
+    work.mkdir(parents=True, exist_ok=True)
+    export_encoder(model, work / "encoder.onnx")
+    export_decoder(model, work / "decoder.onnx")
+    for g in ("encoder", "decoder"):
+        quantize_int8(work / f"{g}.onnx", work / f"{g}.int8.onnx")
+    src_tok.save(str(work / TOKENIZERS["source"]))
+    tgt_tok.save(str(work / TOKENIZERS["target"]))
+    meta = {
+        "format_version": FORMAT_VERSION,
+        "model_id": "bench-synthetic",
+        "config": cfg.to_dict(),
+        "special_ids": {"pad": cfg.pad_id, "bos": cfg.bos_id, "eos": cfg.eos_id, "unk": cfg.unk_id},
+        "max_source_len": cfg.max_source_len,
+        "max_target_len": cfg.max_target_len,
+        "opset": OPSET,
+        "io": {g: graph_io(work / f"{g}.onnx") for g in ("encoder", "decoder")},
+        "variants": {"fp32": dict(VARIANT_FILES["fp32"]), "int8": dict(VARIANT_FILES["int8"])},
+        "default_variant": {"cpu": "fp32", "cuda": "fp32"},
+        "tokenizers": dict(TOKENIZERS),
+    }
+    write_manifest(work, meta)
+    return model, work
+
+
+def machine_info(threads: int) -> dict:
+    cpu = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "cpus_visible": os.cpu_count(),
+        "threads_used": threads,
+        "gpu": "none",
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "load_average_at_start": list(os.getloadavg()),
+    }
+
+
+def run_bench(
+    model,
+    bundle_dir: Path,
+    lengths: list[int],
+    batches: list[int],
+    backends: list[str],
+    threads: int,
+    repeats: int,
+    max_seconds_per_cell: float = 20.0,
+    log=print,
+) -> dict:
+    import onnxruntime
+    import torch
+
+    from export.reference import reference_generate
+    from service.bundle import load_bundle
+    from service.engine import DecodingOptions, Engine
+
+    torch.set_num_threads(threads)
+    bundle = load_bundle(bundle_dir)
+    engines = {
+        b: Engine(bundle, variant=b.split("-")[1], provider="cpu", threads=threads) for b in backends if b.startswith("ort-")
+    }
+    rng = np.random.default_rng(0)
+    src_v = int(bundle.config["src_vocab_size"])
+    sources = [rng.integers(4, src_v, int(n)).tolist() for n in rng.integers(5, 12, max(batches))]  # word-like lengths
+
+    def once(backend: str, ids: list[list[int]], n: int) -> tuple[float, int]:
+        opts = DecodingOptions(max_new_tokens=n, min_new_tokens=n)
+        c = time.process_time()
+        t = time.perf_counter()
+        if backend.startswith("torch"):
+            out = reference_generate(model, ids, opts, use_cache=backend == "torch-cache")
+            produced = sum(len(x) for x in out)
+        else:
+            out = engines[backend].generate(ids, opts, batch_size=len(ids))
+            produced = sum(r.generated_tokens for r in out)
+        return time.perf_counter() - t, time.process_time() - c, produced
+
+    for backend in backends:  # warm-up: first-run allocations and lazy initialisation
+        once(backend, sources[:2], 4)
+    cells = []
+    for n in lengths:
+        for b in batches:
+            ids = sources[:b]
+            for backend in backends:
+                times, cpu = [], []
+                for _ in range(repeats):
+                    wall, cpu_s, produced = once(backend, ids, n)
+                    cpu.append(cpu_s)
+                    if produced != b * n:
+                        raise RuntimeError(f"{backend} produced {produced} tokens, expected {b * n}")
+                    times.append(wall)
+                    if sum(times) > max_seconds_per_cell:  # keep the shared machine usable
+                        break
+                wall = statistics.median(times)
+                cell = {
+                    "backend": backend,
+                    "batch": b,
+                    "output_len": n,
+                    "runs": len(times),
+                    "seconds_median": round(wall, 5),
+                    "seconds_all": [round(x, 5) for x in times],
+                    "ms_per_step": round(1000 * wall / n, 3),  # per generated token of each sequence
+                    "tokens_per_s": round(b * n / wall, 1),
+                    # CPU time of this process: less sensitive than wall time to other load on a shared machine
+                    "cpu_seconds_median": round(statistics.median(cpu), 5),
+                    "cpu_ms_per_step": round(1000 * statistics.median(cpu) / n, 3),
+                }
+                cells.append(cell)
+                log(
+                    f"[bench] {backend:14s} batch {b:3d} len {n:4d}: {cell['ms_per_step']:9.3f} ms/step "
+                    f"{cell['tokens_per_s']:10.1f} tok/s (cpu {cell['cpu_ms_per_step']:.3f} ms/step)"
+                )
+    ratios = []
+    for n in lengths:
+        for b in batches:
+            row = {c["backend"]: c["tokens_per_s"] for c in cells if c["batch"] == b and c["output_len"] == n}
+            entry = {"batch": b, "output_len": n}
+            for base in ("torch-nocache", "torch-cache", "ort-fp32"):
+                if base in row:
+                    entry[f"vs_{base}"] = {k: round(v / row[base], 2) for k, v in row.items() if k != base}
+            ratios.append(entry)
+    return {
+        "model": {k: bundle.config[k] for k in ("d_model", "n_heads", "d_ff", "n_encoder_layers", "n_decoder_layers")}
+        | {"tgt_vocab_size": bundle.config["tgt_vocab_size"], "model_id": bundle.model_id},
+        "versions": {"torch": torch.__version__, "onnxruntime": onnxruntime.__version__},
+        "results": cells,
+        "ratios_tokens_per_s": ratios,
+    }
+
+
+def markdown(report: dict) -> str:
+    backends = list(dict.fromkeys(c["backend"] for c in report["results"]))
+    lines = [
+        "| batch | output len | "
+        + " | ".join(f"{b} ms/step (tok/s)" for b in backends)
+        + " | ort-fp32 / torch-cache | ort-fp32 / torch-nocache |",
+        "|---|---|" + "---|" * (len(backends) + 2),
+    ]
+    for r in report["ratios_tokens_per_s"]:
+        cells = {c["backend"]: c for c in report["results"] if c["batch"] == r["batch"] and c["output_len"] == r["output_len"]}
+        vals = [f"{cells[b]['ms_per_step']:.2f} ({cells[b]['tokens_per_s']:.0f})" for b in backends if b in cells]
+        vs_cache = r.get("vs_torch-cache", {}).get("ort-fp32")
+        vs_nocache = r.get("vs_torch-nocache", {}).get("ort-fp32")
+        lines.append(
+            f"| {r['batch']} | {r['output_len']} | " + " | ".join(vals) + f" | {vs_cache or '-'}x | {vs_nocache or '-'}x |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="attnserve-bench", description="Decoding speed: PyTorch (no cache, cache) vs ONNX Runtime.")
+    p.add_argument("--run", type=Path, help="a trained run (with --bundle built from it) instead of the synthetic model")
+    p.add_argument("--bundle", type=Path, help="the bundle exported from --run")
+    p.add_argument("--lengths", default="8,32,128", help="output lengths (comma-separated)")
+    p.add_argument("--batches", default="1,32", help="batch sizes (comma-separated)")
+    p.add_argument("--backends", default=",".join(BACKENDS), help=f"subset of {','.join(BACKENDS)}")
+    p.add_argument("--threads", type=int, default=1, help="threads for PyTorch and ONNX Runtime alike (default 1)")
+    p.add_argument("--repeats", type=int, default=3, help="runs per cell (median reported; a slow cell stops early)")
+    p.add_argument("--out", type=Path, default=Path("bench.json"), help="raw JSON report")
+    args = p.parse_args(argv)
+    try:
+        lengths = [int(x) for x in args.lengths.split(",")]
+        batches = [int(x) for x in args.batches.split(",")]
+    except ValueError:
+        print("error: --lengths and --batches take comma-separated integers", file=sys.stderr)
+        return 2
+    backends = [b for b in args.backends.split(",") if b]
+    unknown = sorted(set(backends) - set(BACKENDS))
+    if unknown:
+        print(f"error: unknown backend(s) {unknown}; choose from {', '.join(BACKENDS)}", file=sys.stderr)
+        return 2
+    if bool(args.run) != bool(args.bundle):
+        print("error: --run and --bundle go together (the bundle exported from that run)", file=sys.stderr)
+        return 2
+    t0 = time.perf_counter()
+    info = machine_info(args.threads)
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.run:
+            from training.train import load_model
+
+            model, bundle_dir = load_model(args.run), args.bundle
+            limit = model.cfg.max_target_len
+            if max(lengths) > limit:
+                print(f"error: this model generates at most {limit} tokens; lower --lengths", file=sys.stderr)
+                return 2
+        else:
+            model, bundle_dir = synthetic_run(Path(tmp) / "bundle", max_target_len=max(max(lengths), 8))
+        report = run_bench(model, bundle_dir, lengths, batches, backends, args.threads, args.repeats, log=_log)
+    info["load_average_at_end"] = list(os.getloadavg())
+    report = {
+        "command": "attnserve-bench " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "model_kind": "trained run" if args.run else "synthetic: default architecture, random weights, forced lengths",
+        "machine": info,
+        **report,
+        "seconds_total": round(time.perf_counter() - t0, 1),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(markdown(report))
+    _log(f"[bench] raw JSON written to {args.out}")
+    return 0
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
