@@ -1,0 +1,46 @@
+"""attnserve-bench: every backend decodes exactly the forced number of tokens and the report holds ratios."""
+
+import json
+import subprocess
+import sys
+
+from export.reference import reference_generate
+from service.bundle import load_bundle
+from service.engine import DecodingOptions, Engine
+
+
+def test_min_new_tokens_forces_length_identically_in_engine_and_reference(tiny_bundle_dir, tiny_run_dir):
+    from training.train import load_model
+
+    engine = Engine(load_bundle(tiny_bundle_dir), variant="fp32", provider="cpu", threads=1)
+    ids = [engine.encode_text(w) for w in ("a", "it", "attention")]
+    opts = DecodingOptions(max_new_tokens=20, min_new_tokens=20)
+    results = engine.generate(ids, opts, batch_size=3)
+    assert [len(r.token_ids) for r in results] == [20, 20, 20]
+    assert all(r.finish_reason == "length" for r in results)
+    expected = reference_generate(load_model(tiny_run_dir), ids, opts)
+    assert [r.token_ids for r in results] == expected
+
+
+def test_bench_reports_every_backend_and_ratio(tiny_bundle_dir, tiny_run_dir, tmp_path):
+    out = tmp_path / "bench.json"
+    cmd = [sys.executable, "-c", "import sys; from export.bench import main; sys.exit(main())"]
+    args = ["--run", str(tiny_run_dir), "--bundle", str(tiny_bundle_dir), "--lengths", "4,8", "--batches", "1,3"]
+    proc = subprocess.run([*cmd, *args, "--repeats", "1", "--out", str(out)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert len(report["results"]) == 4 * 2 * 2
+    assert {c["backend"] for c in report["results"]} == {"torch-nocache", "torch-cache", "ort-fp32", "ort-int8"}
+    for c in report["results"]:
+        assert c["tokens_per_s"] > 0 and c["ms_per_step"] > 0
+    ratio = next(r for r in report["ratios_tokens_per_s"] if r["batch"] == 3 and r["output_len"] == 8)
+    assert set(ratio["vs_torch-nocache"]) == {"torch-cache", "ort-fp32", "ort-int8"}
+    assert report["machine"]["threads_used"] == 1 and report["command"].startswith("attnserve-bench")
+    assert "| batch | output len |" in proc.stdout
+
+
+def test_bench_rejects_lengths_beyond_the_model(tiny_bundle_dir, tiny_run_dir):
+    from export.bench import main
+
+    assert main(["--run", str(tiny_run_dir), "--bundle", str(tiny_bundle_dir), "--lengths", "4096"]) == 2
+    assert main(["--backends", "torch-magic"]) == 2
