@@ -37,6 +37,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from service import errors
 from service.bundle import load_bundle
 from service.engine import DecodingOptions, Engine, InputError, StepResult
+from service.explain import Explainer
+from service.explain import install as install_explain
 from service.logs import request_id_var
 from service.metrics import CONTENT_TYPE, ServiceMetrics
 from service.scheduler import Failed, Finished, Scheduler, Ticket
@@ -57,7 +59,7 @@ from service.settings import ConfigError, Settings
 log = logging.getLogger("attnserve.service")
 access_log = logging.getLogger("attnserve.access")
 
-GENERATION_ROUTES = ("/generate", "/generate_stream", "/")
+GENERATION_ROUTES = ("/generate", "/generate_stream", "/", "/explain")  # /explain: service/explain.py
 BEARER = HTTPBearer(auto_error=False, description="Required when the server has an API key (ATTNSERVE_API_KEY).")
 SSE_KEEPALIVE_S = 15.0  # a comment line this often on a quiet stream keeps proxies from closing it
 
@@ -106,6 +108,7 @@ class Service:
         self.ready = False
         self.draining = False
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.explainer = Explainer.for_engine(engine)  # POST /explain's graphs; None when the bundle has none
 
     # ---- request -> (source ids, options) ------------------------------------------------
     def prepare(self, body: GenerateRequest, stream: bool) -> tuple[list[int], DecodingOptions, GenerateParameters]:
@@ -408,6 +411,7 @@ def create_app(settings: Settings, engine: Engine | None = None, *, keepalive_s:
     async def metrics(request: Request) -> Response:
         return Response(service(request).metrics.exposition(), media_type=CONTENT_TYPE)
 
+    install_explain(app, guards, service, ERROR_RESPONSES)  # POST /explain and the demo page GET /demo
     # /docs must show the stream event schema even though no route returns it as JSON
     _add_schema(app, StreamResponse)
     return app

@@ -1,0 +1,328 @@
+"""POST /explain and the demo page (GET /demo): a request's cross-attention, served.
+
+`/explain` takes the body of /generate (`inputs`, `parameters`: the same
+validation, auth, limits and error shape) and decodes it with the bundle's
+explain graphs (export/explain.py): the fp32 encoder and decoder.explain.onnx,
+which also returns each layer's cross-attention weights `[B, H, T, S]`. It
+answers the output tokens (with probabilities), the source tokens, and for
+every output token the weights over the source per layer and head, and their
+mean over heads.
+
+Why a loop of its own and not the scheduler's batch: the served graph
+(decoder.onnx) does not compute the weights, by design (serving speed does not
+change). Explain decodes are batch 1, run one at a time on their own ONNX
+Runtime sessions with ONE intra-op thread (so they take at most one core from
+the serving engine), and pick tokens with the engine's rules (service/sampling.py:
+argmax, or the seeded one-uniform-per-step sampler), so /explain's tokens equal
+/generate's for the same request whenever the server serves the fp32 variant.
+With another variant (int8, fp16) the served tokens may differ: the answer
+names the variant serving.
+
+Limits: the request bound (`max_concurrent_requests`) applies to explain
+requests in flight (counted apart from generation requests; past it: 429 with
+Retry-After), and `request_timeout_s` to each (504). Metrics: the route's
+`attnserve_requests_total{route="/explain",outcome}`, and the request-level
+histograms (duration, input and generated tokens) and the generated-token
+counter; the step and batch metrics stay those of the serving batch.
+
+A bundle built without decoder.explain.onnx answers 501 `not_implemented`: the
+route exists, this deployment's model cannot do it (rebuild the bundle).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import secrets
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import onnxruntime as ort
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import FileResponse
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, Field
+
+from service import errors
+from service.bundle import BundleError, LoadedBundle
+from service.engine import DecodingOptions, Engine
+from service.sampling import greedy_token, log_softmax, sample_token
+from service.schemas import ErrorResponse, FinishReason, GenerateRequest
+
+if TYPE_CHECKING:
+    from service.app import Service
+
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+ROUTE = "/explain"
+# The demo page may load only what this server serves: no CDN, no other origin.
+DEMO_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+
+
+# ---- response schema ----------------------------------------------------------------------------
+class SourceToken(BaseModel):
+    id: int = Field(..., description="Source token id.")
+    token: str = Field(..., description="The source tokenizer's piece for it (for G2P: one lower-cased character).")
+
+
+class ExplainToken(BaseModel):
+    id: int = Field(..., description="Token id.")
+    token: str = Field(..., description="The target tokenizer's piece (for G2P: one phoneme, e.g. 'AH0').")
+    text: str = Field(..., description="Text this token adds, as /generate_stream streams it ('' for the end token).")
+    logprob: float = Field(..., description="Log-probability of the token under the model's distribution at this step.")
+    prob: float = Field(..., description="exp(logprob).")
+    special: bool = Field(..., description="True for the end-of-sequence token (it has a row too: the model chose to stop).")
+
+
+class ExplainResponse(BaseModel):
+    """One request's output and its cross-attention. T = len(tokens) rows, S = len(source_tokens) columns."""
+
+    generated_text: str = Field(..., description="The generated text (as /generate answers it).", examples=["K AE1 T"])
+    finish_reason: FinishReason = Field(..., description="Why generation stopped.")
+    seed: int | None = Field(None, description="Seed a sampled request used (null for greedy).")
+    sampled: bool = Field(..., description="True when tokens were sampled, false for greedy.")
+    source_tokens: list[SourceToken] = Field(..., description="The input as the model reads it: the S columns.")
+    tokens: list[ExplainToken] = Field(..., description="The generated tokens, the end token included: the T rows.")
+    layers: int = Field(..., description="Decoder layers L.")
+    heads: int = Field(..., description="Attention heads H per layer.")
+    cross_attentions: list[list[list[list[float]]]] = Field(
+        ...,
+        description="[L][H][T][S]: weight of source token s when layer l, head h produced output token t; "
+        "each row over s sums to 1.",
+    )
+    cross_attention_mean: list[list[list[float]]] = Field(
+        ..., description="[L][T][S]: the weights averaged over the heads of each layer."
+    )
+    graph: str = Field(..., description="The graph that produced the weights (decoder.explain.onnx, fp32).")
+    serving_variant: str = Field(..., description="The variant /generate serves; tokens match it when it is fp32.")
+
+
+# ---- the explain decode ---------------------------------------------------------------------------
+class DeadlinePassed(Exception):
+    """The request's deadline passed while it waited or decoded (the route answers 504)."""
+
+
+@dataclass
+class Explanation:
+    source_ids: list[int]
+    token_ids: list[int]  # generated, the end token included when it ended the output
+    texts: list[str]  # streamed text deltas, "" for the end token
+    logprobs: list[float]
+    special: list[bool]
+    attention: np.ndarray  # [L, H, T, S] float32
+    finish_reason: str
+    seed: int | None
+    text: str
+
+
+class Explainer:
+    """The bundle's explain graphs (fp32 encoder + decoder.explain.onnx) and a batch-1 decode loop over them."""
+
+    def __init__(self, engine: Engine, threads: int = 1):
+        bundle = engine.bundle
+        entry = explain_entry(bundle)
+        if entry is None:
+            raise BundleError(f"{bundle.dir / 'bundle.json'}: no 'explain' entry (no decoder.explain.onnx)")
+        self.engine = engine  # tokenizers, special ids and limits are the served ones
+        self.graph = entry["decoder"]
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        so.log_severity_level = 3
+        providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if engine.device == "cuda" else ["CPUExecutionProvider"]
+        try:
+            self.encoder = ort.InferenceSession(str(bundle.dir / entry["encoder"]), so, providers=providers)
+            self.decoder = ort.InferenceSession(str(bundle.dir / entry["decoder"]), so, providers=providers)
+        except Exception as e:  # ONNX Runtime raises its own types; one line
+            raise BundleError(f"{bundle.dir / entry['decoder']}: ONNX Runtime cannot load the explain graphs: {e}") from None
+        n = engine.n_layers
+        self.past_names = [f"past_key_values.{i}.decoder.{kv}" for i in range(n) for kv in ("key", "value")]
+        self.cross_names = [f"past_key_values.{i}.encoder.{kv}" for i in range(n) for kv in ("key", "value")]
+        self.output_names = [
+            "logits",
+            *(f"present.{i}.decoder.{kv}" for i in range(n) for kv in ("key", "value")),
+            *entry["outputs"],
+        ]
+        have = {o.name for o in self.decoder.get_outputs()}
+        missing = [name for name in self.output_names if name not in have]
+        if missing:
+            raise BundleError(f"{bundle.dir / entry['decoder']}: missing output(s) {', '.join(missing)}")
+        self._lock = threading.Lock()  # one explain decode at a time
+        self.mean_request_s = 0.1  # moving average, for Retry-After
+
+    @classmethod
+    def for_engine(cls, engine: Engine) -> Explainer | None:
+        """The engine's bundle's explainer, or None when the bundle has no explain graph."""
+        return cls(engine) if explain_entry(engine.bundle) is not None else None
+
+    def explain(self, source_ids: list[int], options: DecodingOptions, deadline: float | None = None) -> Explanation:
+        """Decode one request and keep every step's cross-attention. Raises DeadlinePassed past `deadline`
+        (a time.perf_counter() value). Token choice is the engine's: see the module docstring."""
+        with self._lock:
+            t0 = time.perf_counter()
+            out = self._explain(source_ids, options, deadline)
+            self.mean_request_s = 0.9 * self.mean_request_s + 0.1 * (time.perf_counter() - t0)
+            return out
+
+    def _explain(self, source_ids: list[int], options: DecodingOptions, deadline: float | None) -> Explanation:
+        e = self.engine
+        s = len(source_ids)
+        src = np.asarray([source_ids], dtype=np.int64)  # [1, S]
+        # bias [1, 1, 1, S]; cross K/V 2L x [1, H, S, Dh]
+        bias, *cross = self.encoder.run(None, {"input_ids": src, "attention_mask": np.ones_like(src)})
+        seed, rng, params = None, None, None
+        if options.sampling:  # as Engine.start: the request's own generator, one uniform per step
+            seed = options.seed if options.seed is not None else secrets.randbits(63)
+            rng = np.random.default_rng(seed)
+            params = options.sampling_params()
+        feeds: dict[str, np.ndarray] = {"encoder_attention_bias": bias, **dict(zip(self.cross_names, cross))}
+        past = [np.zeros((1, e.n_heads, 0, e.head_dim), np.float32)] * (2 * e.n_layers)  # P = 0 on the first step
+        token = e.bos_id
+        ids: list[int] = []  # generated, without the end token (what the sampler's penalty sees)
+        rows: list[list[np.ndarray]] = []  # per step: L x [H, S]
+        texts, logprobs, special = [], [], []
+        text, finish = "", "length"
+        for step in range(options.max_new_tokens):
+            if deadline is not None and time.perf_counter() > deadline:
+                raise DeadlinePassed
+            feeds["input_ids"] = np.array([[token]], dtype=np.int64)
+            feeds["position_ids"] = np.array([[step]], dtype=np.int64)
+            feeds["decoder_attention_mask"] = np.ones((1, step + 1), dtype=np.int64)
+            feeds.update(zip(self.past_names, past))
+            logits, *rest = self.decoder.run(self.output_names, feeds)
+            past = rest[: 2 * e.n_layers]
+            attn = rest[2 * e.n_layers :]  # L x [1, H, 1, S]
+            row = logits[0]  # [V]
+            if params is not None:
+                token = sample_token(row, rng, params, ids)
+            else:
+                token = greedy_token(row, ids, options.repetition_penalty)
+            rows.append([a[0, :, 0, :s] for a in attn])
+            logprobs.append(float(log_softmax(row)[token]))  # as the engine reports it: the model's distribution
+            if token == e.eos_id:
+                texts.append("")
+                special.append(True)
+                finish = "eos_token"
+                break
+            ids.append(token)
+            new = e.decode_ids(ids)
+            texts.append(new[len(text) :])  # the streamed delta: difference of successive decodes
+            special.append(False)
+            old, text = text, new
+            if options.stop and any(new.find(x, max(0, len(old) - len(x) + 1)) != -1 for x in options.stop):
+                finish = "stop_sequence"
+                break
+        attention = np.stack([np.stack(r, axis=1) for r in zip(*rows)]) if rows else np.zeros((e.n_layers, e.n_heads, 0, s))
+        return Explanation(
+            source_ids=list(source_ids),
+            token_ids=[*ids, e.eos_id] if finish == "eos_token" else ids,
+            texts=texts,
+            logprobs=logprobs,
+            special=special,
+            attention=attention.astype(np.float32),  # [L, H, T, S]
+            finish_reason=finish,
+            seed=seed,
+            text=text,
+        )
+
+    def retry_after_s(self, waiting: int) -> int:
+        return int(min(60, max(1, math.ceil(self.mean_request_s * max(1, waiting)))))
+
+
+def explain_entry(bundle: LoadedBundle) -> dict | None:
+    """bundle.json's "explain" entry, checked: its graph must be listed in "files" (so its sha256 was verified)."""
+    entry = bundle.meta.get("explain")
+    if entry is None:
+        return None
+    manifest = bundle.dir / "bundle.json"
+    if not isinstance(entry, dict) or not all(k in entry for k in ("encoder", "decoder", "outputs")):
+        raise BundleError(f"{manifest}: field 'explain' must name its 'encoder', 'decoder' and 'outputs'")
+    for name in (entry["encoder"], entry["decoder"]):
+        if name not in bundle.meta["files"]:
+            raise BundleError(f"{manifest}: {name} is referenced but not listed in 'files' (unverifiable)")
+    return entry
+
+
+# ---- the routes -----------------------------------------------------------------------------------
+def explanation_response(x: Explanation, engine: Engine, graph: str, full_text_prefix: str = "") -> ExplainResponse:
+    src_tok, tgt_tok = engine.src_tokenizer, engine.tgt_tokenizer
+    a = x.attention.astype(np.float64)
+    return ExplainResponse(
+        generated_text=full_text_prefix + x.text,
+        finish_reason=x.finish_reason,
+        seed=x.seed,
+        sampled=x.seed is not None,
+        source_tokens=[SourceToken(id=i, token=src_tok.id_to_token(i) or "") for i in x.source_ids],
+        tokens=[
+            ExplainToken(id=i, token=tgt_tok.id_to_token(i) or "", text=t, logprob=lp, prob=math.exp(lp), special=sp)
+            for i, t, lp, sp in zip(x.token_ids, x.texts, x.logprobs, x.special)
+        ],
+        layers=a.shape[0],
+        heads=a.shape[1],
+        cross_attentions=np.round(a, 6).tolist(),
+        cross_attention_mean=np.round(a.mean(axis=1), 6).tolist(),
+        graph=f"{graph} (fp32)",
+        serving_variant=engine.variant,
+    )
+
+
+NOT_IMPLEMENTED = errors.APIError(
+    501,
+    "not_implemented",
+    "this server's model bundle has no explain graph (decoder.explain.onnx); rebuild it with attnserve-export build",
+)
+
+
+def install(app: FastAPI, dependencies: list, get_service, error_responses: dict) -> None:
+    """Add POST /explain (behind `dependencies`: auth, drain) and the demo page GET /demo to `app`."""
+    in_flight = {"n": 0}
+
+    @app.post(
+        ROUTE,
+        response_model=ExplainResponse,
+        responses={**error_responses, 501: {"model": ErrorResponse, "description": "The bundle has no explain graph"}},
+        dependencies=dependencies,
+        summary="Generate for one input and return the cross-attention of every output token",
+    )
+    async def explain(request: Request, body: GenerateRequest) -> ExplainResponse:
+        svc: Service = get_service(request)
+        explainer: Explainer | None = getattr(svc, "explainer", None)
+        if explainer is None:
+            raise NOT_IMPLEMENTED
+        ids, options, params = svc.prepare(body, stream=False)
+        settings = svc.settings
+        if in_flight["n"] >= settings.max_concurrent_requests:
+            raise errors.overloaded(explainer.retry_after_s(in_flight["n"]))
+        t_arrival = time.perf_counter()
+        deadline = t_arrival + settings.request_timeout_s
+        in_flight["n"] += 1
+        try:
+            x = await asyncio.to_thread(explainer.explain, ids, options, deadline)
+        except DeadlinePassed:
+            raise errors.timeout(settings.request_timeout_s) from None
+        finally:
+            in_flight["n"] -= 1
+        m = svc.metrics
+        m.input_tokens.observe(len(ids))
+        m.generated_tokens.observe(len(x.token_ids))
+        m.generated_tokens_total.inc(len(x.token_ids))
+        m.request_done(ROUTE, "success")
+        m.request_duration.observe(time.perf_counter() - t_arrival)
+        return explanation_response(x, svc.engine, explainer.graph, body.inputs if params.return_full_text else "")
+
+    @app.get("/demo", include_in_schema=False)
+    async def demo() -> Response:
+        return FileResponse(STATIC_DIR / "demo.html", media_type="text/html", headers=_page_headers())
+
+    app.mount("/demo/static", StaticFiles(directory=STATIC_DIR), name="demo-static")
+
+
+def _page_headers() -> dict[str, str]:
+    return {"content-security-policy": DEMO_CSP, "cache-control": "no-cache", "x-content-type-options": "nosniff"}
