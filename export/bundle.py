@@ -74,7 +74,7 @@ def build(
     log=print,
 ) -> dict:
     """Build and verify a bundle; returns its bundle.json. Raises BuildError on any failed check."""
-    from export.verify import default_corpus, make_parity_corpus, run_parity
+    from export.verify import default_corpus, fp16_check, make_parity_corpus, run_parity
 
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     if (out_dir.exists() and any(out_dir.iterdir())) and not (out_dir / BUNDLE_JSON).is_file():
@@ -140,8 +140,20 @@ def build(
     add_explain_graph(model, work, meta, VARIANT_FILES["fp32"]["encoder"])
     write_manifest(work, meta)
 
+    f16 = fp16_check(load_bundle(work), threads)
+    if not f16["ok"]:
+        # fp16 is an extra for CUDA: a bundle without it still serves everywhere, so drop it
+        # rather than ship a variant that failed its check (the figure is kept in bundle.json).
+        log(f"[export] WARNING: fp16 differs from fp32 by {f16['max_abs_diff_logits_vs_fp32']:.2e}: fp16 variant dropped")
+        for f in VARIANT_FILES["fp16"].values():
+            (work / f).unlink()
+        del meta["variants"]["fp16"]
+        write_manifest(work, meta)
+
     log("[export] parity suite")
     report = run_parity(work, model=model, threads=threads, log=log)
+    if not f16["ok"]:
+        report["figures"]["fp16_dropped"] = f16
     update_manifest(work, parity=report["figures"])
     if report["failures"]:
         raise BuildError(f"parity failed ({work} kept for inspection): " + "; ".join(report["failures"]))
@@ -149,7 +161,7 @@ def build(
     log(f"[export] dev evaluation of fp32 and int8 (limit {eval_limit}) and the int8 speed gate")
     gate = int8_gate(work, train_cfg, eval_limit, threads, log)
     default_cpu = "int8" if gate["int8_is_cpu_default"] else "fp32"
-    fp16_ok = report["figures"]["fp16"]["ok"]
+    fp16_ok = "fp16" in report["figures"] and report["figures"]["fp16"]["ok"]
     meta = update_manifest(
         work,
         eval={"dev": gate["fp32_dev"]},

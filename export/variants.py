@@ -45,6 +45,9 @@ def convert_fp16(src: Path, dst: Path) -> None:
         m,
         keep_io_types=[n for n in FP32_BOUNDARY if n in io_names],
         op_block_list=FP16_KEEP_FP32_OPS,
+        # The output projection stays float32 too: logits are what sampling and argmax read, and
+        # float16 rounding of large logits is the biggest error of the variant for little speed.
+        node_block_list=_logits_projection(m.graph),
         # Constants outside the float16 range are clipped (the -1e9 mask constants become -1e4,
         # still far below any real score), never turned into inf.
         max_finite_val=1e4,
@@ -73,3 +76,15 @@ def _topological_sort(graph: onnx.GraphProto) -> None:
         pending = rest
     del graph.node[:]
     graph.node.extend(ordered)
+
+
+def _logits_projection(graph: onnx.GraphProto) -> list[str]:
+    """Name of the MatMul that produces `logits` (walking back through slicing/reshaping), if any."""
+    producer = {out: node for node in graph.node for out in node.output}
+    name, seen = "logits", 0
+    while name in producer and seen < 8:
+        node = producer[name]
+        if node.op_type in ("MatMul", "Gemm"):
+            return [node.name]
+        name, seen = node.input[0], seen + 1
+    return []
