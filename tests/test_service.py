@@ -90,7 +90,7 @@ def test_sigterm_drains_in_flight_requests_then_exits_zero(tiny_bundle_dir):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen(
-        [sys.executable, service_harness.__file__, str(tiny_bundle_dir), "--port", str(port), "--step-delay", "0.02"]
+        [sys.executable, service_harness.__file__, str(tiny_bundle_dir), "--port", str(port), "--step-delay", "0.05"]
         + ["--max-batch-size", "2"],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
@@ -111,7 +111,12 @@ def test_sigterm_drains_in_flight_requests_then_exits_zero(tiny_bundle_dir):
         body = {"inputs": "supercalifragilistic", "parameters": {"max_new_tokens": 48}}
         with ThreadPoolExecutor(6) as pool:
             futures = [pool.submit(httpx.post, url + "/generate", json=body, timeout=60) for _ in range(6)]
-            while metric(scrape(url), "attnserve_running_sequences") < 1:
+            deadline = time.monotonic() + 30
+            while True:  # all six admitted (two running, four queued) before the signal
+                m = scrape(url)
+                if metric(m, "attnserve_running_sequences") + metric(m, "attnserve_queue_size") == 6:
+                    break
+                assert time.monotonic() < deadline and not any(f.done() for f in futures), "requests not all in flight"
                 time.sleep(0.01)
             proc.send_signal(signal.SIGTERM)
 
