@@ -3,7 +3,8 @@
 Backends, all greedy, all measured in one run on the same inputs:
 - torch-nocache: PyTorch recomputing the whole prefix every step;
 - torch-cache:   PyTorch with the KV cache (export/reference.py);
-- ort-fp32 / ort-int8: the service's ONNX Runtime engine (service/engine.py).
+- ort-fp32 / ort-int8: the service's ONNX Runtime engine (service/engine.py);
+- ct2-fp32 / ct2-int8: the same weights in CTranslate2 (export/ct2.py), the speed target.
 For batch sizes (default 1 and 32) and output lengths (default 8, 32, 128).
 
 Output length is forced: eos is suppressed until N tokens (`min_new_tokens`) and
@@ -28,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-BACKENDS = ("torch-nocache", "torch-cache", "ort-fp32", "ort-int8")
+BACKENDS = ("torch-nocache", "torch-cache", "ort-fp32", "ort-int8", "ct2-fp32", "ct2-int8")
 
 
 def synthetic_run(work: Path, max_target_len: int = 128):
@@ -111,6 +112,7 @@ def run_bench(
     backends: list[str],
     threads: int,
     repeats: int,
+    work_dir: Path,
     max_seconds_per_cell: float = 20.0,
     log=print,
 ) -> dict:
@@ -126,6 +128,19 @@ def run_bench(
     engines = {
         b: Engine(bundle, variant=b.split("-")[1], provider="cpu", threads=threads) for b in backends if b.startswith("ort-")
     }
+    ct2 = {}
+    if any(b.startswith("ct2-") for b in backends):
+        from tokenizers import Tokenizer
+
+        from export import ct2 as ct2_mod
+
+        src_tok = Tokenizer.from_file(str(bundle.src_tokenizer_path))
+        tgt_tok = Tokenizer.from_file(str(bundle.tgt_tokenizer_path))
+        for b in backends:
+            if b.startswith("ct2-"):
+                quant = {"ct2-fp32": "float32", "ct2-int8": "int8"}[b]
+                path = ct2_mod.convert(model, src_tok, tgt_tok, Path(work_dir) / b, quant)
+                ct2[b] = ct2_mod.translator(path, threads)
     rng = np.random.default_rng(0)
     src_v = int(bundle.config["src_vocab_size"])
     sources = [rng.integers(4, src_v, int(n)).tolist() for n in rng.integers(5, 12, max(batches))]  # word-like lengths
@@ -136,6 +151,9 @@ def run_bench(
         t = time.perf_counter()
         if backend.startswith("torch"):
             out = reference_generate(model, ids, opts, use_cache=backend == "torch-cache")
+            produced = sum(len(x) for x in out)
+        elif backend.startswith("ct2"):
+            out = ct2_mod.generate(ct2[backend], src_tok, tgt_tok, ids, n, min_len=n)
             produced = sum(len(x) for x in out)
         else:
             out = engines[backend].generate(ids, opts, batch_size=len(ids))
@@ -182,7 +200,7 @@ def run_bench(
         for b in batches:
             row = {c["backend"]: c["tokens_per_s"] for c in cells if c["batch"] == b and c["output_len"] == n}
             entry = {"batch": b, "output_len": n}
-            for base in ("torch-nocache", "torch-cache", "ort-fp32"):
+            for base in ("torch-nocache", "torch-cache", "ort-fp32", "ct2-fp32"):
                 if base in row:
                     entry[f"vs_{base}"] = {k: round(v / row[base], 2) for k, v in row.items() if k != base}
             ratios.append(entry)
@@ -197,20 +215,15 @@ def run_bench(
 
 def markdown(report: dict) -> str:
     backends = list(dict.fromkeys(c["backend"] for c in report["results"]))
-    lines = [
-        "| batch | output len | "
-        + " | ".join(f"{b} ms/step (tok/s)" for b in backends)
-        + " | ort-fp32 / torch-cache | ort-fp32 / torch-nocache |",
-        "|---|---|" + "---|" * (len(backends) + 2),
-    ]
+    pairs = [(a, b) for a, b in (("ort-fp32", "torch-cache"), ("ort-fp32", "torch-nocache"), ("ort-fp32", "ct2-fp32"))]
+    pairs = [(a, b) for a, b in pairs if a in backends and b in backends]
+    head = " | ".join(f"{b} ms/step (tok/s)" for b in backends) + "".join(f" | {a} / {b}" for a, b in pairs)
+    lines = [f"| batch | output len | {head} |", "|---|---|" + "---|" * (len(backends) + len(pairs))]
     for r in report["ratios_tokens_per_s"]:
         cells = {c["backend"]: c for c in report["results"] if c["batch"] == r["batch"] and c["output_len"] == r["output_len"]}
-        vals = [f"{cells[b]['ms_per_step']:.2f} ({cells[b]['tokens_per_s']:.0f})" for b in backends if b in cells]
-        vs_cache = r.get("vs_torch-cache", {}).get("ort-fp32")
-        vs_nocache = r.get("vs_torch-nocache", {}).get("ort-fp32")
-        lines.append(
-            f"| {r['batch']} | {r['output_len']} | " + " | ".join(vals) + f" | {vs_cache or '-'}x | {vs_nocache or '-'}x |"
-        )
+        vals = [f"{cells[b]['ms_per_step']:.2f} ({cells[b]['tokens_per_s']:.0f})" for b in backends]
+        vals += [f"{r[f'vs_{b}'][a]:.2f}x" for a, b in pairs]
+        lines.append(f"| {r['batch']} | {r['output_len']} | " + " | ".join(vals) + " |")
     return "\n".join(lines)
 
 
@@ -220,7 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bundle", type=Path, help="the bundle exported from --run")
     p.add_argument("--lengths", default="8,32,128", help="output lengths (comma-separated)")
     p.add_argument("--batches", default="1,32", help="batch sizes (comma-separated)")
-    p.add_argument("--backends", default=",".join(BACKENDS), help=f"subset of {','.join(BACKENDS)}")
+    p.add_argument(
+        "--backends", default=",".join(BACKENDS), help=f"subset of {','.join(BACKENDS)} (ct2-*: pip install 'attnserve[dev]')"
+    )
     p.add_argument("--threads", type=int, default=1, help="threads for PyTorch and ONNX Runtime alike (default 1)")
     p.add_argument("--repeats", type=int, default=3, help="runs per cell (median reported; a slow cell stops early)")
     p.add_argument("--out", type=Path, default=Path("bench.json"), help="raw JSON report")
@@ -252,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
         else:
             model, bundle_dir = synthetic_run(Path(tmp) / "bundle", max_target_len=max(max(lengths), 8))
-        report = run_bench(model, bundle_dir, lengths, batches, backends, args.threads, args.repeats, log=_log)
+        report = run_bench(model, bundle_dir, lengths, batches, backends, args.threads, args.repeats, Path(tmp), log=_log)
     info["load_average_at_end"] = list(os.getloadavg())
     report = {
         "command": "attnserve-bench " + " ".join(argv if argv is not None else sys.argv[1:]),
