@@ -180,11 +180,10 @@ class Service:
             await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             gone.cancel()
-        if work.done():
-            return work.result()
-        work.cancel()
-        ticket.cancel()
-        return None
+            if not work.done():  # the client went away (or this handler was cancelled): free the row
+                work.cancel()
+                ticket.cancel()
+        return None if work.cancelled() else work.result()
 
 
 async def _client_gone(request: Request) -> None:

@@ -266,11 +266,8 @@ class Scheduler:
             t0 = time.perf_counter()
             try:
                 seqs = self.engine.start([(t.source_ids, t.options) for t in joining])
-            except InputError as exc:  # the handlers validate first, so this is a request the engine still refuses
-                for t in joining:
-                    self._finish(t, Failed(errors.validation(str(exc))))
-                touched += joining
-                joining, seqs = [], []
+            except InputError:  # the handlers validate first; find the request the engine still refuses
+                joining, seqs = self._start_one_by_one(joining, touched)
             t1 = time.perf_counter()
             if joining:
                 self.metrics.encoder_duration.observe(t1 - t0)
@@ -317,6 +314,18 @@ class Scheduler:
                 del self._by_seq[id(t.seq)]
         self.metrics.running_sequences.set(len(batch))
         self._flush(touched)
+
+    def _start_one_by_one(self, group: list[Ticket], touched: list[Ticket]) -> tuple[list[Ticket], list[Sequence]]:
+        """engine.start per request, so one refused request fails alone (with 422), not its whole group."""
+        started, seqs = [], []
+        for t in group:
+            try:
+                seqs += self.engine.start([(t.source_ids, t.options)])
+                started.append(t)
+            except InputError as exc:
+                self._finish(t, Failed(errors.validation(str(exc))))
+                touched.append(t)
+        return started, seqs
 
     def _finish(self, t: Ticket, last: Finished | Failed | None) -> None:
         """Close a ticket (engine thread): its last event, and its slot back to the admission bound."""

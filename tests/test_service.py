@@ -244,3 +244,28 @@ def test_a_cancelled_queued_request_frees_its_slot(tiny_bundle_dir):
     finally:
         sched.stop()
     assert not sched.alive
+
+
+def test_a_request_the_engine_refuses_fails_alone_not_with_its_group(tiny_bundle_dir):
+    from service.metrics import ServiceMetrics
+    from service.scheduler import Failed, Finished, Scheduler
+
+    engine = load_engine(tiny_bundle_dir, step_delay_s=0.05)
+    sched = Scheduler(engine, ServiceMetrics("t"), max_batch_size=4, max_concurrent_requests=8, request_timeout_s=30)
+    sched.start()
+    try:
+        ids = engine.encode_text("attention")
+        busy = sched.submit(ids, DecodingOptions(max_new_tokens=3))  # the two below queue behind its step
+        good = sched.submit(ids, DecodingOptions(max_new_tokens=3))
+        bad = sched.submit(ids, DecodingOptions(max_new_tokens=engine.max_target_len + 1))  # past what the graph can do
+        last = {}
+        for name, ticket in (("busy", busy), ("good", good), ("bad", bad)):
+            events = []
+            while not any(isinstance(e, Finished | Failed) for e in events):
+                events += ticket.next_events_blocking(timeout=10)
+            last[name] = events[-1]
+        assert isinstance(last["busy"], Finished) and isinstance(last["good"], Finished)
+        assert isinstance(last["bad"], Failed) and last["bad"].error.status == 422
+        assert "max_new_tokens" in last["bad"].error.message
+    finally:
+        sched.stop()
