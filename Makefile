@@ -19,6 +19,28 @@ $(BIN)/.installed: pyproject.toml
 
 setup: $(BIN)/.installed
 
+# The service alone (no torch): what `make demo` needs.
+$(BIN)/.installed-serve: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[cpu]'
+	touch $@
+
+# Serve the default model (models/g2p-en), answer one request, then keep serving until Ctrl-C.
+DEMO_PORT ?= 8000
+demo: $(BIN)/.installed-serve
+	@$(BIN)/attnserve-serve --port $(DEMO_PORT) & pid=$$!; \
+	trap 'kill -TERM $$pid 2>/dev/null; wait $$pid' EXIT INT TERM; \
+	$(BIN)/python -m service.demo_request --url http://127.0.0.1:$(DEMO_PORT) --text attention || exit 1; \
+	echo "serving on http://127.0.0.1:$(DEMO_PORT) (demo page: /demo, API docs: /docs); Ctrl-C stops"; \
+	wait $$pid
+
+# Rebuild the shipped default model from its recipe (about 75 minutes on 2 CPU cores).
+model: setup
+	$(BIN)/attnserve-train --config configs/g2p.yaml --out runs/g2p
+	$(BIN)/attnserve-export build runs/g2p --out models/g2p-en
+	$(BIN)/attnserve-eval models/g2p-en --split test --out models/g2p-en/eval_test.json
+
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
