@@ -80,6 +80,11 @@ def build(
     if (out_dir.exists() and any(out_dir.iterdir())) and not (out_dir / BUNDLE_JSON).is_file():
         raise BuildError(f"{out_dir} exists and is not a bundle: choose an empty or new --out")
     t_start = time.perf_counter()
+    outer_log = log
+
+    def log(msg: str) -> None:  # every line says how long the build has run: where the time goes
+        outer_log(f"{time.perf_counter() - t_start:6.1f}s {msg}")
+
     model = load_model(run_dir)
     src_tok, tgt_tok = load_run_tokenizers(run_dir)
     train_cfg = run_task(run_dir)
