@@ -51,6 +51,7 @@ from service.schemas import (
     GenerateResponse,
     HealthResponse,
     InfoResponse,
+    ReadyResponse,
     StreamResponse,
     Token,
 )
@@ -180,10 +181,11 @@ class Service:
             await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             gone.cancel()
-            if not work.done():  # the client went away (or this handler was cancelled): free the row
+            finished = work.done()
+            if not finished:  # the client went away (or this handler was cancelled): free the row
                 work.cancel()
                 ticket.cancel()
-        return None if work.cancelled() else work.result()
+        return work.result() if finished else None
 
 
 async def _client_gone(request: Request) -> None:
@@ -192,6 +194,10 @@ async def _client_gone(request: Request) -> None:
         message = await request.receive()
         if message["type"] == "http.disconnect":
             return
+
+
+def _json(obj: dict) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
 
 
 def _token(r: StepResult) -> dict:
@@ -376,8 +382,8 @@ def create_app(settings: Settings, engine: Engine | None = None, *, keepalive_s:
             raise errors.unavailable(svc.scheduler._unavailable_reason())
         return HealthResponse()
 
-    @app.get("/ready", responses={503: {"model": ErrorResponse}}, summary="Readiness")
-    async def ready(request: Request) -> dict:
+    @app.get("/ready", response_model=ReadyResponse, responses={503: {"model": ErrorResponse}}, summary="Readiness")
+    async def ready(request: Request) -> ReadyResponse:
         svc = service(request)
         if svc.draining:
             raise errors.draining()
@@ -385,7 +391,7 @@ def create_app(settings: Settings, engine: Engine | None = None, *, keepalive_s:
             raise errors.unavailable("the server is not ready: the engine is not running")
         if svc.scheduler.saturated:
             raise errors.unavailable("the server is at its bound of queued + running requests")
-        return {"status": "ready"}
+        return ReadyResponse()
 
     @app.get("/info", response_model=InfoResponse, summary="Model and server limits")
     async def info(request: Request) -> InfoResponse:
@@ -437,7 +443,7 @@ async def sse_events(svc: Service, ticket: Ticket, params: GenerateParameters, i
                     return
                 if isinstance(ev, Failed):
                     outcome = ev.error.error_type
-                    yield b"data:" + json.dumps(errors.error_body(ev.error.error_type, ev.error.message)).encode() + b"\n\n"
+                    yield b"data:" + _json(errors.error_body(ev.error.error_type, ev.error.message)) + b"\n\n"
                     return
                 index += 1
                 event = {"index": index, "token": _token(ev), "top_tokens": None, "generated_text": None, "details": None}
@@ -453,7 +459,7 @@ async def sse_events(svc: Service, ticket: Ticket, params: GenerateParameters, i
                         }
                     outcome = "success"
                     svc.metrics.request_duration.observe(time.perf_counter() - ticket.t_arrival)
-                yield b"data:" + json.dumps(event).encode() + b"\n\n"
+                yield b"data:" + _json(event) + b"\n\n"
     finally:
         if outcome == "cancelled":
             ticket.cancel()

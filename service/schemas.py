@@ -151,6 +151,10 @@ class HealthResponse(BaseModel):
     status: Literal["ok"] = "ok"
 
 
+class ReadyResponse(BaseModel):
+    status: Literal["ready"] = "ready"
+
+
 class InfoResponse(BaseModel):
     model_id: str = Field(..., description="The bundle's model_id (also the `model` label of every metric).")
     model_sha: str = Field(..., description="sha256 of the bundle's bundle.json: identifies the exact bundle.")
