@@ -61,7 +61,7 @@ ROUTE = "/explain"
 # The demo page may load only what this server serves: no CDN, no other origin.
 DEMO_CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
-    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 )
 
 

@@ -21,11 +21,21 @@ function authHeaders() {
   return key ? { Authorization: `Bearer ${key}` } : {};
 }
 
-function post(path, body) {
+// Seeds are 64-bit integers, and JavaScript numbers hold integers exactly only below 2^53: the page
+// keeps a seed as its decimal digits and writes them into the JSON text itself (and reads them back
+// from the text of the stream's last event), so a seed the server picked explains the same tokens.
+const SEED_SLOT = "__seed_digits__";
+
+function post(path, inputs, parameters) {
+  const { seed, ...rest } = parameters;
+  const exact = typeof seed === "string" && /^-?\d+$/.test(seed);
+  const params = seed === null || seed === undefined ? rest : { ...rest, seed: exact ? SEED_SLOT : seed };
+  let body = JSON.stringify({ inputs, parameters: params });
+  if (exact) body = body.replace(`"${SEED_SLOT}"`, seed);
   return fetch(path, {
     method: "POST",
     headers: { "content-type": "application/json", ...authHeaders() },
-    body: JSON.stringify(body),
+    body,
   });
 }
 
@@ -46,8 +56,13 @@ function numberOrNull(selector) {
   return raw === "" ? null : Number(raw);
 }
 
+function textOrNull(selector) {
+  const raw = $(selector).value.trim();
+  return raw === "" ? null : raw;
+}
+
 function tokenLabel(tok) {
-  if (tok.special) return "⏹";
+  if (tok.special) return "end";
   const text = (tok.token !== undefined ? tok.token : tok.text).trim();
   return text === "" ? "␣" : text;
 }
@@ -83,12 +98,12 @@ class Panel {
     $(".tokens", this.root).append(chip);
     this.status(`${this.tokens.length} token${this.tokens.length === 1 ? "" : "s"}…`);
   }
-  finish(text, details) {
+  finish(text, details, seedDigits) {
     $(".text", this.root).textContent = text;
-    if (details && details.seed !== null && details.seed !== undefined) {
-      this.seed = details.seed;
+    if (seedDigits !== null) {
+      this.seed = seedDigits;
       const seed = $(".seed", this.root);
-      if (seed) seed.textContent = `seed ${details.seed}`;
+      if (seed) seed.textContent = `seed ${seedDigits}`;
     }
     const reason = details ? details.finish_reason : "done";
     this.status(`${this.tokens.length} tokens · ${reason.replace("_", " ")}`);
@@ -108,7 +123,7 @@ async function streamInto(panel, inputs, parameters) {
   panel.reset();
   let resp;
   try {
-    resp = await post("generate_stream", { inputs, parameters });
+    resp = await post("generate_stream", inputs, parameters);
   } catch (e) {
     panel.fail(`could not reach the server: ${e.message}`);
     return null;
@@ -138,7 +153,8 @@ async function streamInto(panel, inputs, parameters) {
         }
         panel.addToken(event.token);
         if (event.generated_text !== null) {
-          panel.finish(event.generated_text, event.details);
+          const seed = /"seed":\s*(\d+)/.exec(line);
+          panel.finish(event.generated_text, event.details, seed ? seed[1] : null);
           result = { ids: panel.tokens.map((t) => t.id), seed: panel.seed };
         }
       }
@@ -235,7 +251,7 @@ async function explainSelected() {
   attention.state = "running";
   let resp;
   try {
-    resp = await post("explain", { inputs: last.inputs, parameters: request });
+    resp = await post("explain", last.inputs, request);
   } catch (e) {
     attention.fail(`could not reach the server: ${e.message}`);
     return;
@@ -263,7 +279,7 @@ async function run(event) {
       temperature: numberOrNull("#temperature"),
       top_k: numberOrNull("#top-k"),
       top_p: numberOrNull("#top-p"),
-      seed: numberOrNull("#seed"),
+      seed: textOrNull("#seed"),
     };
     attention.reset("");
     attention.state = "idle";
