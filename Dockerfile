@@ -62,6 +62,12 @@ LABEL org.opencontainers.image.title="attnserve" \
 RUN useradd --system --uid 10001 --user-group --no-create-home --home-dir /nonexistent \
       --shell /usr/sbin/nologin attnserve
 COPY --from=build /opt/attnserve /opt/attnserve
+# GPU flavour: CUDA and cuDNN come as wheels inside the venv (site-packages/nvidia/*/lib); the dynamic
+# loader is told where, so ONNX Runtime's CUDA provider finds them without LD_LIBRARY_PATH.
+RUN if [ "${FLAVOUR}" = gpu ]; then \
+      find /opt/attnserve -type d -path '*/site-packages/nvidia/*/lib' > /etc/ld.so.conf.d/attnserve-cuda.conf \
+      && ldconfig; \
+    fi
 # The default bundle, read-only to the service user; ATTNSERVE_BUNDLE or a volume mounted here replaces it.
 COPY models/g2p-en /opt/attnserve/models/g2p-en
 ENV PATH=/opt/attnserve/bin:${PATH} \
