@@ -110,7 +110,7 @@ def build(
 
     meta = {
         "format_version": FORMAT_VERSION,
-        "model_id": model_id or run_dir.resolve().name,
+        "model_id": model_id or out_dir.resolve().name,
         "config": cfg.to_dict(),
         "special_ids": {"pad": cfg.pad_id, "bos": cfg.bos_id, "eos": cfg.eos_id, "unk": cfg.unk_id},
         "max_source_len": cfg.max_source_len,

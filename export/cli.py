@@ -14,7 +14,7 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("build", help="run directory -> model bundle (graphs, variants, parity, dev eval, int8 gate)")
     b.add_argument("run", type=Path, help="run directory (best.pt or checkpoint.pt, tokenizers, config.json)")
     b.add_argument("--out", type=Path, required=True, help="bundle directory to write (replaced if it holds a bundle)")
-    b.add_argument("--model-id", help="model_id recorded in bundle.json (default: the run directory's name)")
+    b.add_argument("--model-id", help="model_id recorded in bundle.json (default: the bundle directory's name)")
     b.add_argument("--eval-limit", type=int, default=2000, help="dev examples for the fp32/int8 evaluation (0 = all)")
     b.add_argument("--parity-limit", type=int, default=256, help="inputs in the parity corpus (at least 200)")
     b.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads (default: the CPUs this process may use)")
