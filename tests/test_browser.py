@@ -100,8 +100,11 @@ def submit(driver, url: str, word: str) -> None:
 def screenshot(driver, path: Path) -> None:
     """The whole page: the window grows to the document's height first."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    height = driver.execute_script("return document.documentElement.scrollHeight")
-    driver.set_window_size(1280, max(800, int(height) + 40))
+    for _ in range(3):  # the window's outer size includes what is not viewport: adjust until the page fits
+        missing = driver.execute_script("return document.documentElement.scrollHeight - window.innerHeight")
+        if missing <= 0:
+            break
+        driver.set_window_size(1280, driver.get_window_size()["height"] + int(missing) + 24)
     driver.save_screenshot(str(path))
 
 
