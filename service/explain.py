@@ -155,6 +155,7 @@ class Explainer:
         if missing:
             raise BundleError(f"{bundle.dir / entry['decoder']}: missing output(s) {', '.join(missing)}")
         self._lock = threading.Lock()  # one explain decode at a time
+        self.in_flight = 0  # explain requests admitted and not finished (event-loop thread only)
         self.mean_request_s = 0.1  # moving average, for Retry-After
 
     @classmethod
@@ -282,7 +283,6 @@ NOT_IMPLEMENTED = errors.APIError(
 
 def install(app: FastAPI, dependencies: list, get_service, error_responses: dict) -> None:
     """Add POST /explain (behind `dependencies`: auth, drain) and the demo page GET /demo to `app`."""
-    in_flight = {"n": 0}
 
     @app.post(
         ROUTE,
@@ -298,17 +298,17 @@ def install(app: FastAPI, dependencies: list, get_service, error_responses: dict
             raise NOT_IMPLEMENTED
         ids, options, params = svc.prepare(body, stream=False)
         settings = svc.settings
-        if in_flight["n"] >= settings.max_concurrent_requests:
-            raise errors.overloaded(explainer.retry_after_s(in_flight["n"]))
+        if explainer.in_flight >= settings.max_concurrent_requests:
+            raise errors.overloaded(explainer.retry_after_s(explainer.in_flight))
         t_arrival = time.perf_counter()
         deadline = t_arrival + settings.request_timeout_s
-        in_flight["n"] += 1
+        explainer.in_flight += 1
         try:
             x = await asyncio.to_thread(explainer.explain, ids, options, deadline)
         except DeadlinePassed:
             raise errors.timeout(settings.request_timeout_s) from None
         finally:
-            in_flight["n"] -= 1
+            explainer.in_flight -= 1
         m = svc.metrics
         m.input_tokens.observe(len(ids))
         m.generated_tokens.observe(len(x.token_ids))

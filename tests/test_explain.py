@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -207,6 +209,26 @@ def test_explain_obeys_auth_timeout_and_counts_in_metrics(tiny_bundle_dir):
         r = httpx.post(s.url + "/explain", json={"inputs": "cat"}, timeout=30)
         assert r.status_code == 504 and r.json()["error_type"] == "timeout"
         assert metric(scrape(s.url), "attnserve_requests_total", route="/explain", outcome="timeout") == 1
+
+
+def test_explain_past_the_request_bound_answers_429_with_retry_after(tiny_bundle_dir):
+    """Holding the explainer's lock stands in for a long explain decode in progress."""
+    with serving_fp32(tiny_bundle_dir, max_concurrent_requests=1) as s:
+        explainer = s.service.explainer
+        with ThreadPoolExecutor(1) as pool:
+            with explainer._lock:
+                first = pool.submit(httpx.post, s.url + "/explain", json={"inputs": "cat"}, timeout=60)
+                deadline = time.monotonic() + 30
+                while explainer.in_flight < 1 and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                refused = httpx.post(s.url + "/explain", json={"inputs": "dog"}, timeout=30)
+            assert first.result().status_code == 200
+        assert refused.status_code == 429 and refused.json()["error_type"] == "overloaded"
+        assert int(refused.headers["retry-after"]) >= 1
+        assert explainer.in_flight == 0
+        # generation requests have their own count: one explain in flight does not refuse them
+        assert httpx.post(s.url + "/generate", json={"inputs": "cat"}, timeout=30).status_code == 200
+        assert httpx.post(s.url + "/explain", json={"inputs": "dog"}, timeout=30).status_code == 200
 
 
 def test_a_bundle_without_the_explain_graph_answers_501_and_still_serves(tiny_bundle_dir, tmp_path):
