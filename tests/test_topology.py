@@ -110,12 +110,20 @@ def promql(prom: str, query: str) -> list[dict]:
     return body["data"]["result"]
 
 
+def dashboard() -> dict:
+    return json.loads((REPO / "deploy" / "grafana" / "dashboards" / "attnserve.json").read_text())
+
+
+def model_variable() -> dict:
+    (variable,) = dashboard()["templating"]["list"]
+    assert variable["name"] == "model"
+    return variable
+
+
 def dashboard_queries() -> list[str]:
-    dashboard = json.loads((REPO / "deploy" / "grafana" / "dashboards" / "attnserve.json").read_text())
-    exprs = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+    exprs = [target["expr"] for panel in dashboard()["panels"] for target in panel["targets"]]
     # Grafana's variables, as it would fill them in: the rate window and the "All" model choice.
-    (model_var,) = dashboard["templating"]["list"]
-    fill = {"$__rate_interval": "1m", "$model": model_var["allValue"]}
+    fill = {"$__rate_interval": "1m", "$model": model_variable()["allValue"]}
     for name, value in fill.items():
         exprs = [e.replace(name, value) for e in exprs]
     assert not [e for e in exprs if "$" in e], "a dashboard variable this test does not fill in"
@@ -216,7 +224,9 @@ def test_nginx_balances_streams_and_survives_a_replica_kill(topology):
         result = promql(prom, expr)
         assert result, f"no data for dashboard query {expr}"
         assert any(math.isfinite(float(r["value"][1])) for r in result), f"{expr}: {result}"
-    values = httpx.get(f"{prom}/api/v1/label/model/values", params={"match[]": "attnserve_requests_total"}, timeout=10)
+    # ... and so does its $model variable, `label_values(METRIC, LABEL)`, which Grafana asks as below.
+    metric, label = re.fullmatch(r"label_values\((\w+),\s*(\w+)\)", model_variable()["query"]).groups()
+    values = httpx.get(f"{prom}/api/v1/label/{label}/values", params={"match[]": metric}, timeout=10)
     assert values.json()["data"], "the dashboard's $model variable would offer nothing"
 
     # The autoscaler's metric: the adapter's series query and its metrics query, templated as it does.
