@@ -301,6 +301,14 @@ def test_container_metrics_scrape(container):
     assert "attnserve_queue_size" in samples
 
 
+def test_container_ships_the_demo_page(container):
+    # Package data (service/static) must survive the non-editable install into the image's venv.
+    _, url = container
+    for path in ("/demo", "/demo/static/demo.js", "/demo/static/demo.css"):
+        r = httpx.get(f"{url}{path}", timeout=10)
+        assert r.status_code == 200 and r.content, path
+
+
 def test_container_reports_healthy_and_its_process_is_not_root(docker, container):
     name, _ = container
     deadline = time.monotonic() + 90  # the first check runs one interval (10 s) after the start
