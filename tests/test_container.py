@@ -36,6 +36,7 @@ STATE_DIR = Path(os.environ.get("ATTNSERVE_TEST_DOCKER_DIR", "/var/lib/attnserve
 BASE_RAW = "attnserve-test/debian-minbase:bookworm"  # debootstrap output, imported once
 BASE = "attnserve-test/python-base:bookworm"  # + the host's CA certificates: the BASE_IMAGE for the build
 IMAGE = "attnserve-test/attnserve:cpu"
+LOADTEST_IMAGE = "attnserve-test/attnserve-loadtest"
 DEBIAN_SUITE = "bookworm"
 BASE_PACKAGES = "python3,python3-venv,python3-pip,ca-certificates"
 WORDS = ["attention", "hello", "transformer", "pronunciation", "zebra"]
@@ -318,6 +319,29 @@ def test_container_reports_healthy_and_its_process_is_not_root(docker, container
     pid = docker.inspect(name)["State"]["Pid"]
     uids = re.search(r"^Uid:\s+(.*)$", Path(f"/proc/{pid}/status").read_text(), re.M).group(1).split()
     assert len(uids) == 4 and "0" not in uids  # real, effective, saved and filesystem uid
+
+
+def test_loadtest_image_measures_the_container(docker, base_image, container):
+    # The Dockerfile's `loadtest` target, as the compose stack's loadtest profile runs it.
+    build_args = ["--build-arg", f"BASE_IMAGE={base_image}"]
+    docker.logged(
+        "build-loadtest",
+        "build",
+        "--network",
+        "host",
+        *build_args,
+        "--target",
+        "loadtest",
+        "-t",
+        LOADTEST_IMAGE,
+        str(REPO),
+        timeout=900,
+    )
+    _, url = container
+    args = [url, "--concurrency", "2", "--requests", "10", "--no-plots", "--no-progress", "--out", "/tmp/loadtest"]
+    proc = docker("run", "--rm", "--network", "host", LOADTEST_IMAGE, *args, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert "c=2: 10 ok, 0 failed" in out and "TTFT p50" in out, out[-3000:]
 
 
 def test_docker_stop_drains_in_flight_requests_and_exits_cleanly(docker, image):
