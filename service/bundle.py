@@ -131,6 +131,13 @@ def load_bundle(bundle_dir: str | Path, check_hashes: bool = True) -> LoadedBund
             f"{manifest}: format_version {meta['format_version']!r} is not supported "
             f"(this attnserve reads {', '.join(map(str, SUPPORTED_FORMAT_VERSIONS))})"
         )
+    ids = meta["special_ids"]
+    if not isinstance(ids, dict) or any(not isinstance(ids.get(k), int) for k in ("pad", "bos", "eos", "unk")):
+        raise BundleError(f"{manifest}: special_ids must give integer pad, bos, eos and unk")
+    cfg = meta["config"]
+    needed = ("d_model", "n_heads", "n_decoder_layers", "src_vocab_size", "tgt_vocab_size")
+    if not isinstance(cfg, dict) or any(not isinstance(cfg.get(k), int) for k in needed):
+        raise BundleError(f"{manifest}: config must give integer {', '.join(needed)}")
     files = meta["files"]
     if not isinstance(files, dict) or not files:
         raise BundleError(f"{manifest}: field 'files' must map file names to sha256")

@@ -76,6 +76,13 @@ def test_referenced_but_unlisted_file_is_refused(bundle_copy):
     assert "decoder.fp16.onnx" in refused(bundle_copy)
 
 
+def test_missing_config_field_is_refused(bundle_copy):
+    meta = json.loads((bundle_copy / "bundle.json").read_text())
+    del meta["config"]["n_heads"]
+    (bundle_copy / "bundle.json").write_text(json.dumps(meta))
+    assert "n_heads" in refused(bundle_copy)
+
+
 def test_default_variant_must_exist(bundle_copy):
     rewrite(bundle_copy, default_variant={"cpu": "int4", "cuda": "fp32"})
     assert "int4" in refused(bundle_copy)
