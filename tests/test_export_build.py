@@ -90,3 +90,20 @@ def test_int8_gate_is_recorded_and_consistent(tiny_bundle_dir):
     assert set(gate["speedup_vs_fp32"]) == {"batch_1", "batch_32"}
     expected = "int8" if gate["accurate_enough"] and gate["faster"] else "fp32"
     assert meta["default_variant"]["cpu"] == expected
+
+
+def test_build_refuses_bad_arguments_with_one_line(tiny_run_dir, tmp_path, capsys):
+    from export.cli import main
+
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("not a bundle")
+    cases = [
+        (["build", str(tmp_path / "no-run"), "--out", str(tmp_path / "b")], "no checkpoint"),
+        (["build", str(tiny_run_dir), "--out", str(tmp_path / "busy")], "not a bundle"),
+        (["build", str(tiny_run_dir), "--out", str(tmp_path / "b"), "--parity-limit", "10"], "at least 200"),
+    ]
+    for argv, expected in cases:
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and expected in err
+    assert (tmp_path / "busy" / "notes.txt").read_text() == "not a bundle"  # nothing was overwritten
