@@ -376,32 +376,39 @@ class Engine:
         options: DecodingOptions | SequenceABC[DecodingOptions] = DecodingOptions(),
         batch_size: int = 32,
         refill: bool = False,
+        sort: bool = True,
     ) -> list[GenerationResult]:
         """Generate for every input (texts, or lists of source ids) in input order.
 
         refill=False: rows start together in chunks of `batch_size` (what bench measures).
         refill=True: continuous batching: a new row joins as soon as one finishes,
         so rows of one step have different past and source lengths.
+        sort=True: rows are taken shortest source first (less padding); results keep input order.
         """
         items = [(self.encode_text(x) if isinstance(x, str) else list(x)) for x in inputs]
         opts = [options] * len(items) if isinstance(options, DecodingOptions) else list(options)
         if len(opts) != len(items):
             raise InputError(f"{len(items)} inputs but {len(opts)} options")
-        order: list[Sequence] = []
-        pending = list(zip(items, opts))
+        # Shorter sources together: less padding in the encoder and in cross-attention. Outputs
+        # do not depend on the company a row keeps, so the order is free.
+        order = sorted(range(len(items)), key=lambda i: len(items[i])) if sort else list(range(len(items)))
+        seqs: list[Sequence | None] = [None] * len(items)
         batch = self.new_batch()
-        cursor = 0
-        while cursor < len(pending) or len(batch):
-            if cursor < len(pending) and (refill or not len(batch)):
-                take = pending[cursor : cursor + batch_size - len(batch)]
+        cursor, finished = 0, []
+        while cursor < len(order) or len(batch):
+            joining: list[Sequence] = []
+            running = len(batch) - len(finished)
+            if cursor < len(order) and (refill or not running):
+                take = order[cursor : cursor + batch_size - running]
                 cursor += len(take)
-                seqs = self.start(take)
-                order += seqs
-                batch.add(seqs)
-            results = self.step(batch)
-            done = [r.sequence for r in results if r.finish_reason]
-            if done:
-                batch.remove(done)
+                joining = self.start([(items[i], opts[i]) for i in take])
+                for i, q in zip(take, joining):
+                    seqs[i] = q
+            batch.update(remove=finished, add=joining)  # one cache rebuild per boundary
+            finished = [r.sequence for r in self.step(batch) if r.finish_reason]
+            if len(finished) == len(batch):
+                batch.update(remove=finished)
+                finished = []
         return [
             GenerationResult(
                 token_ids=s.token_ids,
@@ -411,7 +418,7 @@ class Engine:
                 logprobs=s.logprobs,
                 generated_tokens=len(s.token_ids) + (s.finish_reason == "eos_token"),
             )
-            for s in order
+            for s in seqs
         ]
 
 
@@ -473,57 +480,57 @@ class ActiveBatch:
 
     def add(self, seqs: list[Sequence]) -> None:
         """Join new sequences (fresh from engine.start) at a step boundary."""
-        if not seqs:
-            return
-        e = self.engine
-        old_b, new_b = len(self.seqs), len(self.seqs) + len(seqs)
-        p = self.mask.shape[1]
-        s = max(self.bias.shape[3], max(q.source_len for q in seqs))
-        past = []
-        for old in self._past_numpy():
-            a = np.zeros((new_b, e.n_heads, p, e.head_dim), e.kv_dtype)  # new rows: left padding only
-            a[:old_b] = old
-            past.append(a)
-        cross = []
-        for j, old in enumerate(self.cross_np):
-            a = np.zeros((new_b, e.n_heads, s, e.head_dim), e.kv_dtype)
-            a[:old_b, :, : old.shape[2]] = old
-            for k, q in enumerate(seqs):
-                a[old_b + k, :, : q.source_len] = q.cross[j]
-            cross.append(a)
-        bias = np.full((new_b, 1, 1, s), NEG_INF, e.bias_dtype)
-        bias[:old_b, :, :, : self.bias.shape[3]] = self.bias
-        for k, q in enumerate(seqs):
-            bias[old_b + k, 0, 0, : q.source_len] = q.bias
-        self.bias = bias
-        self.mask = np.concatenate([self.mask, np.zeros((len(seqs), p), np.int64)])
-        self.input_ids = np.concatenate([self.input_ids, np.full((len(seqs), 1), e.bos_id, np.int64)])
-        self.positions = np.concatenate([self.positions, np.zeros((len(seqs), 1), np.int64)])
-        self.source_lens = np.concatenate([self.source_lens, [q.source_len for q in seqs]]).astype(np.int64)
-        self.seqs = self.seqs + list(seqs)
-        self._set(past, cross)
+        self.update(add=seqs)
 
     def remove(self, seqs: list[Sequence]) -> None:
         """Drop rows (finished or cancelled) at once; trims cache slots no remaining row uses."""
-        gone = {id(q) for q in seqs}
+        self.update(remove=seqs)
+
+    def update(self, remove: list[Sequence] = (), add: list[Sequence] = ()) -> None:
+        """Rows leave and join in ONE rebuild of the cache: every membership change copies the
+        whole cache, so a caller that has both at a step boundary should pass both at once.
+
+        Kept rows keep their order (first), new rows follow. Leading self-attention slots that
+        no kept row uses are trimmed; the cross-attention width becomes the longest source."""
+        e = self.engine
+        gone = {id(q) for q in remove}
         keep = [i for i, q in enumerate(self.seqs) if id(q) not in gone]
-        if len(keep) == len(self.seqs):
+        add = list(add)
+        if len(keep) == len(self.seqs) and not add:
             return
-        if not keep:
+        if not keep and not add:
             self.seqs = []
             self._reset()
             return
-        idx = np.asarray(keep)
-        mask = self.mask[idx]
+        idx = np.asarray(keep, dtype=np.int64)
+        k, n = len(keep), len(keep) + len(add)
+        mask = self.mask[idx]  # [k, P]
         used = np.flatnonzero(mask.any(axis=0))
         first = int(used[0]) if used.size else mask.shape[1]  # leading slots no kept row uses
-        s = int(self.source_lens[idx].max())
-        past = [a[idx, :, first:] for a in self._past_numpy()]
-        cross = [a[idx, :, :s] for a in self.cross_np]
-        self.mask = np.ascontiguousarray(mask[:, first:])
-        self.bias = np.ascontiguousarray(self.bias[idx, :, :, :s])
-        self.input_ids = np.ascontiguousarray(self.input_ids[idx])
-        self.positions = np.ascontiguousarray(self.positions[idx])
-        self.source_lens = self.source_lens[idx]
-        self.seqs = [self.seqs[i] for i in keep]
+        p = mask.shape[1] - first
+        s = max([int(x) for x in self.source_lens[idx]] + [q.source_len for q in add])
+        m = min(s, self.bias.shape[3])  # source slots carried over from the kept rows
+        h, dh = e.n_heads, e.head_dim
+        past = []
+        for a in self._past_numpy():
+            out = np.zeros((n, h, p, dh), e.kv_dtype)  # new rows: left padding only (finite, masked)
+            out[:k] = a[idx, :, first:]
+            past.append(out)
+        cross = []
+        for j, a in enumerate(self.cross_np):
+            out = np.zeros((n, h, s, dh), e.kv_dtype)
+            out[:k, :, :m] = a[idx, :, :m]
+            for r, q in enumerate(add):
+                out[k + r, :, : q.source_len] = q.cross[j]
+            cross.append(out)
+        bias = np.full((n, 1, 1, s), NEG_INF, e.bias_dtype)
+        bias[:k, :, :, :m] = self.bias[idx, :, :, :m]
+        for r, q in enumerate(add):
+            bias[k + r, 0, 0, : q.source_len] = q.bias
+        self.bias = bias
+        self.mask = np.concatenate([mask[:, first:], np.zeros((len(add), p), np.int64)])
+        self.input_ids = np.concatenate([self.input_ids[idx], np.full((len(add), 1), e.bos_id, np.int64)])
+        self.positions = np.concatenate([self.positions[idx], np.zeros((len(add), 1), np.int64)])
+        self.source_lens = np.concatenate([self.source_lens[idx], [q.source_len for q in add]]).astype(np.int64)
+        self.seqs = [self.seqs[i] for i in keep] + add
         self._set(past, cross)

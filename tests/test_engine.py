@@ -62,6 +62,25 @@ def test_rows_joining_and_leaving_at_different_steps_change_nothing(engine):
     assert {w: s.token_ids for w, s in seqs.items()} == alone
 
 
+def test_leaving_and_joining_in_one_update_changes_nothing(engine):
+    """update(remove=..., add=...) rebuilds the cache once; outputs equal decoding alone."""
+    alone = {w: engine.generate([w], greedy())[0].token_ids for w in WORDS}
+    batch, pending, seqs, finished = engine.new_batch(), list(WORDS), {}, []
+    for _ in range(500):
+        joining = []
+        if pending and (finished or not len(batch)):  # a new row takes each finished row's place
+            for w in pending[: max(1, len(finished))]:
+                (q,) = engine.start([(engine.encode_text(w), greedy())])
+                seqs[w] = q
+                joining.append(q)
+            pending = pending[len(joining) :]
+        batch.update(remove=finished, add=joining)
+        if not len(batch):
+            break
+        finished = [r.sequence for r in engine.step(batch) if r.finish_reason]
+    assert {w: q.token_ids for w, q in seqs.items()} == alone
+
+
 def test_cache_stays_in_onnxruntime_values_between_steps(engine):
     batch = engine.new_batch()
     batch.add(engine.start([(engine.encode_text("hello"), greedy()), (engine.encode_text("characteristically"), greedy())]))
