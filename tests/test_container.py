@@ -200,6 +200,7 @@ def base_image(docker):
 @pytest.fixture(scope="module")
 def image(docker, base_image):
     """The project's Dockerfile, CPU flavour, built on the stand-in base exactly as users build it."""
+    assert (REPO / "models" / "g2p-en" / "bundle.json").is_file(), "models/g2p-en, the bundle the image bakes in, is missing"
     build_args = ["--build-arg", f"BASE_IMAGE={base_image}", "--build-arg", "FLAVOUR=cpu"]
     docker.logged("build", "build", "--network", "host", *build_args, "-t", IMAGE, str(REPO), timeout=1200)
     size = docker.inspect(IMAGE)["Size"]
