@@ -300,8 +300,8 @@ class Engine:
 
     def step(self, batch: ActiveBatch) -> list[StepResult]:
         """ONE decoder call for every row; results for the rows not yet finished, in batch order."""
-        rows = batch.seqs
-        if not rows:
+        rows = batch.rows
+        if not len(batch):
             return []
         b = len(rows)
         binding = batch.binding
@@ -329,8 +329,8 @@ class Engine:
         results = []
         eos = self.eos_id
         for i, seq in enumerate(rows):
-            if seq.finish_reason is not None:
-                continue  # finished but not removed yet: it stepped for nothing, nothing to report
+            if seq is None or seq.finish_reason is not None:
+                continue  # a free slot, or finished but not removed yet: it stepped for nothing
             opts = seq.options
             forced = len(seq.token_ids) < opts.min_new_tokens
             if seq.params is not None:
@@ -366,7 +366,7 @@ class Engine:
             seq.finish_reason = reason
             results.append(StepResult(seq, tok, delta, lp, reason, False))
             batch.input_ids[i, 0] = tok
-        batch.positions += 1  # in place: the bound OrtValue sees it
+        batch.positions += batch.live  # in place: the bound OrtValue sees it; free slots stay put
         return results
 
     # ---- convenience ------------------------------------------------------------------
@@ -423,32 +423,51 @@ class Engine:
 
 
 class ActiveBatch:
-    """The rows decoding together and their cache (layout: see the module docstring)."""
+    """The rows decoding together and their cache (layout: see the module docstring).
+
+    Array row i holds `rows[i]`, or None for a free slot: a row that left stays in the arrays
+    (it computes for nothing, masked, its position frozen) until a joining row takes its slot
+    in place or the batch is compacted. Filling a slot writes only that row (CPU: the numpy
+    buffers share memory with the bound OrtValues), where a rebuild copies the whole cache;
+    a busy server replaces rows at nearly every step, so this is what keeps joins cheap.
+    """
+
+    # Compact (rebuild) when more than this share of the computed rows is free, or when this
+    # share of the self-attention slots (at least MIN_DEAD_SLOTS) lies left of every live row.
+    MAX_FREE_SHARE = 0.25
+    MAX_DEAD_SLOT_SHARE = 0.5
+    MIN_DEAD_SLOTS = 8
 
     def __init__(self, engine: Engine):
         self.engine = engine
         self.binding = engine.decoder.io_binding()
-        self.seqs: list[Sequence] = []
         self._reset()
 
     def _reset(self) -> None:
         e = self.engine
+        self.rows: list[Sequence | None] = []
         self.past: list[ort.OrtValue] = []  # 2L x [B, H, P, Dh]
         self.cross_np: list[np.ndarray] = [np.zeros((0, e.n_heads, 0, e.head_dim), e.kv_dtype)] * (2 * e.n_layers)
         self.bias = np.zeros((0, 1, 1, 0), e.bias_dtype)  # [B, 1, 1, S]
         self.mask = np.zeros((0, 0), np.int64)  # [B, P]
         self.input_ids = np.zeros((0, 1), np.int64)  # [B, 1] the token each row feeds next
         self.positions = np.zeros((0, 1), np.int64)  # [B, 1] that token's position
+        self.live = np.zeros((0, 1), np.int64)  # [B, 1] 1 for a row in use, 0 for a free slot
         self.source_lens = np.zeros((0,), np.int64)
         self.dirty = True
 
+    @property
+    def seqs(self) -> list[Sequence]:
+        """The sequences in the batch, in row order (free slots left out)."""
+        return [q for q in self.rows if q is not None]
+
     def __len__(self) -> int:
-        return len(self.seqs)
+        return int(self.live.sum())
 
     def _past_numpy(self) -> list[np.ndarray]:
         e = self.engine
         if not self.past:
-            return [np.zeros((len(self.seqs), e.n_heads, 0, e.head_dim), e.kv_dtype)] * (2 * e.n_layers)
+            return [np.zeros((len(self.rows), e.n_heads, 0, e.head_dim), e.kv_dtype)] * (2 * e.n_layers)
         return [v.numpy() for v in self.past]
 
     def _set(self, past: list[np.ndarray], cross: list[np.ndarray]) -> None:
@@ -459,7 +478,7 @@ class ActiveBatch:
         self.dirty = True
 
     def bind_static(self) -> None:
-        """Bind what changes only with membership: cross K/V, bias, and the id/position buffers."""
+        """Bind what changes only with a rebuild: cross K/V, bias, and the id/position buffers."""
         e, binding = self.engine, self.binding
         self.cross_values = [e._ortvalue(c) for c in self.cross_np]
         for name, value in zip(e.cross_names, self.cross_values):
@@ -483,23 +502,72 @@ class ActiveBatch:
         self.update(add=seqs)
 
     def remove(self, seqs: list[Sequence]) -> None:
-        """Drop rows (finished or cancelled) at once; trims cache slots no remaining row uses."""
+        """Drop rows (finished or cancelled) at once."""
         self.update(remove=seqs)
 
     def update(self, remove: list[Sequence] = (), add: list[Sequence] = ()) -> None:
-        """Rows leave and join in ONE rebuild of the cache: every membership change copies the
-        whole cache, so a caller that has both at a step boundary should pass both at once.
-
-        Kept rows keep their order (first), new rows follow. Leading self-attention slots that
-        no kept row uses are trimmed; the cross-attention width becomes the longest source."""
-        e = self.engine
+        """Rows leave and join at a step boundary. Joining rows take free slots in place when they
+        fit (CPU); otherwise, or when too much of the batch is dead weight, the cache is rebuilt
+        once for both changes."""
         gone = {id(q) for q in remove}
-        keep = [i for i, q in enumerate(self.seqs) if id(q) not in gone]
         add = list(add)
-        if len(keep) == len(self.seqs) and not add:
+        if gone:
+            for i, q in enumerate(self.rows):
+                if q is not None and id(q) in gone:
+                    self.rows[i] = None
+                    self.live[i, 0] = 0
+                    self.mask[i, :] = 0
+                    self.positions[i, 0] = 0  # frozen while free (step adds `live`): stays in the position table
+        if not gone and not add:
             return
+        active = [i for i, q in enumerate(self.rows) if q is not None]
+        if not active and not add:
+            self._reset()
+            return
+        free = [i for i, q in enumerate(self.rows) if q is None]
+        fits = (
+            self.engine.device == "cpu"
+            and self.past
+            and len(add) <= len(free)
+            and all(q.source_len <= self.bias.shape[3] for q in add)
+        )
+        if fits:
+            for slot, q in zip(free, add):
+                self._fill(slot, q)
+            if not self._wasteful():
+                return
+            add = []
+        self._rebuild([i for i, q in enumerate(self.rows) if q is not None], add)
+
+    def _fill(self, i: int, q: Sequence) -> None:
+        """Put a new sequence in free row i, in place. Its past slots keep the old row's (finite)
+        values under a zero mask, so they need no clearing; its cross K/V and bias are written."""
+        for j, c in enumerate(self.cross_np):
+            c[i, :, : q.source_len] = q.cross[j]
+        self.bias[i, 0, 0, :] = NEG_INF
+        self.bias[i, 0, 0, : q.source_len] = q.bias
+        self.mask[i, :] = 0
+        self.input_ids[i, 0] = self.engine.bos_id
+        self.positions[i, 0] = 0
+        self.live[i, 0] = 1
+        self.source_lens[i] = q.source_len
+        self.rows[i] = q
+
+    def _wasteful(self) -> bool:
+        n_rows = len(self.rows)
+        n_free = n_rows - len(self)
+        if n_free > self.MAX_FREE_SHARE * n_rows:
+            return True
+        p = self.mask.shape[1]
+        used = np.flatnonzero(self.mask[self.live[:, 0] == 1].any(axis=0))
+        dead = int(used[0]) if used.size else p  # slots left of every live row
+        return dead >= max(self.MIN_DEAD_SLOTS, self.MAX_DEAD_SLOT_SHARE * p)
+
+    def _rebuild(self, keep: list[int], add: list[Sequence]) -> None:
+        """Copy the kept rows (in order) and the new ones into fresh arrays: free slots dropped,
+        leading self-attention slots no kept row uses trimmed, cross width = the longest source."""
+        e = self.engine
         if not keep and not add:
-            self.seqs = []
             self._reset()
             return
         idx = np.asarray(keep, dtype=np.int64)
@@ -531,6 +599,7 @@ class ActiveBatch:
         self.mask = np.concatenate([mask[:, first:], np.zeros((len(add), p), np.int64)])
         self.input_ids = np.concatenate([self.input_ids[idx], np.full((len(add), 1), e.bos_id, np.int64)])
         self.positions = np.concatenate([self.positions[idx], np.zeros((len(add), 1), np.int64)])
+        self.live = np.ones((n, 1), np.int64)
         self.source_lens = np.concatenate([self.source_lens[idx], [q.source_len for q in add]]).astype(np.int64)
-        self.seqs = [self.seqs[i] for i in keep] + add
+        self.rows = [self.rows[i] for i in keep] + add
         self._set(past, cross)

@@ -81,6 +81,49 @@ def test_leaving_and_joining_in_one_update_changes_nothing(engine):
     assert {w: q.token_ids for w, q in seqs.items()} == alone
 
 
+def test_a_joining_row_takes_a_free_slot_in_place(engine):
+    """Leaving frees a slot without copying the cache; the next row to join fills it in place."""
+    words = WORDS[:6]
+    alone = {w: engine.generate([w], greedy())[0].token_ids for w in [*words, "zebra"]}
+    batch = engine.new_batch()
+    seqs = dict(zip(words, engine.start([(engine.encode_text(w), greedy()) for w in words])))
+    batch.add(list(seqs.values()))
+    engine.step(batch)
+    engine.step(batch)
+    past_before = batch.past[0]
+    batch.remove([seqs["hello"]])  # 1 of 6 free: kept as a slot, no rebuild
+    assert len(batch) == 5 and len(batch.rows) == 6 and batch.past[0] is past_before
+    (late,) = engine.start([(engine.encode_text("zebra"), greedy())])
+    batch.add([late])  # fills hello's slot in place
+    assert len(batch) == 6 and batch.rows.index(late) == words.index("hello") and batch.past[0] is past_before
+    seqs.pop("hello")
+    seqs["zebra"] = late
+    while len(batch):
+        batch.remove([r.sequence for r in engine.step(batch) if r.finish_reason])
+    for w, q in seqs.items():
+        assert q.token_ids == alone[w], w
+
+
+def test_free_slot_is_frozen_and_masked(engine):
+    """A free slot steps along for nothing: its position stays put (inside the position table)
+    and its mask keeps it out of every row's attention."""
+    n = engine.max_target_len
+    forced = DecodingOptions(max_new_tokens=n, min_new_tokens=n)
+    batch = engine.new_batch()
+    seqs = engine.start([(engine.encode_text(w), forced) for w in WORDS[:5]])
+    batch.add(seqs)
+    engine.step(batch)
+    batch.remove(seqs[:1])  # 1 of 5 free: stays a slot
+    slot = batch.rows.index(None)
+    for _ in range(10):
+        engine.step(batch)
+    assert batch.positions[slot, 0] == 0 and batch.live[slot, 0] == 0
+    assert batch.positions[[i for i in range(5) if i != slot], 0].tolist() == [11] * 4
+    while len(batch):
+        batch.remove([r.sequence for r in engine.step(batch) if r.finish_reason])
+    assert all(len(q.token_ids) == n for q in seqs[1:])
+
+
 def test_cache_stays_in_onnxruntime_values_between_steps(engine):
     batch = engine.new_batch()
     batch.add(engine.start([(engine.encode_text("hello"), greedy()), (engine.encode_text("characteristically"), greedy())]))
