@@ -23,8 +23,9 @@ batching does not change what a row computes.
 
 Between steps the cache stays in ONNX Runtime values (OrtValues bound through
 IOBinding): each step's `present` outputs are bound as the next step's `past`
-inputs without a numpy round trip (and stay on the GPU under CUDA). Only a change
-of batch membership (add/remove) reshapes the cache through numpy.
+inputs without a numpy round trip (and stay on the GPU under CUDA). A leaving row
+leaves a free slot that the next joining row fills in place; only a compaction (too
+many free slots, a longer source, or CUDA) rebuilds the cache through numpy.
 """
 
 from __future__ import annotations
