@@ -72,8 +72,12 @@ def build(
     parity_limit: int = 256,
     threads: int | None = None,
     log=print,
+    dataset: str | None = None,
 ) -> dict:
-    """Build and verify a bundle; returns its bundle.json. Raises BuildError on any failed check."""
+    """Build and verify a bundle; returns its bundle.json. Raises BuildError on any failed check.
+
+    `dataset` overrides the run's dataset for the parity corpus and the dev evaluation (a TSV
+    that has moved since training, say)."""
     from export.verify import default_corpus, fp16_check, make_parity_corpus, run_parity
 
     run_dir, out_dir = Path(run_dir), Path(out_dir)
@@ -88,6 +92,14 @@ def build(
     model = load_model(run_dir)
     src_tok, tgt_tok = load_run_tokenizers(run_dir)
     train_cfg = run_task(run_dir)
+    if dataset:
+        train_cfg["dataset"] = dataset
+    sources = default_corpus(train_cfg, parity_limit)
+    if len(sources) < min(parity_limit, 200):
+        raise BuildError(
+            f"dataset {train_cfg.get('dataset')!r} gives {len(sources)} inputs for the parity corpus (need 200): "
+            "is it installed/readable here? pass --dataset"
+        )
     cfg = model.cfg
     work = out_dir.with_name(out_dir.name + ".partial")
     if work.exists():
@@ -103,7 +115,6 @@ def build(
     src_tok.save(str(work / TOKENIZERS["source"]))
     tgt_tok.save(str(work / TOKENIZERS["target"]))
 
-    sources = default_corpus(train_cfg, parity_limit)
     log(f"[export] PyTorch reference outputs for the parity corpus ({len(sources)} inputs)")
     corpus = make_parity_corpus(model, src_tok, sources)
     (work / PARITY_CORPUS).write_text(json.dumps(corpus) + "\n")

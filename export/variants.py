@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import logging
 import tempfile
 from pathlib import Path
 
@@ -25,11 +26,17 @@ FP16_KEEP_FP32_OPS = ["LayerNormalization", "Softmax"]
 def quantize_int8(src: Path, dst: Path) -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    with tempfile.TemporaryDirectory() as tmp:
-        # The quantizer runs shape inference and may write IR 14; lower it afterwards.
-        out = Path(tmp) / dst.name
-        quantize_dynamic(src, out, op_types_to_quantize=["MatMul"], weight_type=QuantType.QInt8)
-        m = onnx.load(str(out))
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)  # the quantizer's advice to pre-process is for static quantization
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            # The quantizer runs shape inference and may write IR 14; lower it afterwards.
+            out = Path(tmp) / dst.name
+            quantize_dynamic(src, out, op_types_to_quantize=["MatMul"], weight_type=QuantType.QInt8)
+            m = onnx.load(str(out))
+    finally:
+        root.setLevel(level)
     m.ir_version = min(m.ir_version, MAX_IR_VERSION)
     onnx.checker.check_model(m)
     onnx.save(m, str(dst))

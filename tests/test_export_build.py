@@ -101,6 +101,7 @@ def test_build_refuses_bad_arguments_with_one_line(tiny_run_dir, tmp_path, capsy
         (["build", str(tmp_path / "no-run"), "--out", str(tmp_path / "b")], "no checkpoint"),
         (["build", str(tiny_run_dir), "--out", str(tmp_path / "busy")], "not a bundle"),
         (["build", str(tiny_run_dir), "--out", str(tmp_path / "b"), "--parity-limit", "10"], "at least 200"),
+        (["build", str(tiny_run_dir), "--out", str(tmp_path / "b"), "--dataset", str(tmp_path / "gone.tsv")], "--dataset"),
     ]
     for argv, expected in cases:
         assert main(argv) == 2
