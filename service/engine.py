@@ -301,9 +301,11 @@ class Engine:
 
     def step(self, batch: ActiveBatch) -> list[StepResult]:
         """ONE decoder call for every row; results for the rows not yet finished, in batch order."""
-        rows = batch.rows
         if not len(batch):
             return []
+        if batch.compaction_due:
+            batch.compact_if_wasteful()
+        rows = batch.rows
         b = len(rows)
         binding = batch.binding
         # The mask gains this step's slot; it is the only input whose shape changes every step.
@@ -456,6 +458,7 @@ class ActiveBatch:
         self.live = np.zeros((0, 1), np.int64)  # [B, 1] 1 for a row in use, 0 for a free slot
         self.source_lens = np.zeros((0,), np.int64)
         self.dirty = True
+        self.compaction_due = False
 
     @property
     def seqs(self) -> list[Sequence]:
@@ -508,8 +511,9 @@ class ActiveBatch:
 
     def update(self, remove: list[Sequence] = (), add: list[Sequence] = ()) -> None:
         """Rows leave and join at a step boundary. Joining rows take free slots in place when they
-        fit (CPU); otherwise, or when too much of the batch is dead weight, the cache is rebuilt
-        once for both changes."""
+        fit (CPU); otherwise the cache is rebuilt once for both changes. Whether free slots are
+        worth a compaction is decided at the next step, so rows that join in between (a server
+        removes finished rows after a step and adds waiting ones before the next) fill them first."""
         gone = {id(q) for q in remove}
         add = list(add)
         if gone:
@@ -525,20 +529,27 @@ class ActiveBatch:
         if not active and not add:
             self._reset()
             return
-        free = [i for i, q in enumerate(self.rows) if q is None]
-        fits = (
-            self.engine.device == "cpu"
-            and self.past
-            and len(add) <= len(free)
-            and all(q.source_len <= self.bias.shape[3] for q in add)
-        )
-        if fits:
+        if add:
+            free = [i for i, q in enumerate(self.rows) if q is None]
+            fits = (
+                self.engine.device == "cpu"
+                and bool(self.past)
+                and len(add) <= len(free)
+                and all(q.source_len <= self.bias.shape[3] for q in add)
+            )
+            if not fits:
+                self._rebuild(active, add)
+                return
             for slot, q in zip(free, add):
                 self._fill(slot, q)
-            if not self._wasteful():
-                return
-            add = []
-        self._rebuild([i for i, q in enumerate(self.rows) if q is not None], add)
+        self.compaction_due = True
+
+    def compact_if_wasteful(self) -> None:
+        """Called by engine.step before it runs: rebuild when free slots or dead leading
+        self-attention slots cost more than a copy would (see the class constants)."""
+        self.compaction_due = False
+        if self._wasteful() or (self.engine.device != "cpu" and len(self) < len(self.rows)):
+            self._rebuild([i for i, q in enumerate(self.rows) if q is not None], [])
 
     def _fill(self, i: int, q: Sequence) -> None:
         """Put a new sequence in free row i, in place. Its past slots keep the old row's (finite)

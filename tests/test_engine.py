@@ -135,8 +135,10 @@ def test_cache_stays_in_onnxruntime_values_between_steps(engine):
     assert batch.mask.shape == (3, 3) and batch.mask[2].sum() == 0
     engine.step(batch)
     assert batch.past[0].shape()[2] == 4
-    batch.remove(batch.seqs[:2])  # the new row's real past is 1: unused leading slots go
-    assert batch.past[0].shape()[2] == 1 and batch.mask.tolist() == [[1]]
+    batch.remove(batch.seqs[:2])  # 2 of 3 rows free: compacted at the next step
+    assert len(batch) == 1 and len(batch.rows) == 3
+    engine.step(batch)  # the new row's real past was 1: unused leading slots went before the step
+    assert len(batch.rows) == 1 and batch.past[0].shape()[2] == 2 and batch.mask.tolist() == [[1, 1]]
 
 
 def test_streamed_deltas_concatenate_to_the_text(engine):
