@@ -217,26 +217,30 @@ def int8_gate(bundle_dir: Path, train_cfg: dict, eval_limit: int, threads: int |
         dev[v].pop("by_length", None)
         log(f"[export] dev {v}: " + ", ".join(f"{k}={x:.2f}" for k, x in dev[v].items() if isinstance(x, float)))
     speed = bench_engine_speed(engines, dataset, train_cfg.get("strip_stress", False))
-    metric, higher_better = ("wer", False) if bundle.meta["task"] == "g2p" else ("exact_match", True)
-    loss = (dev["fp32"][metric] - dev["int8"][metric]) if higher_better else (dev["int8"][metric] - dev["fp32"][metric])
-    speedups = {b: speed["int8"][b] / speed["fp32"][b] for b in speed["fp32"]}
-    accurate = loss <= INT8_MAX_WER_LOSS
-    faster = all(s >= INT8_MIN_SPEEDUP for s in speedups.values())
-    decision = {
-        "metric": metric,
-        "loss_points": round(loss, 3),
-        "max_loss_points": INT8_MAX_WER_LOSS,
-        "speedup_vs_fp32": {k: round(v, 3) for k, v in speedups.items()},
-        "min_speedup": INT8_MIN_SPEEDUP,
-        "accurate_enough": accurate,
-        "faster": faster,
-        "threads": engines["fp32"].threads,
-    }
+    decision = int8_decision(bundle.meta["task"], dev["fp32"], dev["int8"], speed)
+    decision["threads"] = engines["fp32"].threads
     log(f"[export] int8 gate: {decision}")
     return {
         "fp32_dev": dev["fp32"],
         "int8_dev": dev["int8"],
         "speed": speed,
         "decision": decision,
-        "int8_is_cpu_default": accurate and faster,
+        "int8_is_cpu_default": decision["accurate_enough"] and decision["faster"],
+    }
+
+
+def int8_decision(task: str, fp32_dev: dict, int8_dev: dict, speed: dict[str, dict[str, float]]) -> dict:
+    """The gate itself: int8 may lose at most INT8_MAX_WER_LOSS points of the task's metric (WER for
+    G2P, exact match otherwise) and must be INT8_MIN_SPEEDUP times faster at EVERY measured batch size."""
+    metric, higher_better = ("wer", False) if task == "g2p" else ("exact_match", True)
+    loss = (fp32_dev[metric] - int8_dev[metric]) if higher_better else (int8_dev[metric] - fp32_dev[metric])
+    speedups = {b: speed["int8"][b] / speed["fp32"][b] for b in speed["fp32"]}
+    return {
+        "metric": metric,
+        "loss_points": round(loss, 3),
+        "max_loss_points": INT8_MAX_WER_LOSS,
+        "speedup_vs_fp32": {k: round(v, 3) for k, v in speedups.items()},
+        "min_speedup": INT8_MIN_SPEEDUP,
+        "accurate_enough": loss <= INT8_MAX_WER_LOSS,
+        "faster": all(x >= INT8_MIN_SPEEDUP for x in speedups.values()),
     }

@@ -108,3 +108,17 @@ def test_build_refuses_bad_arguments_with_one_line(tiny_run_dir, tmp_path, capsy
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and expected in err
     assert (tmp_path / "busy" / "notes.txt").read_text() == "not a bundle"  # nothing was overwritten
+
+
+def test_int8_gate_needs_both_accuracy_and_speed_everywhere():
+    from export.bundle import int8_decision
+
+    fast = {"fp32": {"batch_1": 100.0, "batch_32": 1000.0}, "int8": {"batch_1": 150.0, "batch_32": 1300.0}}
+    slow_at_1 = {"fp32": {"batch_1": 100.0, "batch_32": 1000.0}, "int8": {"batch_1": 95.0, "batch_32": 1300.0}}
+    ok = int8_decision("g2p", {"wer": 20.0}, {"wer": 20.4}, fast)
+    assert ok["accurate_enough"] and ok["faster"] and ok["speedup_vs_fp32"] == {"batch_1": 1.5, "batch_32": 1.3}
+    assert not int8_decision("g2p", {"wer": 20.0}, {"wer": 20.6}, fast)["accurate_enough"]
+    assert not int8_decision("g2p", {"wer": 20.0}, {"wer": 20.0}, slow_at_1)["faster"]
+    # non-G2P tasks gate on exact match, where higher is better
+    assert int8_decision("seq2seq", {"exact_match": 80.0}, {"exact_match": 79.6}, fast)["accurate_enough"]
+    assert not int8_decision("seq2seq", {"exact_match": 80.0}, {"exact_match": 79.0}, fast)["accurate_enough"]
