@@ -115,6 +115,7 @@ def run_bench(
     work_dir: Path,
     max_seconds_per_cell: float = 20.0,
     log=print,
+    spin: bool = False,
 ) -> dict:
     import onnxruntime
     import torch
@@ -126,7 +127,9 @@ def run_bench(
     torch.set_num_threads(threads)
     bundle = load_bundle(bundle_dir)
     engines = {
-        b: Engine(bundle, variant=b.split("-")[1], provider="cpu", threads=threads) for b in backends if b.startswith("ort-")
+        b: Engine(bundle, variant=b.split("-")[1], provider="cpu", threads=threads, spin=spin)
+        for b in backends
+        if b.startswith("ort-")
     }
     ct2 = {}
     if any(b.startswith("ct2-") for b in backends):
@@ -245,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1, help="threads for PyTorch and ONNX Runtime alike (default 1)")
     p.add_argument("--repeats", type=int, default=5, help="runs per cell (best reported; a slow cell stops early)")
     p.add_argument("--out", type=Path, default=Path("bench.json"), help="raw JSON report")
+    p.add_argument("--spin", action="store_true", help="let ONNX Runtime's worker threads spin (the engine's default is off)")
     args = p.parse_args(argv)
     try:
         lengths = [int(x) for x in args.lengths.split(",")]
@@ -273,11 +277,14 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
         else:
             model, bundle_dir = synthetic_run(Path(tmp) / "bundle", max_target_len=max(max(lengths), 8))
-        report = run_bench(model, bundle_dir, lengths, batches, backends, args.threads, args.repeats, Path(tmp), log=_log)
+        report = run_bench(
+            model, bundle_dir, lengths, batches, backends, args.threads, args.repeats, Path(tmp), log=_log, spin=args.spin
+        )
     info["load_average_at_end"] = list(os.getloadavg())
     report = {
         "command": "attnserve-bench " + " ".join(argv if argv is not None else sys.argv[1:]),
         "model_kind": "trained run" if args.run else "synthetic: default architecture, random weights, forced lengths",
+        "onnxruntime_spinning": args.spin,
         "machine": info,
         **report,
         "seconds_total": round(time.perf_counter() - t0, 1),

@@ -185,7 +185,14 @@ def _np_dtype(ort_type: str) -> type:
 
 
 class Engine:
-    def __init__(self, bundle: LoadedBundle, variant: str = "auto", provider: str = "auto", threads: int | None = None):
+    def __init__(
+        self,
+        bundle: LoadedBundle,
+        variant: str = "auto",
+        provider: str = "auto",
+        threads: int | None = None,
+        spin: bool = False,
+    ):
         if provider not in ("auto", "cpu", "cuda"):
             raise EngineError(f"provider must be auto, cpu or cuda, not {provider!r}")
         use_cuda = provider == "cuda" or (provider == "auto" and gpu_present())
@@ -203,6 +210,12 @@ class Engine:
         so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         so.log_severity_level = 3  # errors only: keep CUDA fallback noise out of a CPU user's face
+        # ONNX Runtime's worker threads spin between operators by default. On a shared or
+        # CPU-quota'd machine that burns the cores the other threads need: with 2 threads on a
+        # busy 2-core machine decoding ran 3x slower spinning (docs/BENCHMARKS.md). Off unless asked.
+        so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+        so.add_session_config_entry("session.inter_op.allow_spinning", "1" if spin else "0")
+        self.spin = spin
         providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if use_cuda else ["CPUExecutionProvider"]
         try:
             self.encoder = ort.InferenceSession(str(enc_path), so, providers=providers)
