@@ -134,7 +134,7 @@ def build(
             "int8": {**VARIANT_FILES["int8"], "quantization": "onnxruntime dynamic, MatMul weights int8"},
             "fp16": {
                 **VARIANT_FILES["fp16"],
-                "precision": f"float16; {', '.join(FP16_KEEP_FP32_OPS)} in float32; "
+                "precision": f"float16; {', '.join(FP16_KEEP_FP32_OPS)} and the logits projection in float32; "
                 f"{', '.join(FP32_BOUNDARY)} float32 at the graph boundary",
             },
         },
