@@ -7,6 +7,7 @@ import json
 from service_harness import metric, scrape, serving
 from test_loadtest import run_locust
 
+from loadtest import inprocess
 from loadtest.cli import main
 
 
@@ -59,6 +60,17 @@ def test_real_server_yields_every_figure_with_sane_relations(tiny_bundle_dir, tm
     assert streamed == counted
     s = sampled["levels"][0]["summary"]
     assert sampled["config"]["parameters"]["do_sample"] is True and s["ok"] == 6
+
+    # the in-process twin (python -m loadtest.inprocess) sends the same inputs in the same order to the
+    # same engine without HTTP: greedy, so each request streams exactly as many tokens as over HTTP
+    out = tmp_path / "inprocess.json"
+    args = [str(tiny_bundle_dir), "--requests", "12", "--warmup", "1", "--max-new-tokens", "24", "--out", str(out)]
+    assert inprocess.main([*args, "--compare", str(tmp_path / "greedy" / "results.json")]) == 0
+    local = json.loads(out.read_text())
+    http_c1 = result["levels"][0]
+    assert [r["output_tokens"] for r in local["records"]] == [r["output_tokens"] for r in http_c1["records"]]
+    overhead = local["http_overhead_p50_ms"]
+    assert overhead["e2e_ms"] == http_c1["summary"]["e2e_ms"]["p50"] - local["summary"]["e2e_ms"]["p50"]
 
 
 def test_overloaded_real_server_429s_are_counted(tiny_bundle_dir, tmp_path):
