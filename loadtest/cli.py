@@ -12,11 +12,11 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-import httpx
+import aiohttp
 from tqdm import tqdm
 
 from loadtest import report
-from loadtest.client import GenerationParams
+from loadtest.client import GenerationParams, open_session
 from loadtest.inputs import InputError, load_inputs
 from loadtest.runner import Level, Sender, Target, run_level
 from loadtest.stats import ITL_FORMULA, SloError, parse_slo, summarize
@@ -113,23 +113,23 @@ def _progress_factory(enabled: bool, label: str):
     return make
 
 
-async def _server_info(client: httpx.AsyncClient, base: str, headers: dict[str, str]) -> dict | str:
+async def _server_info(client: aiohttp.ClientSession, base: str, headers: dict[str, str]) -> dict | str:
     """GET /info (attnserve and TGI both have it); a string saying why when it fails.
 
     Raises ConnectionError when nothing answers at `base`: no point in a sweep of connection errors.
     """
     try:
-        resp = await client.get(base + "/info", headers=headers, timeout=10.0)
-    except (httpx.ConnectError, httpx.ConnectTimeout) as e:
+        async with client.get(base + "/info", headers=headers, timeout=aiohttp.ClientTimeout(total=10)) as resp:
+            if resp.status != 200:
+                return f"HTTP {resp.status}"
+            try:
+                return await resp.json(content_type=None)
+            except ValueError:
+                return "not JSON"
+    except (aiohttp.ClientConnectorError, TimeoutError) as e:
         raise ConnectionError(f"cannot reach {base}: {type(e).__name__}: {e}") from None
-    except httpx.HTTPError as e:
+    except aiohttp.ClientError as e:
         return f"{type(e).__name__}: {e}"
-    if resp.status_code != 200:
-        return f"HTTP {resp.status_code}"
-    try:
-        return resp.json()
-    except ValueError:
-        return "not JSON"
 
 
 async def run(args, levels: list[Level], inputs: list[str], slo: dict, result: dict) -> None:
@@ -154,11 +154,7 @@ async def run(args, levels: list[Level], inputs: list[str], slo: dict, result: d
         timeout_s=args.timeout,
     )
     result["config"]["parameters"] = params.payload("", 0)["parameters"]
-    # No proxies from the environment: the figures are about this server, not a proxy in between.
-    # No pool limit: closed-loop clients open one connection each; open-loop arrivals never wait for one.
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-    timeout = httpx.Timeout(args.timeout, connect=min(args.timeout, 10.0))
-    async with httpx.AsyncClient(trust_env=False, limits=limits, timeout=timeout) as client:
+    async with open_session(connect_timeout_s=min(args.timeout, 10.0)) as client:
         info = await _server_info(client, base, headers)
         result["server_info"] = info if isinstance(info, dict) else {"unavailable": info}
         sender = Sender(client, target)

@@ -13,7 +13,7 @@ import json
 import time
 from dataclasses import asdict, dataclass
 
-import httpx
+import aiohttp
 
 # Error kinds, in report order.
 ERROR_KINDS = ("http_429", "http_503", "http_4xx", "http_5xx", "timeout", "connection", "stream")
@@ -105,8 +105,26 @@ def _error_message(body: bytes) -> str:
     return text[:200]
 
 
+def open_session(connect_timeout_s: float) -> aiohttp.ClientSession:
+    """One HTTP session for a whole run.
+
+    aiohttp because the client shares the machine with the server: it spent
+    ~0.4 ms of CPU per streamed request here against ~3 ms for httpx, which made
+    the client, not the server, the limit (docs/BENCHMARKS.md). No pool limit:
+    closed-loop clients hold one connection each, open-loop arrivals never wait
+    for one. Proxy variables are ignored (aiohttp's default): the figures are
+    about this server, not a proxy in between. Per-request deadlines come from
+    `stream_request`, so the session sets none but the connect one.
+    """
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0),
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s),
+        read_bufsize=1 << 20,  # a long `details` event must still fit one line
+    )
+
+
 async def stream_request(
-    client: httpx.AsyncClient,
+    client: aiohttp.ClientSession,
     url: str,
     payload: dict,
     headers: dict[str, str],
@@ -127,17 +145,17 @@ async def stream_request(
     tokens = 0
     try:
         async with asyncio.timeout(max(0.0, timeout_s - (sent - due))):
-            async with client.stream("POST", url, json=payload, headers=headers) as resp:
-                rec.status = resp.status_code
-                if resp.status_code != 200:
-                    rec.error_kind = error_kind_for_status(resp.status_code)
-                    rec.error = _error_message(await resp.aread())
+            async with client.post(url, json=payload, headers=headers) as resp:
+                rec.status = resp.status
+                if resp.status != 200:
+                    rec.error_kind = error_kind_for_status(resp.status)
+                    rec.error = _error_message(await resp.read())
                 else:
-                    async for line in resp.aiter_lines():
-                        if not line.startswith("data:"):
+                    async for raw in resp.content:  # one line at a time
+                        if not raw.startswith(b"data:"):
                             continue  # blank separators, comments, `event:` lines
                         now = time.perf_counter()
-                        event = json.loads(line[5:])
+                        event = json.loads(raw[5:])
                         if "error" in event:
                             rec.error_kind, rec.error = "stream", str(event["error"])[:200]
                             break
@@ -149,14 +167,16 @@ async def stream_request(
                             break
                     if rec.error_kind is None and final is None:
                         rec.error_kind, rec.error = "stream", "stream ended before the event carrying generated_text"
-    except TimeoutError:
+    except TimeoutError:  # ours, or aiohttp's connect timeout (a subclass)
         rec.error_kind, rec.error = "timeout", f"no complete answer within {timeout_s:g} s"
-    except httpx.TimeoutException as e:
-        rec.error_kind, rec.error = "timeout", f"{type(e).__name__}: {e}"
-    except httpx.TransportError as e:
+    except aiohttp.ClientPayloadError as e:
+        rec.error_kind, rec.error = "stream", f"stream cut short: {e}"
+    except aiohttp.ClientError as e:  # refused, reset, server disconnected
         rec.error_kind, rec.error = "connection", f"{type(e).__name__}: {e}"
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         rec.error_kind, rec.error = "stream", f"event is not JSON: {e}"
+    except ValueError as e:  # aiohttp: a line longer than the read buffer
+        rec.error_kind, rec.error = "stream", f"unreadable event: {e}"
     rec.done_s = time.perf_counter() - level_start
     rec.output_tokens = tokens
     if rec.error_kind is None and first is not None:

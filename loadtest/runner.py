@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import httpx
+import aiohttp
 import numpy as np
 
 from loadtest.client import GenerationParams, RequestRecord, stream_request
@@ -51,7 +51,7 @@ class Target:
 class Sender:
     """Hands out inputs round-robin and sends them; request indices are unique over the run."""
 
-    def __init__(self, client: httpx.AsyncClient, target: Target):
+    def __init__(self, client: aiohttp.ClientSession, target: Target):
         self.client = client
         self.target = target
         self.next_index = 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-import httpx
+import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 # Histogram -> (report name, scale to the report's unit).
@@ -106,16 +106,17 @@ def server_figures(before: Scrape, after: Scrape) -> dict:
     return out
 
 
-async def scrape(client: httpx.AsyncClient, url: str, headers: dict[str, str]) -> Scrape | str:
+async def scrape(client: aiohttp.ClientSession, url: str, headers: dict[str, str]) -> Scrape | str:
     """The parsed page, or a string saying why there is none (the server may not be attnserve)."""
     try:
-        resp = await client.get(url, headers=headers, timeout=10.0)
-    except httpx.HTTPError as e:
+        async with client.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=10)) as resp:
+            if resp.status != 200:
+                return f"{url}: HTTP {resp.status}"
+            text = await resp.text()
+    except (aiohttp.ClientError, TimeoutError) as e:
         return f"{url}: {type(e).__name__}: {e}"
-    if resp.status_code != 200:
-        return f"{url}: HTTP {resp.status_code}"
     try:
-        parsed = Scrape(resp.text)
+        parsed = Scrape(text)
     except ValueError as e:
         return f"{url}: not a Prometheus text page ({e})"
     if "attnserve_request_generated_tokens" not in parsed.histograms:
