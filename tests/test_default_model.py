@@ -1,0 +1,69 @@
+"""The shipped default model (models/g2p-en): it loads, its hashes verify, it pronounces
+common words as CMUdict does, and its recorded test WER holds on a fixed sample."""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+from service.bundle import load_bundle
+from service.engine import DecodingOptions, Engine
+from training.data import load_examples, strip_stress
+from training.metrics import g2p_metrics
+
+BUNDLE_DIR = Path(__file__).resolve().parent.parent / "models" / "g2p-en"
+
+
+@pytest.fixture(scope="module")
+def engine() -> Engine:
+    assert (BUNDLE_DIR / "bundle.json").is_file(), "the default bundle models/g2p-en is missing (make model)"
+    return Engine(load_bundle(BUNDLE_DIR), threads=1)
+
+
+def test_default_bundle_loads_and_verifies_every_file():
+    bundle = load_bundle(BUNDLE_DIR)  # raises on any missing or changed file
+    assert bundle.model_id == "g2p-en"
+    assert {"fp32"} <= set(bundle.variants)
+    assert "test" in bundle.meta["eval"], "bundle.json must record the test-split evaluation"
+
+
+@pytest.mark.parametrize(
+    ("word", "references"),
+    [
+        ("hello", {"HH AH0 L OW1", "HH EH0 L OW1"}),
+        ("world", {"W ER1 L D"}),
+        ("attention", {"AH0 T EH1 N SH AH0 N"}),
+        ("phone", {"F OW1 N"}),
+        ("Hello", {"HH AH0 L OW1", "HH EH0 L OW1"}),  # the source tokenizer lower-cases
+    ],
+)
+def test_common_words_are_pronounced_as_cmudict_does(engine, word, references):
+    # Phonemes must match a CMUdict pronunciation exactly; stress digits are compared separately
+    # below, where the shipped model is still wrong on one word (see the model card).
+    (result,) = engine.generate([word], DecodingOptions(max_new_tokens=32))
+    assert strip_stress(result.text) in {strip_stress(r) for r in references}
+    assert result.finish_reason == "eos_token"
+
+
+@pytest.mark.parametrize(
+    ("word", "reference"),
+    [("world", "W ER1 L D"), ("attention", "AH0 T EH1 N SH AH0 N"), ("phone", "F OW1 N")],
+)
+def test_common_words_get_cmudict_stress(engine, word, reference):
+    (result,) = engine.generate([word], DecodingOptions(max_new_tokens=32))
+    assert result.text == reference
+
+
+def test_recorded_test_wer_holds_on_a_fixed_500_word_sample(engine):
+    recorded = load_bundle(BUNDLE_DIR).meta["eval"]["test"]["wer"]
+    examples = load_examples("cmudict", "test")
+    sample = random.Random(500).sample(examples, 500)
+    results = engine.generate([e.source for e in sample], DecodingOptions(max_new_tokens=48))
+    wer = g2p_metrics([r.text for r in results], [e.targets for e in sample])["wer"]
+    # Binomial standard error of a 500-word sample at the recorded rate; 3 sigma (~6 points at 30%).
+    p = recorded / 100
+    sigma = 100 * math.sqrt(p * (1 - p) / 500)
+    assert abs(wer - recorded) <= 3 * sigma + 0.5, f"sample WER {wer:.1f} vs recorded {recorded:.1f} (3 sigma {3 * sigma:.1f})"
