@@ -99,6 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-metrics", action="store_true", help="do not scrape URL/metrics before and after each level")
     p.add_argument("--out", type=Path, help="directory for results.json, CSVs and plots (default loadtest-results/TIME)")
     p.add_argument("--no-plots", action="store_true")
+    p.add_argument(
+        "--no-records", action="store_true", help="leave the per-request records out of results.json (requests.csv has them)"
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--baseline", type=Path, help="results.json of an earlier run: print throughput and p99 ratios per level")
     p.add_argument("--label", help="free text stored in results.json (e.g. what the server ran with)")
@@ -257,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print(report.comparison_text(result["comparison"]["levels"], str(args.baseline)))
     out_dir.mkdir(parents=True, exist_ok=True)
+    if args.no_records:
+        result = result | {"levels": [{k: v for k, v in lv.items() if k != "records"} for lv in levels_done]}
     report.write_json(out_dir / "results.json", result)
     report.write_csv(out_dir, levels_done)
     written = [out_dir / "results.json", out_dir / "summary.csv", out_dir / "requests.csv"]

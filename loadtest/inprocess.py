@@ -68,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-new-tokens", type=int)
     p.add_argument("--threads", type=int, default=1, help="ONNX Runtime threads (give the server the same)")
     p.add_argument("--out", type=Path, help="write the figures as JSON here")
+    p.add_argument("--no-records", action="store_true", help="leave the per-request records out of --out")
     p.add_argument("--compare", type=Path, help="results.json of an HTTP run at concurrency 1: print HTTP minus in-process")
     args = p.parse_args(argv)
     if args.requests <= 0 or args.warmup < 0:
@@ -92,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         overhead = {key: level["summary"][key]["p50"] - s[key]["p50"] for key in ("ttft_ms", "e2e_ms")}
         result["http_overhead_p50_ms"] = overhead | {"http_results": str(args.compare)}
         print(f"HTTP minus in-process, p50: TTFT {overhead['ttft_ms']:+.2f} ms, e2e {overhead['e2e_ms']:+.2f} ms")
+    if args.no_records:
+        del result["records"]
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=2) + "\n")
