@@ -30,8 +30,8 @@ $(BIN)/.installed-serve: pyproject.toml
 DEMO_PORT ?= 8000
 demo: $(BIN)/.installed-serve
 	@$(BIN)/attnserve-serve --port $(DEMO_PORT) & pid=$$!; \
-	trap 'kill -TERM $$pid 2>/dev/null; wait $$pid' EXIT INT TERM; \
-	$(BIN)/python -m service.demo_request --url http://127.0.0.1:$(DEMO_PORT) --text attention || exit 1; \
+	trap 'kill -TERM $$pid 2>/dev/null; wait $$pid; exit 0' INT TERM; \
+	$(BIN)/python -m service.demo_request --url http://127.0.0.1:$(DEMO_PORT) --text attention || { kill -TERM $$pid; wait $$pid; exit 1; }; \
 	echo "serving on http://127.0.0.1:$(DEMO_PORT) (demo page: /demo, API docs: /docs); Ctrl-C stops"; \
 	wait $$pid
 
