@@ -48,7 +48,7 @@ lint: setup
 test: setup
 	$(BIN)/python -m pytest -m "not system" -ra
 
-test-all: setup system-deps
+test-all: setup system-deps lint
 	$(BIN)/python -m pytest -ra
 
 # Debian packages the system tests drive: the Docker engine and debootstrap (image build), nginx and
