@@ -132,14 +132,19 @@ def export_encoder(model: Transformer, path: Path) -> None:
     names_in, names_out = encoder_io(model.cfg.n_decoder_layers)
     axes = {"input_ids": {0: "B", 1: "S"}, "attention_mask": {0: "B", 1: "S"}, "encoder_attention_bias": {0: "B", 3: "S"}}
     axes.update({name: {0: "B", 2: "S"} for name in names_out[1:]})
+    _trace(EncoderGraph(model).eval(), enc_in, path, names_in, names_out, axes)
+
+
+def _trace(module, inputs, path: Path, names_in, names_out, axes) -> None:
+    """TorchScript export (dynamo=False, see the module docstring) with every named axis dynamic."""
     with torch.no_grad(), warnings.catch_warnings():
         # The tracer warns about Python ints taken from shapes; verify.py runs the graphs at
         # other sizes to prove no axis was frozen, so the warning is noise here.
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
-        warnings.simplefilter("ignore", DeprecationWarning)  # dynamo=False is chosen on purpose (module docstring)
+        warnings.simplefilter("ignore", DeprecationWarning)
         torch.onnx.export(
-            EncoderGraph(model).eval(),
-            enc_in,
+            module,
+            inputs,
             str(path),
             input_names=names_in,
             output_names=names_out,
@@ -168,22 +173,7 @@ def export_decoder(model: Transformer, path: Path, next_token: bool = True, expl
         axes["next_token"] = {0: "B"}
     if explain:
         axes.update({f"cross_attentions.{i}": {0: "B", 2: "T", 3: "S"} for i in range(n)})
-    with torch.no_grad(), warnings.catch_warnings():
-        # The tracer warns about Python ints taken from shapes; verify.py runs the graphs at
-        # other sizes to prove no axis was frozen, so the warning is noise here.
-        warnings.simplefilter("ignore", torch.jit.TracerWarning)
-        warnings.simplefilter("ignore", DeprecationWarning)  # dynamo=False is chosen on purpose (module docstring)
-        torch.onnx.export(
-            DecoderGraph(model, next_token, explain).eval(),
-            dec_in,
-            str(path),
-            input_names=names_in,
-            output_names=names_out,
-            dynamic_axes=axes,
-            opset_version=OPSET,
-            dynamo=False,
-        )
-    _save(path)
+    _trace(DecoderGraph(model, next_token, explain).eval(), dec_in, path, names_in, names_out, axes)
     ops = {node.op_type for node in onnx.load(str(path)).graph.node}
     if "If" in ops or "Loop" in ops:
         raise RuntimeError(f"{path.name}: the one-step decoder must have no control flow, found {ops & {'If', 'Loop'}}")

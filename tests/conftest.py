@@ -56,3 +56,14 @@ def tiny_bundle_dir(tiny_run_dir, tmp_path_factory) -> Path:
     meta["default_variant"] = {**meta["default_variant"], "cpu": "fp32"}
     meta_path.write_text(json.dumps(meta, indent=2) + "\n")
     return out
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Tiny models on a shared 2-core machine: one intra-op thread is fastest and leaves a core free."""
+    import torch  # here, not at module level: service tests must run without importing torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

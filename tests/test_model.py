@@ -22,13 +22,7 @@ from training.model import (
 PAD, BOS, EOS = 0, 1, 2
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Tiny tensors: one thread is fastest and keeps the shared CPU free.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def tiny_config(**overrides) -> ModelConfig:

@@ -24,13 +24,7 @@ from training.train import PRESETS, ConfigError, StopRequested, TrainConfig, loa
 BIN = Path(sys.executable).parent
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Tiny models on a shared 2-core machine: one intra-op thread is the fastest choice.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def write_reverse_tsv(path: Path, n: int, seed: int = 0, alphabet: str = "abcdefgh") -> Path:
