@@ -72,7 +72,7 @@ _CHOICES = {
     "tgt_tokenizer": KINDS,
 }
 _POSITIVE = ("max_steps", "max_tokens", "log_every", "eval_every", "checkpoint_every", "eval_batch_size", "bpe_vocab_size")
-_NON_NEGATIVE = ("warmup_steps", "train_limit", "eval_limit", "threads", "max_minutes", "grad_clip", "weight_decay")
+_NON_NEGATIVE = ("average_last", "warmup_steps", "train_limit", "eval_limit", "threads", "max_minutes", "grad_clip", "weight_decay")
 _BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 
 
@@ -141,6 +141,7 @@ class TrainConfig:
     eval_batch_size: int = 256
     log_every: int = 50
     checkpoint_every: int = 1000
+    average_last: int = 0  # 0 = off; else average the weights of the last N checkpoints at the end
     threads: int = 0  # torch intra-op threads; 0 = leave torch's default
 
     def __post_init__(self) -> None:

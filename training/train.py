@@ -3,6 +3,8 @@
 Writes the run directory of Contract 1:
     checkpoint.pt    latest state (model, optimizer, scheduler, data order, RNG, step): --resume
     best.pt          same format, the step with the best dev metric: what export takes
+    averaging/       weights of the last `average_last` checkpoints; their mean becomes
+                     best.pt when it scores better on dev (checkpoint averaging)
     src_tokenizer.json, tgt_tokenizer.json, config.json, metrics.jsonl, train_log.jsonl, curves.png
 Multi-GPU / multi-node via DDP under torchrun (nccl on GPU, gloo on CPU): each
 rank takes every world_size-th batch; only rank 0 writes.
@@ -195,6 +197,23 @@ def evaluate_model(model, src_tok, tgt_tok, examples: list[Example], task: str, 
     return task_metrics(task, sources, hyps, [e.targets for e in examples], lambda text: tokens(tgt_tok, text))
 
 
+def average_snapshots(model: Transformer, out_dir: Path, last: int) -> list[int] | None:
+    """Load the mean of the last `last` snapshots in out_dir/averaging into `model`; their steps, or None."""
+    paths = sorted((out_dir / "averaging").glob("step-*.pt"))[-last:]
+    if len(paths) < 2:
+        return None
+    total = None
+    for path in paths:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        if total is None:
+            total = {k: v.double().clone() for k, v in state.items()}
+        else:
+            for k, v in state.items():
+                total[k] += v.double()
+    model.load_state_dict({k: (v / len(paths)).to(model.state_dict()[k].dtype) for k, v in total.items()})
+    return [int(p.stem.split("-")[1]) for p in paths]
+
+
 def _read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line] if path.exists() else []
 
@@ -358,6 +377,10 @@ def _train(cfg, out_dir: Path, resume: bool, on_step, rank: int, world: int, dev
             dist.all_gather_object(states, rng_state(device))
         if is_main:
             save("checkpoint.pt", states)
+            if cfg.average_last and step > cfg.max_steps - cfg.average_last * cfg.checkpoint_every:
+                snapshot_dir = out_dir / "averaging"
+                snapshot_dir.mkdir(exist_ok=True)
+                torch.save(model.state_dict(), snapshot_dir / f"step-{step:07d}.pt")
 
     def run_eval() -> dict:
         nonlocal best
@@ -451,6 +474,20 @@ def _train(cfg, out_dir: Path, resume: bool, on_step, rank: int, world: int, dev
     if is_main and (not last_metrics or last_metrics.get("step") != step):
         last_metrics = run_eval()
     checkpoint()
+    if is_main and cfg.average_last:
+        averaged = average_snapshots(model, out_dir, cfg.average_last)
+        if averaged is not None:  # a mean of weights is only kept if it decodes better
+            m = evaluate_model(model, src_tok, tgt_tok, dev_ex, cfg.task, cfg.eval_batch_size)
+            m = {"step": step, "averaged_steps": averaged, **{k: v for k, v in m.items() if k != "by_length"}}
+            with open(out_dir / "metrics.jsonl", "a") as f:
+                f.write(json.dumps(m) + "\n")
+            score = m["wer"] if cfg.task == "g2p" else -m["exact_match"]
+            print(f"[train] mean of the checkpoints at steps {averaged}: " + ", ".join(
+                f"{k}={v:.2f}" for k, v in m.items() if k not in ("step", "averaged_steps")))
+            if best is None or score < best:
+                best = score
+                save("best.pt")
+                last_metrics = m
     if is_main:
         plot_curves(out_dir)
         print(f"[train] done at step {step}: " + ", ".join(f"{k}={v:.2f}" for k, v in last_metrics.items() if k != "step"))
