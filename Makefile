@@ -35,11 +35,12 @@ demo: $(BIN)/.installed-serve
 	echo "serving on http://127.0.0.1:$(DEMO_PORT) (demo page: /demo, API docs: /docs); Ctrl-C stops"; \
 	wait $$pid
 
-# Rebuild the shipped default model from its recipe (about 75 minutes on 2 CPU cores).
+# Rebuild the shipped default model from its recipe (about 95 minutes on 2 CPU cores).
 model: setup
 	$(BIN)/attnserve-train --config configs/g2p.yaml --out runs/g2p
-	$(BIN)/attnserve-export build runs/g2p --out models/g2p-en
-	$(BIN)/attnserve-eval models/g2p-en --split test --out models/g2p-en/eval_test.json
+	$(BIN)/attnserve-export build runs/g2p --out models/g2p-en --eval-limit 1000 --no-fp16
+	$(BIN)/attnserve-eval models/g2p-en --split test --out models/g2p-en/eval_test.json --record
+	cp runs/g2p/curves.png models/g2p-en/curves.png
 
 lint: setup
 	$(BIN)/ruff check .

@@ -20,13 +20,14 @@ import onnxruntime
 import torch
 
 from export.explain import add_explain_graph
-from export.onnx import OPSET, export_decoder, export_encoder, graph_io
+from export.onnx import OPSET, export_decoder, export_encoder, external_data_files, graph_io, share_initializers
 from export.variants import FP16_KEEP_FP32_OPS, FP32_BOUNDARY, convert_fp16, quantize_int8
 from service.bundle import FORMAT_VERSION, load_bundle, sha256_file
 from training.train import load_model, load_run_tokenizers
 
 BUNDLE_JSON = "bundle.json"
 PARITY_CORPUS = "parity_corpus.json"
+SHARED_DECODER_WEIGHTS = "decoder.onnx.data"  # external data of decoder.onnx and decoder.explain.onnx
 TOKENIZERS = {"source": "src_tokenizer.json", "target": "tgt_tokenizer.json"}
 VARIANT_FILES = {
     "fp32": {"encoder": "encoder.onnx", "decoder": "decoder.onnx"},
@@ -48,6 +49,7 @@ def write_manifest(bundle_dir: Path, meta: dict) -> None:
         names.append(PARITY_CORPUS)
     if "explain" in meta:  # decoder.explain.onnx (export/explain.py)
         names.append(meta["explain"]["decoder"])
+    names += [data for name in names if name.endswith(".onnx") for data in external_data_files(bundle_dir / name)]
     meta["files"] = {name: sha256_file(bundle_dir / name) for name in dict.fromkeys(names)}
     (bundle_dir / BUNDLE_JSON).write_text(json.dumps(meta, indent=2) + "\n")
 
@@ -73,11 +75,15 @@ def build(
     threads: int | None = None,
     log=print,
     dataset: str | None = None,
+    fp16: bool = True,
 ) -> dict:
     """Build and verify a bundle; returns its bundle.json. Raises BuildError on any failed check.
 
     `dataset` overrides the run's dataset for the parity corpus and the dev evaluation (a TSV
-    that has moved since training, say)."""
+    that has moved since training, say). `fp16=False` leaves the fp16 variant (a CUDA extra) out.
+
+    decoder.onnx and decoder.explain.onnx keep their weights in one file, decoder.onnx.data:
+    the explain graph is a second trace of the same decoder, so this halves the decoder's disk size."""
     from export.verify import default_corpus, fp16_check, make_parity_corpus, run_parity
 
     run_dir, out_dir = Path(run_dir), Path(out_dir)
@@ -111,7 +117,8 @@ def build(
     export_decoder(model, work / VARIANT_FILES["fp32"]["decoder"])
     for graph in ("encoder", "decoder"):
         quantize_int8(work / VARIANT_FILES["fp32"][graph], work / VARIANT_FILES["int8"][graph])
-        convert_fp16(work / VARIANT_FILES["fp32"][graph], work / VARIANT_FILES["fp16"][graph])
+        if fp16:
+            convert_fp16(work / VARIANT_FILES["fp32"][graph], work / VARIANT_FILES["fp16"][graph])
     src_tok.save(str(work / TOKENIZERS["source"]))
     tgt_tok.save(str(work / TOKENIZERS["target"]))
 
@@ -152,11 +159,21 @@ def build(
             "onnxruntime": onnxruntime.__version__,
         },
     }
+    if not fp16:
+        del meta["variants"]["fp16"]
+        meta["omitted_variants"] = {"fp16": "left out at build time (--no-fp16): a smaller, CPU-first bundle"}
     log("[export] decoder.explain.onnx (cross-attention outputs for POST /explain)")
     add_explain_graph(model, work, meta, VARIANT_FILES["fp32"]["encoder"])
+    shared = share_initializers(
+        [work / VARIANT_FILES["fp32"]["decoder"], work / meta["explain"]["decoder"]], work / SHARED_DECODER_WEIGHTS
+    )
+    meta["shared_weights"] = {
+        SHARED_DECODER_WEIGHTS: {"graphs": [VARIANT_FILES["fp32"]["decoder"], meta["explain"]["decoder"]], **shared}
+    }
+    log(f"[export] {SHARED_DECODER_WEIGHTS}: {shared['tensors']} weights shared by decoder.onnx and decoder.explain.onnx")
     write_manifest(work, meta)
 
-    f16 = fp16_check(load_bundle(work), threads)
+    f16 = fp16_check(load_bundle(work), threads) if fp16 else {"ok": True}
     if not f16["ok"]:
         # fp16 is an extra for CUDA: a bundle without it still serves everywhere, so drop it
         # rather than ship a variant that failed its check (the figure is kept in bundle.json).

@@ -19,6 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--parity-limit", type=int, default=256, help="inputs in the parity corpus (at least 200)")
     b.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads (default: the CPUs this process may use)")
     b.add_argument("--dataset", help="dataset for the parity corpus and dev evaluation (default: the run's)")
+    b.add_argument("--no-fp16", action="store_true", help="leave the fp16 variant (a CUDA extra) out: a smaller bundle")
     v = sub.add_parser("verify", help="run the parity suite on a bundle; exit 1 on any failure")
     v.add_argument("bundle", type=Path)
     v.add_argument("--run", type=Path, help="the run it came from: recompute the PyTorch reference and compare numerically")
@@ -34,7 +35,17 @@ def main(argv: list[str] | None = None) -> int:
 
             if args.parity_limit < 200:
                 raise BuildError("--parity-limit must be at least 200 (the parity suite needs 200 inputs)")
-            build(args.run, args.out, args.model_id, args.eval_limit or 0, args.parity_limit, args.threads, _log, args.dataset)
+            build(
+                args.run,
+                args.out,
+                args.model_id,
+                args.eval_limit or 0,
+                args.parity_limit,
+                args.threads,
+                _log,
+                args.dataset,
+                fp16=not args.no_fp16,
+            )
             return 0
         from export.verify import run_parity
 

@@ -192,3 +192,51 @@ def graph_io(path: Path) -> dict:
         return out
 
     return {"inputs": describe(m.graph.input), "outputs": describe(m.graph.output)}
+
+
+SHARED_DATA_ALIGNMENT = 4096  # page-aligned offsets let ONNX Runtime map the weights instead of copying them
+
+
+def share_initializers(paths: list[Path], data_path: Path, min_bytes: int = 1024) -> dict:
+    """Move the large initializers of several graphs into ONE external-data file, each distinct tensor
+    written once, so graphs that hold the same weights (decoder.onnx and decoder.explain.onnx are two
+    traces of one model) store them once on disk.  Tensors are matched by their bytes, dtype and
+    shape, not by name: two traces may name the same weight differently.  Smaller tensors stay inline.
+    ONNX Runtime resolves the file relative to each graph, so `data_path` sits beside them.
+    Returns {"tensors": written, "references": external references, "bytes": data file size}."""
+    from onnx import external_data_helper, numpy_helper
+
+    written: dict[tuple, tuple[int, int]] = {}
+    references = 0
+    with open(data_path, "wb") as data:
+        for path in paths:
+            model = onnx.load(str(path))
+            for tensor in model.graph.initializer:
+                raw = numpy_helper.to_array(tensor).tobytes()  # raw_data, or the typed fields as bytes
+                if len(raw) < min_bytes:
+                    continue
+                key = (tensor.data_type, tuple(tensor.dims), raw)
+                if key not in written:
+                    offset = -(-data.tell() // SHARED_DATA_ALIGNMENT) * SHARED_DATA_ALIGNMENT
+                    data.seek(offset)
+                    data.write(raw)
+                    written[key] = (offset, len(raw))
+                offset, length = written[key]
+                tensor.raw_data = raw  # set_external_data wants raw_data present; it is cleared next
+                external_data_helper.set_external_data(tensor, location=data_path.name, offset=offset, length=length)
+                tensor.data_location = onnx.TensorProto.EXTERNAL
+                for field in ("raw_data", "float_data", "int32_data", "int64_data", "double_data"):
+                    tensor.ClearField(field)
+                references += 1
+            onnx.save(model, str(path))
+    return {"tensors": len(written), "references": references, "bytes": data_path.stat().st_size}
+
+
+def external_data_files(path: Path) -> list[str]:
+    """The external-data files a graph refers to (names relative to its directory)."""
+    model = onnx.load(str(path), load_external_data=False)
+    names = []
+    for tensor in model.graph.initializer:
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            names += [entry.value for entry in tensor.external_data if entry.key == "location"]
+    return list(dict.fromkeys(names))

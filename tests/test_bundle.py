@@ -52,6 +52,15 @@ def test_corrupted_graph_is_refused_naming_the_file(bundle_copy):
     assert "decoder.onnx" in msg and "sha256" in msg
 
 
+def test_changed_shared_weights_file_is_refused_naming_it(bundle_copy):
+    path = bundle_copy / "decoder.onnx.data"  # external data of decoder.onnx and decoder.explain.onnx
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    msg = refused(bundle_copy)
+    assert "decoder.onnx.data" in msg and "sha256" in msg
+
+
 def test_truncated_tokenizer_is_refused(bundle_copy):
     path = bundle_copy / "tgt_tokenizer.json"
     path.write_bytes(path.read_bytes()[:100])

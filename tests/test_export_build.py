@@ -123,3 +123,61 @@ def test_int8_gate_needs_both_accuracy_and_speed_everywhere():
     # non-G2P tasks gate on exact match, where higher is better
     assert int8_decision("seq2seq", {"exact_match": 80.0}, {"exact_match": 79.6}, fast)["accurate_enough"]
     assert not int8_decision("seq2seq", {"exact_match": 80.0}, {"exact_match": 79.0}, fast)["accurate_enough"]
+
+
+def test_decoder_and_explain_graph_share_one_weights_file(tiny_bundle_dir):
+    from export.onnx import external_data_files
+
+    meta = json.loads((tiny_bundle_dir / "bundle.json").read_text())
+    assert "decoder.onnx.data" in meta["files"]  # hashed and verified like every graph
+    for graph in ("decoder.onnx", "decoder.explain.onnx"):
+        assert external_data_files(tiny_bundle_dir / graph) == ["decoder.onnx.data"]
+    # on disk the two graphs cost one decoder's weights, not two
+    self_contained = len(onnx.load(str(tiny_bundle_dir / "decoder.onnx")).SerializeToString())
+    on_disk = sum((tiny_bundle_dir / f).stat().st_size for f in ("decoder.onnx", "decoder.explain.onnx", "decoder.onnx.data"))
+    assert on_disk < 1.25 * self_contained
+    shared = meta["shared_weights"]["decoder.onnx.data"]
+    assert shared["graphs"] == ["decoder.onnx", "decoder.explain.onnx"]
+    assert shared["references"] == 2 * shared["tensors"] > 0
+
+
+def test_share_initializers_matches_weights_by_value_not_name(tmp_path):
+    import numpy as np
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from export.onnx import share_initializers
+
+    w = np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32)
+    paths = []
+    for name, weight_name in (("a.onnx", "w_one"), ("b.onnx", "w_two")):
+        graph = helper.make_graph(
+            [helper.make_node("MatMul", ["x", weight_name], ["y"])],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32])],
+            [numpy_helper.from_array(w, weight_name)],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+        onnx.save(model, str(tmp_path / name))
+        paths.append(tmp_path / name)
+    figures = share_initializers(paths, tmp_path / "shared.data")
+    assert figures["tensors"] == 1 and figures["references"] == 2
+    assert figures["bytes"] == w.nbytes
+    x = np.ones((1, 64), np.float32)
+    for path in paths:
+        assert path.stat().st_size < 1000  # the weight left the graph file
+        y = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        np.testing.assert_allclose(y, x @ w, rtol=1e-5)
+
+
+def test_build_without_fp16_leaves_it_out_and_records_why(tiny_run_dir, tmp_path):
+    from export.bundle import build
+
+    out = tmp_path / "no-fp16"
+    meta = build(tiny_run_dir, out, eval_limit=50, parity_limit=200, threads=1, log=lambda _msg: None, fp16=False)
+    assert set(meta["variants"]) == {"fp32", "int8"}
+    assert "fp16" in meta["omitted_variants"]
+    assert meta["default_variant"]["cuda"] == "fp32"
+    assert not list(out.glob("*fp16*"))
+    assert load_bundle(out).variants.keys() == {"fp32", "int8"}

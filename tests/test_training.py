@@ -150,6 +150,31 @@ def test_resume_after_a_signal_continues_the_same_loss_curve(tmp_path):
         assert torch.equal(tensor, ckpt_parts["state_dict"][name]), name
 
 
+def test_checkpoint_averaging_keeps_the_last_snapshots_and_scores_their_mean(tmp_path):
+    from training.train import average_snapshots
+
+    data = write_reverse_tsv(tmp_path / "small.tsv", 600)
+    sets = [f"dataset={data}", "task=seq2seq", "tgt_tokenizer=char", "max_steps=12", "checkpoint_every=3"]
+    cfg = resolve_config(preset="tiny", overrides=[*sets, "average_last=3", "eval_every=6"])
+    out = tmp_path / "run"
+    train(cfg, out)
+    snapshots = sorted(p.name for p in (out / "averaging").iterdir())
+    assert snapshots == ["step-0000006.pt", "step-0000009.pt", "step-0000012.pt"]  # only the last three
+    states = [torch.load(out / "averaging" / name, weights_only=True) for name in snapshots]
+    model = load_model(out, which="last")
+    assert average_snapshots(model, out, 3) == [6, 9, 12]
+    for name, tensor in model.state_dict().items():
+        expected = sum(s[name].double() for s in states) / 3
+        assert torch.allclose(tensor.double(), expected, atol=1e-6), name
+    averaged = read_jsonl(out / "metrics.jsonl")[-1]
+    assert averaged["averaged_steps"] == [6, 9, 12] and averaged["step"] == 12
+    # best.pt holds the mean exactly when the mean scored better than every periodic eval
+    periodic = [m["exact_match"] for m in read_jsonl(out / "metrics.jsonl") if "averaged_steps" not in m]
+    best = torch.load(out / "best.pt", weights_only=False)["state_dict"]
+    is_mean = all(torch.allclose(best[k].double(), v.double(), atol=1e-6) for k, v in model.state_dict().items())
+    assert is_mean == (averaged["exact_match"] > max(periodic))
+
+
 def test_resume_via_cli_with_more_steps_matches_and_drops_stale_log_lines(tmp_path):
     data = write_reverse_tsv(tmp_path / "small.tsv", 600)
     cfg = resume_config(data)

@@ -72,7 +72,10 @@ _CHOICES = {
     "tgt_tokenizer": KINDS,
 }
 _POSITIVE = ("max_steps", "max_tokens", "log_every", "eval_every", "checkpoint_every", "eval_batch_size", "bpe_vocab_size")
-_NON_NEGATIVE = ("average_last", "warmup_steps", "train_limit", "eval_limit", "threads", "max_minutes", "grad_clip", "weight_decay")
+_NON_NEGATIVE = (
+    *("average_last", "warmup_steps", "train_limit", "eval_limit"),
+    *("threads", "max_minutes", "grad_clip", "weight_decay"),
+)
 _BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 
 

@@ -482,8 +482,10 @@ def _train(cfg, out_dir: Path, resume: bool, on_step, rank: int, world: int, dev
             with open(out_dir / "metrics.jsonl", "a") as f:
                 f.write(json.dumps(m) + "\n")
             score = m["wer"] if cfg.task == "g2p" else -m["exact_match"]
-            print(f"[train] mean of the checkpoints at steps {averaged}: " + ", ".join(
-                f"{k}={v:.2f}" for k, v in m.items() if k not in ("step", "averaged_steps")))
+            print(
+                f"[train] mean of the checkpoints at steps {averaged}: "
+                + ", ".join(f"{k}={v:.2f}" for k, v in m.items() if k not in ("step", "averaged_steps"))
+            )
             if best is None or score < best:
                 best = score
                 save("best.pt")
