@@ -283,8 +283,13 @@ def create_app(settings: Settings, engine: Engine | None = None, *, keepalive_s:
         if svc is not None and request.url.path in GENERATION_ROUTES and request.method == "POST":
             svc.metrics.request_done(request.url.path, err.error_type)
 
+    def count_too_large(scope) -> None:
+        svc = app.state.service
+        if svc is not None and scope["path"] in GENERATION_ROUTES:
+            svc.metrics.request_done(scope["path"], "validation")
+
     errors.install_error_handlers(app, count_error)
-    app.add_middleware(errors.BodySizeLimit)
+    app.add_middleware(errors.BodySizeLimit, on_reject=count_too_large)
     app.add_middleware(RequestContext)  # added last: outermost, so even a 413 carries x-request-id
 
     async def authorize(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)]) -> None:

@@ -124,9 +124,10 @@ class BodySizeLimit:
     the app, so the app's own body parsing never sees an oversized request.
     """
 
-    def __init__(self, app: ASGIApp, limit: int = MAX_BODY_BYTES):
+    def __init__(self, app: ASGIApp, limit: int = MAX_BODY_BYTES, on_reject: Callable[[Scope], None] | None = None):
         self.app = app
         self.limit = limit
+        self.on_reject = on_reject  # the app counts the 413 in its metrics: the route handlers never see it
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
@@ -134,7 +135,7 @@ class BodySizeLimit:
             return
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            await self._reject(send)
+            await self._reject(scope, send)
             return
         chunks, size = [], 0
         while True:
@@ -144,7 +145,7 @@ class BodySizeLimit:
             chunks.append(message.get("body", b""))
             size += len(chunks[-1])
             if size > self.limit:
-                await self._reject(send)
+                await self._reject(scope, send)
                 return
             if not message.get("more_body", False):
                 break
@@ -159,7 +160,9 @@ class BodySizeLimit:
 
         await self.app(scope, replay, send)
 
-    async def _reject(self, send: Send) -> None:
+    async def _reject(self, scope: Scope, send: Send) -> None:
+        if self.on_reject is not None:
+            self.on_reject(scope)
         body = json.dumps(error_body("validation", f"the request body is larger than the limit of {self.limit} bytes")).encode()
         await send(
             {

@@ -311,6 +311,7 @@ def test_malformed_json_wrong_content_and_oversized_bodies(url):
     r = httpx.post(url + "/generate", content=b'{"inputs": "cat"', headers={"content-type": "application/json"}, timeout=30)
     assert r.status_code == 422 and "not valid JSON" in r.json()["error"]
 
+    before = metric(scrape(url), "attnserve_requests_total", route="/generate", outcome="validation")
     big = json.dumps({"inputs": "a" * 300_000}).encode()
     r = httpx.post(url + "/generate", content=big, headers={"content-type": "application/json"}, timeout=30)
     assert r.status_code == 413
@@ -322,6 +323,8 @@ def test_malformed_json_wrong_content_and_oversized_bodies(url):
 
     r = httpx.post(url + "/generate", content=chunks(), headers={"content-type": "application/json"}, timeout=30)
     assert r.status_code == 413  # no Content-Length: counted as it arrives
+    # both 413s are counted, though they never reach a route handler
+    assert metric(scrape(url), "attnserve_requests_total", route="/generate", outcome="validation") - before == 2
 
 
 def test_unknown_routes_and_methods_use_the_error_shape(url):
