@@ -13,10 +13,16 @@ Why a loop of its own and not the scheduler's batch: the served graph
 change). Explain decodes are batch 1, run one at a time on their own ONNX
 Runtime sessions with ONE intra-op thread (so they take at most one core from
 the serving engine), and pick tokens with the engine's rules (service/sampling.py:
-argmax, or the seeded one-uniform-per-step sampler), so /explain's tokens equal
-/generate's for the same request whenever the server serves the fp32 variant.
-With another variant (int8, fp16) the served tokens may differ: the answer
-names the variant serving.
+argmax, or the seeded one-uniform-per-step sampler).
+
+Tokens are the served variant's: when the server serves fp32, the explain graph's
+own logits pick them. When it serves another variant (int8 is the default
+model's CPU default), a batch-1 copy of the served graphs steps beside the
+explain graph and ITS logits pick each token, which is then fed to both; the
+weights are the fp32 graph's over exactly those tokens (teacher-forced). So the
+tokens and log-probabilities are what /generate answers for the request
+alone (int8's dynamic quantization scales activations per batch, so a batch
+with other requests in it can still round differently).
 
 Limits: the request bound (`max_concurrent_requests`) applies to explain
 requests in flight (counted apart from generation requests; past it: 429 with
@@ -100,7 +106,9 @@ class ExplainResponse(BaseModel):
         ..., description="[L][T][S]: the weights averaged over the heads of each layer."
     )
     graph: str = Field(..., description="The graph that produced the weights (decoder.explain.onnx, fp32).")
-    serving_variant: str = Field(..., description="The variant /generate serves; tokens match it when it is fp32.")
+    serving_variant: str = Field(
+        ..., description="The variant /generate serves: its logits chose the tokens; the weights are the fp32 graph's."
+    )
 
 
 # ---- the explain decode ---------------------------------------------------------------------------
@@ -142,6 +150,16 @@ class Explainer:
             self.decoder = ort.InferenceSession(str(bundle.dir / entry["decoder"]), so, providers=providers)
         except Exception as e:  # ONNX Runtime raises its own types; one line
             raise BundleError(f"{bundle.dir / entry['decoder']}: ONNX Runtime cannot load the explain graphs: {e}") from None
+        self.served = None  # (encoder, decoder) of the served variant, when it is not the explain graph's fp32
+        if engine.variant != "fp32":
+            enc_path, dec_path = bundle.graph_paths(engine.variant)
+            try:
+                self.served = (
+                    ort.InferenceSession(str(enc_path), so, providers=providers),
+                    ort.InferenceSession(str(dec_path), so, providers=providers),
+                )
+            except Exception as e:
+                raise BundleError(f"{dec_path}: ONNX Runtime cannot load variant {engine.variant!r}: {e}") from None
         n = engine.n_layers
         self.past_names = [f"past_key_values.{i}.decoder.{kv}" for i in range(n) for kv in ("key", "value")]
         self.cross_names = [f"past_key_values.{i}.encoder.{kv}" for i in range(n) for kv in ("key", "value")]
@@ -178,6 +196,14 @@ class Explainer:
         src = np.asarray([source_ids], dtype=np.int64)  # [1, S]
         # bias [1, 1, 1, S]; cross K/V 2L x [1, H, S, Dh]
         bias, *cross = self.encoder.run(None, {"input_ids": src, "attention_mask": np.ones_like(src)})
+        served, s_past = None, []  # the served variant's decoder, feeds and cache, stepping in lockstep
+        if self.served is not None:
+            s_encoder, s_decoder = self.served
+            s_bias, *s_cross = s_encoder.run(None, {"input_ids": src, "attention_mask": np.ones_like(src)})
+            s_feeds = {"encoder_attention_bias": s_bias, **dict(zip(self.cross_names, s_cross))}
+            s_past = [np.zeros((1, e.n_heads, 0, e.head_dim), s_cross[0].dtype)] * (2 * e.n_layers)  # fp16: fp16 cache
+            s_outputs = ["logits", *(f"present.{i}.decoder.{kv}" for i in range(e.n_layers) for kv in ("key", "value"))]
+            served = (s_decoder, s_feeds, s_outputs)
         seed, rng, params = None, None, None
         if options.sampling:  # as Engine.start: the request's own generator, one uniform per step
             seed = options.seed if options.seed is not None else secrets.randbits(63)
@@ -200,6 +226,11 @@ class Explainer:
             logits, *rest = self.decoder.run(self.output_names, feeds)
             past = rest[: 2 * e.n_layers]
             attn = rest[2 * e.n_layers :]  # L x [1, H, 1, S]
+            if served is not None:  # the served variant's logits choose; the explain graph only watches
+                s_decoder, s_feeds, s_outputs = served
+                s_feeds.update((k, feeds[k]) for k in ("input_ids", "position_ids", "decoder_attention_mask"))
+                s_feeds.update(zip(self.past_names, s_past))
+                logits, *s_past = s_decoder.run(s_outputs, s_feeds)
             row = logits[0]  # [V]
             if params is not None:
                 token = sample_token(row, rng, params, ids)

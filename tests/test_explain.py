@@ -145,6 +145,35 @@ def test_explain_tokens_equal_generate_tokens_for_the_same_request(url):
                     assert a["prob"] == pytest.approx(np.exp(a["logprob"]))
 
 
+def test_when_int8_serves_explain_tokens_and_logprobs_are_int8s(tiny_bundle_dir):
+    """The served variant's logits choose /explain's tokens; the fp32 explain graph only supplies weights."""
+    from service.app import create_app
+    from service.settings import Settings
+
+    app = create_app(
+        Settings(bundle=tiny_bundle_dir, variant="int8", threads=1),
+        Engine(load_bundle(tiny_bundle_dir), variant="int8", threads=1),
+    )
+    fp32 = Explainer(Engine(load_bundle(tiny_bundle_dir), variant="fp32", threads=1))
+    fp32_gap = 0.0
+    with ServerThread(app) as server, httpx.Client(timeout=60) as c:
+        for word in WORDS:
+            for params in ({}, {"do_sample": True, "seed": 3}):
+                g = c.post(server.url + "/generate", json={"inputs": word, "parameters": {**params, "details": True}}).json()
+                x = c.post(server.url + "/explain", json={"inputs": word, "parameters": params}).json()
+                assert x["serving_variant"] == "int8"
+                assert [t["id"] for t in x["tokens"]] == [t["id"] for t in g["details"]["tokens"]], (word, params)
+                for a, b in zip(x["tokens"], g["details"]["tokens"]):
+                    assert a["logprob"] == pytest.approx(b["logprob"], abs=1e-5)
+                attention = np.array(x["cross_attentions"])
+                assert np.abs(attention.sum(-1) - 1).max() <= 1e-4
+                if not params:  # greedy: fp32's first token is int8's (same argmax here), its logprob is not
+                    own = fp32.explain([t["id"] for t in x["source_tokens"]], DecodingOptions(max_new_tokens=1))
+                    if own.token_ids[0] == x["tokens"][0]["id"]:
+                        fp32_gap = max(fp32_gap, abs(own.logprobs[0] - x["tokens"][0]["logprob"]))
+    assert fp32_gap > 1e-4  # fp32 and int8 logprobs differ: the test can tell which variant chose
+
+
 def test_explain_answers_attention_per_layer_and_head_and_their_mean(url, tiny_bundle_dir):
     cfg = json.loads((tiny_bundle_dir / "bundle.json").read_text())["config"]
     x = httpx.post(url + "/explain", json={"inputs": "Cat"}, timeout=60).json()
