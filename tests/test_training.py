@@ -274,7 +274,7 @@ def bad_input_cases(tmp: Path) -> list[tuple[list[str], str]]:
         ([*out, "--set", f"dataset={tmp / 'bad.jsonl'}"], 'bad.jsonl:2: expected a JSON object with "source"'),
         ([*out, "--set", f"dataset={tmp / 'empty.tsv'}"], "empty.tsv: no examples found"),
         ([*out, "--set", f"dataset={tmp / 'missing.tsv'}"], "data file not found:"),
-        ([*out, "--set", "layers=3"], "unknown config key 'layers'; valid keys: activation, bpe_vocab_size"),
+        ([*out, "--set", "layers=3"], "unknown config key 'layers'; valid keys: activation, average_last, bpe_vocab_size"),
         ([*out, "--config", str(tmp / "unknown.yaml")], "unknown.yaml: unknown config key(s) ['layers']; valid keys:"),
         ([*out, "--config", str(tmp / "broken.yaml")], "broken.yaml:2: not valid YAML"),
         ([*out, "--config", str(tmp / "missing.yaml")], "config file not found:"),
