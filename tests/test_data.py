@@ -225,6 +225,20 @@ def test_g2p_per_uses_the_closest_reference():
     assert m["per"] == pytest.approx(100 / 3)  # one insertion against the second reference
 
 
+def test_g2p_report_breaks_every_metric_down_by_word_length():
+    sources = ["cat", "read", "dogs", "anteater", "incomprehensible"]
+    long_word = "IH2 N K AA2 M P R IY0 HH EH1 N S AH0 B AH0 L"
+    refs = [["K AE1 T"], ["R EH1 D", "R IY1 D"], ["D AO1 G Z"], ["AE1 N T IY2 T ER0"], [long_word]]
+    hyps = ["K AE0 T", "R IY1 D", "D AO1 G", "AE1 N T IY2 T ER0", long_word]
+    report = task_metrics("g2p", sources, hyps, refs)
+    assert list(report["by_length"]) == ["1-4", "11+", "8-10"]  # bands with words only
+    short = report["by_length"]["1-4"]
+    assert short == g2p_metrics(hyps[:3], refs[:3])  # the same figures as the whole report, per band
+    assert short["words"] == 3 and short["wer"] == pytest.approx(200 / 3) and short["wer_no_stress"] == pytest.approx(100 / 3)
+    assert report["by_length"]["8-10"]["per"] == report["by_length"]["11+"]["per"] == 0
+    assert sum(band["words"] for band in report["by_length"].values()) == report["words"] == 5
+
+
 def test_sequence_metrics_exact_token_accuracy_chrf():
     m = sequence_metrics(["a b c", "a b x", "q"], [["a b c"], ["a b c"], ["z"]])
     assert m["examples"] == 3

@@ -29,7 +29,7 @@ def _per_word(hyp: str, refs: list[str]) -> tuple[bool, int, int]:
 
 
 def g2p_metrics(hyps: list[str], refs: list[list[str]]) -> dict:
-    """WER and PER in percent, with and without stress, plus WER by word length."""
+    """WER and PER in percent, with and without stress."""
     out: dict = {"words": len(hyps)}
     for suffix, norm in (("", lambda s: s), ("_no_stress", strip_stress)):
         wrong = edits = ref_len = 0
@@ -43,17 +43,15 @@ def g2p_metrics(hyps: list[str], refs: list[list[str]]) -> dict:
     return out
 
 
-def g2p_wer_by_length(sources: list[str], hyps: list[str], refs: list[list[str]]) -> dict:
-    """WER without stress by source length band: {"1-4": {"words": n, "wer_no_stress": x}, ...}."""
+def g2p_metrics_by_length(sources: list[str], hyps: list[str], refs: list[list[str]]) -> dict:
+    """`g2p_metrics` per source length band: {"1-4": {"words": n, "wer": x, "per": y, ...}, ...}."""
     bands = ((1, 4), (5, 7), (8, 10), (11, 99))
-    acc: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    groups: dict[str, tuple[list[str], list[list[str]]]] = defaultdict(lambda: ([], []))
     for src, hyp, rs in zip(sources, hyps, refs):
-        n = len(src)
-        band = next(f"{lo}-{hi}" if hi < 99 else f"{lo}+" for lo, hi in bands if lo <= n <= hi)
-        ok = strip_stress(hyp) in {strip_stress(r) for r in rs}
-        acc[band][0] += 1
-        acc[band][1] += not ok
-    return {k: {"words": v[0], "wer_no_stress": 100.0 * v[1] / v[0]} for k, v in sorted(acc.items())}
+        band = next(f"{lo}-{hi}" if hi < 99 else f"{lo}+" for lo, hi in bands if lo <= len(src) <= hi)
+        groups[band][0].append(hyp)
+        groups[band][1].append(rs)
+    return {band: g2p_metrics(*groups[band]) for band in sorted(groups)}
 
 
 def sequence_metrics(hyps: list[str], refs: list[list[str]], tokenize: Callable[[str], list[str]] | None = None) -> dict:
@@ -92,6 +90,6 @@ def task_metrics(
     """The task's metrics: "g2p" -> WER/PER (phonemes are whitespace-separated); else sequence metrics."""
     if task == "g2p":
         m = g2p_metrics(hyps, refs)
-        m["by_length"] = g2p_wer_by_length(sources, hyps, refs)
+        m["by_length"] = g2p_metrics_by_length(sources, hyps, refs)
         return m
     return sequence_metrics(hyps, refs, tokenize)
