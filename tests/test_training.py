@@ -151,7 +151,7 @@ def test_resume_after_a_signal_continues_the_same_loss_curve(tmp_path):
 
 
 def test_checkpoint_averaging_keeps_the_last_snapshots_and_scores_their_mean(tmp_path):
-    from training.train import average_snapshots
+    from training.train import average_snapshots, dev_score
 
     data = write_reverse_tsv(tmp_path / "small.tsv", 600)
     sets = [f"dataset={data}", "task=seq2seq", "tgt_tokenizer=char", "max_steps=12", "checkpoint_every=3"]
@@ -169,10 +169,21 @@ def test_checkpoint_averaging_keeps_the_last_snapshots_and_scores_their_mean(tmp
     averaged = read_jsonl(out / "metrics.jsonl")[-1]
     assert averaged["averaged_steps"] == [6, 9, 12] and averaged["step"] == 12
     # best.pt holds the mean exactly when the mean scored better than every periodic eval
-    periodic = [m["exact_match"] for m in read_jsonl(out / "metrics.jsonl") if "averaged_steps" not in m]
+    periodic = [dev_score("seq2seq", m) for m in read_jsonl(out / "metrics.jsonl") if "averaged_steps" not in m]
     best = torch.load(out / "best.pt", weights_only=False)["state_dict"]
     is_mean = all(torch.allclose(best[k].double(), v.double(), atol=1e-6) for k, v in model.state_dict().items())
-    assert is_mean == (averaged["exact_match"] > max(periodic))
+    assert is_mean == (dev_score("seq2seq", averaged) < min(periodic))
+
+
+def test_dev_score_breaks_a_tie_of_the_headline_metric_with_the_second():
+    from training.train import dev_score
+
+    last = {"wer": 33.2, "per": 9.35}
+    mean_of_checkpoints = {"wer": 33.2, "per": 9.33}  # the shipped model's case: same WER, lower PER
+    assert dev_score("g2p", mean_of_checkpoints) < dev_score("g2p", last)
+    assert dev_score("g2p", {"wer": 33.1, "per": 12.0}) < dev_score("g2p", last)  # WER decides first
+    better = {"exact_match": 50.0, "token_accuracy": 90.0}
+    assert dev_score("seq2seq", better) < dev_score("seq2seq", {"exact_match": 50.0, "token_accuracy": 80.0})
 
 
 def test_resume_via_cli_with_more_steps_matches_and_drops_stale_log_lines(tmp_path):
