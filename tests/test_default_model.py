@@ -30,6 +30,14 @@ def test_default_bundle_loads_and_verifies_every_file():
     assert "test" in bundle.meta["eval"], "bundle.json must record the test-split evaluation"
 
 
+def test_default_bundle_ships_under_30_mb():
+    meta = load_bundle(BUNDLE_DIR).meta
+    shipped = [*meta["files"], "bundle.json"]  # everything the loader reads (the card and plots are extra)
+    total = sum((BUNDLE_DIR / name).stat().st_size for name in shipped)
+    assert total < 30_000_000, f"{total / 1e6:.1f} MB"
+    assert {"fp32", "int8"} <= set(meta["variants"])  # both, with their weights counted once each
+
+
 @pytest.mark.parametrize(
     ("word", "references"),
     [
