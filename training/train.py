@@ -206,6 +206,11 @@ def dev_score(task: str, metrics: dict) -> list[float]:
     return [-metrics["exact_match"], -metrics["token_accuracy"]]
 
 
+def format_figures(metrics: dict) -> str:
+    """A metrics.jsonl line's figures for the log: "wer=33.20, per=9.33, ..." (not its step or averaged steps)."""
+    return ", ".join(f"{k}={v:.2f}" for k, v in metrics.items() if k not in ("step", "averaged_steps"))
+
+
 def average_snapshots(model: Transformer, out_dir: Path, last: int) -> list[int] | None:
     """Load the mean of the last `last` snapshots in out_dir/averaging into `model`; their steps, or None."""
     paths = sorted((out_dir / "averaging").glob("step-*.pt"))[-last:]
@@ -393,17 +398,20 @@ def _train(cfg, out_dir: Path, resume: bool, on_step, rank: int, world: int, dev
                 snapshot_dir.mkdir(exist_ok=True)
                 torch.save(model.state_dict(), snapshot_dir / f"step-{step:07d}.pt")
 
-    def run_eval() -> dict:
+    def run_eval(**extra) -> tuple[dict, bool]:
+        """Dev figures of the model as it is now, one metrics.jsonl line (with `extra`, e.g. the
+        averaged steps); best.pt when they beat every earlier eval. -> (figures, became best)."""
         nonlocal best
         m = evaluate_model(model, src_tok, tgt_tok, dev_ex, cfg.task, cfg.eval_batch_size)
-        m = {"step": step, **{k: v for k, v in m.items() if k != "by_length"}}
+        m = {"step": step, **extra, **{k: v for k, v in m.items() if k != "by_length"}}
         score = dev_score(cfg.task, m)
         with open(out_dir / "metrics.jsonl", "a") as f:
             f.write(json.dumps(m) + "\n")
-        if best is None or score < best:
+        improved = best is None or score < best
+        if improved:
             best = score
             save("best.pt")
-        return m
+        return m, improved
 
     lengths = [len(t) + 1 for _, t in pairs]
     start_time = time.monotonic()
@@ -456,10 +464,8 @@ def _train(cfg, out_dir: Path, resume: bool, on_step, rank: int, world: int, dev
                             record = {"step": step, "loss": logged_loss.item(), "lr": lr, "tokens_per_s": tps}
                             f.write(json.dumps(record) + "\n")
                     if step % cfg.eval_every == 0:
-                        last_metrics = run_eval()
-                        bar.write(
-                            f"[eval] step {step}: " + ", ".join(f"{k}={v:.2f}" for k, v in last_metrics.items() if k != "step")
-                        )
+                        last_metrics, _ = run_eval()
+                        bar.write(f"[eval] step {step}: {format_figures(last_metrics)}")
                 if step % cfg.checkpoint_every == 0:
                     checkpoint()
                 out_of_time = bool(cfg.max_minutes) and (time.monotonic() - start_time) / 60 >= cfg.max_minutes
@@ -482,28 +488,18 @@ def _train(cfg, out_dir: Path, resume: bool, on_step, rank: int, world: int, dev
                 plot_curves(out_dir)
             raise StopRequested(step)
     if is_main and (not last_metrics or last_metrics.get("step") != step):
-        last_metrics = run_eval()
+        last_metrics, _ = run_eval()
     checkpoint()
     if is_main and cfg.average_last:
         averaged = average_snapshots(model, out_dir, cfg.average_last)
         if averaged is not None:  # a mean of weights is only kept if it decodes better
-            m = evaluate_model(model, src_tok, tgt_tok, dev_ex, cfg.task, cfg.eval_batch_size)
-            m = {"step": step, "averaged_steps": averaged, **{k: v for k, v in m.items() if k != "by_length"}}
-            with open(out_dir / "metrics.jsonl", "a") as f:
-                f.write(json.dumps(m) + "\n")
-            score = dev_score(cfg.task, m)
-            print(
-                f"[train] mean of the checkpoints at steps {averaged}: "
-                + ", ".join(f"{k}={v:.2f}" for k, v in m.items() if k not in ("step", "averaged_steps"))
-            )
-            if best is None or score < best:
-                best = score
-                save("best.pt")
+            m, improved = run_eval(averaged_steps=averaged)
+            print(f"[train] mean of the checkpoints at steps {averaged}: {format_figures(m)}")
+            if improved:
                 last_metrics = m
     if is_main:
         plot_curves(out_dir)
-        figures = ", ".join(f"{k}={v:.2f}" for k, v in last_metrics.items() if k not in ("step", "averaged_steps"))
-        print(f"[train] done at step {step}: {figures}")
+        print(f"[train] done at step {step}: {format_figures(last_metrics)}")
     if world > 1:
         dist.barrier()
     return last_metrics
