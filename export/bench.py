@@ -1,8 +1,8 @@
 """`attnserve-bench`: decoding speed side by side, in-process (no HTTP).
 
-Backends, all greedy, all measured in one run on the same inputs:
+Backends, all greedy (or all beam search of one width, `--beam`), measured in one run on the same inputs:
 - torch-nocache: PyTorch recomputing the whole prefix every step;
-- torch-cache:   PyTorch with the KV cache (export/reference.py);
+- torch-cache:   PyTorch with the KV cache (training/decode.py);
 - ort-fp32 / ort-int8: the service's ONNX Runtime engine (service/engine.py);
 - ct2-fp32 / ct2-int8: the same weights in CTranslate2 (export/ct2.py), the speed target.
 For batch sizes (default 1 and 32) and output lengths (default 8, 32, 128).
@@ -116,13 +116,14 @@ def run_bench(
     max_seconds_per_cell: float = 20.0,
     log=print,
     spin: bool = False,
+    beam: int = 1,
 ) -> dict:
     import onnxruntime
     import torch
 
-    from export.reference import reference_generate
     from service.bundle import load_bundle
     from service.engine import DecodingOptions, Engine
+    from training.decode import generate_ids
 
     torch.set_num_threads(threads)
     bundle = load_bundle(bundle_dir)
@@ -149,17 +150,17 @@ def run_bench(
     sources = [rng.integers(4, src_v, int(n)).tolist() for n in rng.integers(5, 12, max(batches))]  # word-like lengths
 
     def once(backend: str, ids: list[list[int]], n: int) -> tuple[float, int]:
-        opts = DecodingOptions(max_new_tokens=n, min_new_tokens=n)
+        opts = DecodingOptions(max_new_tokens=n, min_new_tokens=n, num_beams=beam if beam > 1 else None)
         c = time.process_time()
         t = time.perf_counter()
         if backend.startswith("torch"):
-            out = reference_generate(model, ids, opts, use_cache=backend == "torch-cache")
+            out = generate_ids(model, ids, opts, use_cache=backend == "torch-cache")
             produced = sum(len(x) for x in out)
         elif backend.startswith("ct2"):
-            out = ct2_mod.generate(ct2[backend], src_tok, tgt_tok, ids, n, min_len=n)
+            out = ct2_mod.generate(ct2[backend], src_tok, tgt_tok, ids, n, min_len=n, beam_size=beam)
             produced = sum(len(x) for x in out)
         else:
-            out = engines[backend].generate(ids, opts, batch_size=len(ids))
+            out = engines[backend].generate(ids, opts, batch_size=len(ids) * beam)
             produced = sum(r.generated_tokens for r in out)
         return time.perf_counter() - t, time.process_time() - c, produced
 
@@ -214,6 +215,7 @@ def run_bench(
                     entry[f"vs_{base}"] = {k: round(v / row[base], 2) for k, v in row.items() if k != base}
             ratios.append(entry)
     return {
+        "beam_size": beam,
         "model": {k: bundle.config[k] for k in ("d_model", "n_heads", "d_ff", "n_encoder_layers", "n_decoder_layers")}
         | {"tgt_vocab_size": bundle.config["tgt_vocab_size"], "model_id": bundle.model_id},
         "versions": {"torch": torch.__version__, "onnxruntime": onnxruntime.__version__},
@@ -249,7 +251,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=5, help="runs per cell (best reported; a slow cell stops early)")
     p.add_argument("--out", type=Path, default=Path("bench.json"), help="raw JSON report")
     p.add_argument("--spin", action="store_true", help="let ONNX Runtime's worker threads spin (the engine's default is off)")
+    p.add_argument("--beam", type=int, default=1, help="beam search of this width in every backend (default 1: greedy)")
     args = p.parse_args(argv)
+    if args.beam < 1:
+        print("error: --beam must be >= 1", file=sys.stderr)
+        return 2
     try:
         lengths = [int(x) for x in args.lengths.split(",")]
         batches = [int(x) for x in args.batches.split(",")]
@@ -278,7 +284,17 @@ def main(argv: list[str] | None = None) -> int:
         else:
             model, bundle_dir = synthetic_run(Path(tmp) / "bundle", max_target_len=max(max(lengths), 8))
         report = run_bench(
-            model, bundle_dir, lengths, batches, backends, args.threads, args.repeats, Path(tmp), log=_log, spin=args.spin
+            model,
+            bundle_dir,
+            lengths,
+            batches,
+            backends,
+            args.threads,
+            args.repeats,
+            Path(tmp),
+            log=_log,
+            spin=args.spin,
+            beam=args.beam,
         )
     info["load_average_at_end"] = list(os.getloadavg())
     report = {

@@ -10,6 +10,7 @@ failed build never leaves a half-made bundle where the service looks.
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import time
@@ -22,7 +23,7 @@ import torch
 from export.explain import add_explain_graph
 from export.onnx import OPSET, export_decoder, export_encoder, external_data_files, graph_io, share_initializers
 from export.variants import FP16_KEEP_FP32_OPS, FP32_BOUNDARY, convert_fp16, quantize_int8
-from service.bundle import FORMAT_VERSION, load_bundle, sha256_file
+from service.bundle import FORMAT_VERSION, bounded_length, load_bundle, sha256_file
 from training.train import load_model, load_run_tokenizers
 
 BUNDLE_JSON = "bundle.json"
@@ -36,6 +37,7 @@ VARIANT_FILES = {
 }
 INT8_MAX_WER_LOSS = 0.5  # percentage points of dev WER int8 may lose against fp32
 INT8_MIN_SPEEDUP = 1.05  # and it must be at least this much faster, at batch 1 and at batch 32
+LENGTH_MARGIN = 3  # tokens beyond the longest training target of the same source length
 
 
 class BuildError(RuntimeError):
@@ -59,6 +61,27 @@ def update_manifest(bundle_dir: Path, **fields) -> dict:
     meta.update(fields)
     (bundle_dir / BUNDLE_JSON).write_text(json.dumps(meta, indent=2) + "\n")
     return meta
+
+
+def learned_length_bound(train_cfg: dict, src_tok, tgt_tok, max_source_len: int, max_target_len: int) -> dict:
+    """bundle.json's `length_bound`: per source length in tokens, the longest target (tokens, without
+    the end token) among the training pairs of that source length (a length never seen takes the
+    nearest shorter one's); the engine stops a request at that plus `margin`, so a model that loops
+    stops near the longest real answer, not at max_target_len."""
+    from training.data import load_examples
+
+    examples = load_examples(train_cfg.get("dataset", "cmudict"), "train", bool(train_cfg.get("strip_stress", False)))
+    longest = [0] * (max_source_len + 1)
+    sources = [e.source for e in examples]
+    targets = [e.targets for e in examples]
+    for src_enc, refs in zip(src_tok.encode_batch(sources, add_special_tokens=False), targets):
+        s = min(len(src_enc.ids), max_source_len)
+        for enc in tgt_tok.encode_batch(refs, add_special_tokens=False):
+            longest[s] = max(longest[s], min(len(enc.ids), max_target_len))
+    for s in range(1, len(longest)):  # a length never seen in training takes the nearest shorter one's
+        if not longest[s]:
+            longest[s] = longest[s - 1]
+    return {"by_source_len": longest, "margin": LENGTH_MARGIN, "pairs": sum(len(t) for t in targets)}
 
 
 def run_task(run_dir: Path) -> dict:
@@ -122,8 +145,12 @@ def build(
     src_tok.save(str(work / TOKENIZERS["source"]))
     tgt_tok.save(str(work / TOKENIZERS["target"]))
 
+    length_bound = learned_length_bound(train_cfg, src_tok, tgt_tok, cfg.max_source_len, cfg.max_target_len)
+    log(f"[export] length bound from the training targets: {length_bound['by_source_len'][:16]}... + {LENGTH_MARGIN}")
+    bound = functools.partial(bounded_length, length_bound, cfg.max_target_len)
+
     log(f"[export] PyTorch reference outputs for the parity corpus ({len(sources)} inputs)")
-    corpus = make_parity_corpus(model, src_tok, sources)
+    corpus = make_parity_corpus(model, src_tok, sources, bound)
     (work / PARITY_CORPUS).write_text(json.dumps(corpus) + "\n")
 
     meta = {
@@ -148,6 +175,7 @@ def build(
         "default_variant": {"cpu": "fp32", "cuda": "fp32"},
         "tokenizers": dict(TOKENIZERS),
         "parity_corpus": PARITY_CORPUS,
+        "length_bound": length_bound,
         "task": train_cfg.get("task", "g2p"),
         "dataset": train_cfg.get("dataset"),
         "strip_stress": bool(train_cfg.get("strip_stress", False)),

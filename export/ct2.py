@@ -103,13 +103,13 @@ def translator(model_dir: Path, threads: int):
 
 
 def generate(
-    translator, src_tok: Tokenizer, tgt_tok: Tokenizer, sources: list[list[int]], n: int, min_len: int = 0
+    translator, src_tok: Tokenizer, tgt_tok: Tokenizer, sources: list[list[int]], n: int, min_len: int = 0, beam_size: int = 1
 ) -> list[list[int]]:
-    """Greedy ids for each source (one batch); `min_len` forces lengths as min_new_tokens does."""
+    """Greedy (or beam search's best) ids for each source (one batch); `min_len` forces lengths as min_new_tokens does."""
     tokens = [[src_tok.id_to_token(i) for i in ids] for ids in sources]
     out = translator.translate_batch(
         tokens,
-        beam_size=1,
+        beam_size=beam_size,
         max_decoding_length=n,
         min_decoding_length=min_len,
         max_batch_size=len(tokens),

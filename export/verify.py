@@ -42,6 +42,8 @@ SAMPLING_CASES = [
     {"repetition_penalty": 1.5},  # greedy with a penalty
 ]
 N_SAMPLING = 50
+BEAM_WIDTH = 4  # beam parity: the n-best of beam search, width 4
+TOL_SCORE = 1e-4  # hypothesis scores (mean log-probability), ONNX Runtime vs PyTorch
 
 
 # ---- corpus -----------------------------------------------------------------------------
@@ -70,28 +72,43 @@ def source_ids(src_tok, text: str, max_source_len: int, unk_id: int) -> list[int
     return ids or [unk_id]
 
 
-def reference_outputs(model, ids: list[list[int]]) -> tuple[list[list[int]], list[list[int]]]:
-    """PyTorch greedy ids for every input, and sampled ids for the first N_SAMPLING; one input at a time."""
+def beam_options(max_new_tokens: int) -> DecodingOptions:
+    return DecodingOptions(max_new_tokens=max_new_tokens, best_of=BEAM_WIDTH)
+
+
+def reference_outputs(model, ids: list[list[int]], length_bound=None) -> dict:
+    """PyTorch greedy ids for every input, sampled ids for the first N_SAMPLING (one input at a
+    time), and beam search (width BEAM_WIDTH, all inputs in one batch): its hypotheses and scores.
+    `length_bound`: source length -> the bundle's bound, applied as the engine applies it."""
     import torch
 
-    from export.reference import reference_generate
+    from training.decode import generate, generate_ids
 
     n_max = model.cfg.max_target_len
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny per-step work: one thread is faster than two fighting
     try:
-        greedy = [reference_generate(model, [x], DecodingOptions(max_new_tokens=n_max))[0] for x in ids]
-        sampled = [reference_generate(model, [x], sampling_options(i, n_max))[0] for i, x in enumerate(ids[:N_SAMPLING])]
+        kw = {"length_bound": length_bound}
+        greedy = [generate_ids(model, [x], DecodingOptions(max_new_tokens=n_max), **kw)[0] for x in ids]
+        sampled = [generate_ids(model, [x], sampling_options(i, n_max), **kw)[0] for i, x in enumerate(ids[:N_SAMPLING])]
+        beams = generate(model, ids, beam_options(n_max), **kw)
     finally:
         torch.set_num_threads(threads)
-    return greedy, sampled
+    return {
+        "greedy": greedy,
+        "sampled": sampled,
+        "beam": {
+            "width": BEAM_WIDTH,
+            "hypotheses": [[h.token_ids for h in g.hypotheses] for g in beams],
+            "scores": [[h.score for h in g.hypotheses] for g in beams],
+        },
+    }
 
 
-def make_parity_corpus(model, src_tok, sources: list[str]) -> dict:
+def make_parity_corpus(model, src_tok, sources: list[str], length_bound=None) -> dict:
     cfg = model.cfg
     ids = [source_ids(src_tok, s, cfg.max_source_len, cfg.unk_id) for s in sources]
-    greedy, sampled = reference_outputs(model, ids)
-    return {"sources": sources, "source_ids": ids, "greedy": greedy, "sampled": sampled}
+    return {"sources": sources, "source_ids": ids, **reference_outputs(model, ids, length_bound)}
 
 
 # ---- graph-level checks -------------------------------------------------------------------
@@ -287,6 +304,39 @@ def sampling_parity(engine: Engine, corpus: dict) -> dict:
     }
 
 
+def beam_parity(engine: Engine, corpus: dict) -> dict:
+    """Beam search through ONNX Runtime against the PyTorch reference: the same hypotheses in the same
+    order, scores within TOL_SCORE; one request at a time, and in continuous batches beside greedy
+    and sampled rows."""
+    ref = corpus["beam"]
+    ids = corpus["source_ids"]
+    beam = beam_options(engine.max_target_len)
+    alone = engine.generate(ids, beam, batch_size=BEAM_WIDTH)
+    # every third request is beam search; the others greedy or sampled: rows of all kinds share steps
+    mixed_opts = [
+        beam
+        if i % 3 == 0
+        else sampling_options(i, engine.max_target_len)
+        if i % 3 == 1
+        else DecodingOptions(max_new_tokens=engine.max_target_len)
+        for i in range(len(ids))
+    ]
+    mixed = engine.generate(ids, mixed_opts, batch_size=13, refill=True, sort=False)
+    out = {"inputs": len(ids), "width": ref["width"]}
+    for name, results, which in (("alone", alone, range(len(ids))), ("continuous_batching_mixed", mixed, range(0, len(ids), 3))):
+        mismatches, worst = 0, 0.0
+        for i in which:
+            hyps = results[i].hypotheses
+            if [h.token_ids for h in hyps] != ref["hypotheses"][i]:
+                mismatches += 1
+                continue
+            worst = max([worst, *(abs(h.score - r) for h, r in zip(hyps, ref["scores"][i]))])
+        out[f"mismatches_{name}"] = mismatches
+        out[f"score_max_abs_diff_{name}"] = worst
+        out[f"checked_{name}"] = len(which)
+    return out
+
+
 def fp16_check(bundle, threads: int | None) -> dict:
     """fp16 graphs vs fp32 on CPU over SHAPES x PAST_LENGTHS (no GPU needed: ONNX Runtime's CPU
     provider runs float16 graphs); logits compared as float32 at the boundary."""
@@ -322,10 +372,10 @@ def run_parity(bundle_dir: Path, model=None, threads: int | None = None, log=pri
     failures: list[str] = []
     t0 = time.perf_counter()
     if model is not None:
-        greedy, sampled = reference_outputs(model, corpus["source_ids"])
-        if greedy != corpus["greedy"] or sampled != corpus["sampled"]:
+        fresh = reference_outputs(model, corpus["source_ids"], bundle.length_bound if bundle.meta.get("length_bound") else None)
+        if fresh["greedy"] != corpus["greedy"] or fresh["sampled"] != corpus["sampled"]:
             failures.append("the run's PyTorch outputs differ from the ones recorded in the bundle (bundle from another run?)")
-        corpus = {**corpus, "greedy": greedy, "sampled": sampled}
+        corpus = {**corpus, **fresh}
     engine = Engine(bundle, variant="fp32", provider="cpu", threads=threads)
     figures: dict = {"reference": "pytorch (recomputed from the run)" if model is not None else "recorded at build"}
 
@@ -353,6 +403,15 @@ def run_parity(bundle_dir: Path, model=None, threads: int | None = None, log=pri
     if sp["mismatches_continuous_batching_5"]:
         failures.append(f"sampling mismatches = {sp['mismatches_continuous_batching_5']} of {sp['inputs']}")
     log(f"[verify] sampling: {sp}")
+
+    if "beam" in corpus:  # bundles built before beam search have no beam references
+        bp = figures["beam"] = beam_parity(engine, corpus)
+        for key in ("alone", "continuous_batching_mixed"):
+            if bp[f"mismatches_{key}"]:
+                failures.append(f"beam search mismatches ({key}) = {bp[f'mismatches_{key}']} of {bp[f'checked_{key}']}")
+            if bp[f"score_max_abs_diff_{key}"] > TOL_SCORE:
+                failures.append(f"beam scores ({key}) differ by {bp[f'score_max_abs_diff_{key}']:.2e} > {TOL_SCORE}")
+        log(f"[verify] beam search: {bp}")
 
     if "fp16" in bundle.variants:
         figures["fp16"] = fp16_check(bundle, threads)

@@ -317,7 +317,7 @@ def create_app(settings: Settings, engine: Engine | None = None, *, keepalive_s:
             svc.metrics.request_done(route, "cancelled")
             return Response(status_code=499)  # nobody reads it: the client has gone
         results, finished = collected
-        text = ticket.seq.text if ticket.seq is not None else ""
+        text = ticket.generation.text if ticket.generation is not None else ""
         if params.return_full_text:
             text = body.inputs + text
         details = None
@@ -453,7 +453,7 @@ async def sse_events(svc: Service, ticket: Ticket, params: GenerateParameters, i
                 index += 1
                 event = {"index": index, "token": _token(ev), "top_tokens": None, "generated_text": None, "details": None}
                 if ev.finish_reason is not None:
-                    text = ticket.seq.text
+                    text = ticket.generation.text
                     event["generated_text"] = inputs + text if params.return_full_text else text
                     if params.details:
                         event["details"] = {

@@ -44,6 +44,17 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def bounded_length(length_bound: dict | None, max_target_len: int, source_len: int) -> int | None:
+    """bundle.json's `length_bound` applied: the longest target seen in training for this source
+    length (longer sources than the table use its last entry) plus the margin, within
+    max_target_len. None when the bundle records no bound."""
+    if not length_bound:
+        return None
+    table = length_bound["by_source_len"]
+    longest = int(table[min(source_len, len(table) - 1)])
+    return min(max_target_len, longest + int(length_bound["margin"]))
+
+
 @dataclass(frozen=True)
 class LoadedBundle:
     dir: Path
@@ -69,6 +80,10 @@ class LoadedBundle:
     @property
     def max_target_len(self) -> int:
         return int(self.meta["max_target_len"])
+
+    def length_bound(self, source_len: int) -> int | None:
+        """Most tokens worth generating for a source of `source_len` tokens; None: no bound recorded."""
+        return bounded_length(self.meta.get("length_bound"), self.max_target_len, source_len)
 
     @property
     def n_layers(self) -> int:

@@ -135,7 +135,8 @@ class DrainingServer(uvicorn.Server):
 
 
 def generate_main(argv: list[str] | None = None) -> int:
-    """Bulk generation: one input per line in, `input<TAB>output` lines out (for G2P: a lexicon)."""
+    """Bulk generation: one input per line in, `input<TAB>output` lines out (for G2P: a lexicon);
+    with --best-of N, N ranked rows per input: `input<TAB>rank<TAB>output<TAB>score<TAB>source`."""
     p = argparse.ArgumentParser(
         prog="attnserve-generate",
         description="Generate for every line of a file with the server's engine and batching, in-process.",
@@ -154,6 +155,13 @@ def generate_main(argv: list[str] | None = None) -> int:
     p.add_argument("--top-p", type=float)
     p.add_argument("--repetition-penalty", type=float)
     p.add_argument("--seed", type=int, help="seed of every sampled line (default: a new one per line)")
+    p.add_argument(
+        "--best-of",
+        type=int,
+        help="N ranked answers per input (beam search of width N; with --do-sample, N sampled candidates): "
+        "writes input, rank, output, score (mean log-probability), source",
+    )
+    p.add_argument("--num-beams", type=int, help="beam width when larger than --best-of")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     args = p.parse_args(argv)
 
@@ -182,7 +190,7 @@ def generate_main(argv: list[str] | None = None) -> int:
     inputs = [(n, line.strip()) for n, line in enumerate(lines, 1) if line.strip()]
     params = {
         k: getattr(args, k)
-        for k in ("max_new_tokens", "temperature", "top_k", "top_p", "repetition_penalty", "seed")
+        for k in ("max_new_tokens", "temperature", "top_k", "top_p", "repetition_penalty", "seed", "best_of", "num_beams")
         if getattr(args, k) is not None
     }
     params["do_sample"] = args.do_sample
@@ -205,6 +213,9 @@ def generate_main(argv: list[str] | None = None) -> int:
             if isinstance(result, InputError):
                 failed += 1
                 tqdm.write(f"line {n}: {result}", file=sys.stderr)
+            elif args.best_of is not None or args.num_beams is not None:
+                for rank, h in enumerate(result.hypotheses, 1):
+                    out.write(f"{text}\t{rank}\t{h.text}\t{h.score:.6f}\tmodel\n")
             else:
                 out.write(f"{text}\t{result.text}\n")
             bar.update(1)

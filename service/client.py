@@ -67,7 +67,10 @@ class Generator:
         params.setdefault("max_new_tokens", self.engine.max_target_len)
         if "stop" in params and params["stop"] is not None:
             params["stop"] = tuple(params["stop"])
-        return DecodingOptions(**params)
+        options = DecodingOptions(**params)
+        if options.n_rows > self.max_batch_size:
+            raise InputError(f"best_of/num_beams need {options.n_rows} batch rows; max_batch_size is {self.max_batch_size}")
+        return options
 
     def submit(self, text: str | list[int], options: DecodingOptions) -> Ticket:
         ids = self.engine.encode_text(text) if isinstance(text, str) else list(text)
@@ -134,12 +137,13 @@ def _result(ticket: Ticket) -> GenerationResult:
             if isinstance(ev, Failed):
                 raise GenerationError(ev.error.message)
             if isinstance(ev, Finished):
-                seq = ticket.seq
+                gen = ticket.generation
                 return GenerationResult(
-                    token_ids=list(seq.token_ids),
-                    text=seq.text,
+                    token_ids=list(gen.token_ids),
+                    text=gen.text,
                     finish_reason=ev.finish_reason,
-                    seed=seq.seed,
-                    logprobs=seq.logprobs,
-                    generated_tokens=ticket.n_tokens,
+                    seed=gen.seed,
+                    logprobs=gen.logprobs,
+                    generated_tokens=gen.generated_tokens,
+                    hypotheses=gen.hypotheses,
                 )

@@ -3,10 +3,20 @@
 Export proves parity on this loop, eval/bench/bulk generation use it, and the
 service's scheduler drives its continuous-batching primitives:
 
-    seqs = engine.start([(source_ids, options), ...])  # encoder once for these sources
-    batch = engine.new_batch(); batch.add(seqs)          # join at a step boundary
-    results = engine.step(batch)                         # ONE decoder call for all rows
-    batch.remove([r.sequence for r in results if r.finish_reason])
+    gens = engine.start([(source_ids, options), ...])  # encoder once for these sources
+    batch = engine.new_batch(); batch.add(gens)         # join at a step boundary (all their rows)
+    results = engine.step(batch)                        # ONE decoder call for all rows
+    batch.remove([r.generation for r in results if r.finish_reason])  # cancelled ones too
+
+Token choice, seeding and stopping are service/decoding.py's: this module runs
+the graphs and keeps the batch, and calls it once per step for all rows.
+
+A request (a `Generation`) owns one batch row, or N: its beams (beam search,
+`best_of` without sampling) or its `best_of` samples. The encoder runs once per
+request; its cross-attention K/V are copied into each of its rows. Rows of beam
+search follow their beams: after each step `ActiveBatch.reorder` gathers their
+self-attention cache by parent (Whisper's rearrange_kv_cache). Rows that finish
+leave the batch at once, so a short request is never held by a long one.
 
 Cache layout of an ActiveBatch (B rows, P past slots, S source slots):
 - self-attention cache `past.{i}.decoder.key/value` [B, H, P, Dh] is RIGHT-aligned:
@@ -31,7 +41,6 @@ many free slots, a longer source, or CUDA) rebuilds the cache through numpy.
 from __future__ import annotations
 
 import os
-import secrets
 from collections.abc import Sequence as SequenceABC
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,99 +50,26 @@ import onnxruntime as ort
 from tokenizers import Tokenizer
 
 from service.bundle import BundleError, LoadedBundle
-from service.sampling import SamplingParams, greedy_token, sample_token
+from service.decoding import (
+    DecodingOptions,
+    Generation,
+    Hypothesis,
+    InputError,
+    Row,
+    RowState,
+    StepResult,
+    choose_tokens,
+    length_limit,
+    new_generation,
+)
 
 NEG_INF = -1e9  # the bias value the graphs use for masked keys (never -inf)
-FINISH_REASONS = ("eos_token", "length", "stop_sequence")
 
-
-class InputError(ValueError):
-    """A request the engine cannot honour; the message says what to fix."""
+__all__ = ["DecodingOptions", "Engine", "EngineError", "Generation", "GenerationResult", "InputError", "StepResult"]
 
 
 class EngineError(RuntimeError):
     """The engine cannot start as configured (provider, threads); one line."""
-
-
-@dataclass(frozen=True)
-class DecodingOptions:
-    max_new_tokens: int = 32
-    do_sample: bool = False
-    temperature: float | None = None
-    top_k: int | None = None
-    top_p: float | None = None
-    repetition_penalty: float | None = None
-    seed: int | None = None
-    stop: tuple[str, ...] = ()
-    logprobs: bool = False
-    # eos is suppressed until this many tokens (Hugging Face's min_new_tokens); the benchmark uses
-    # it to force exact output lengths from any model.
-    min_new_tokens: int = 0
-
-    def __post_init__(self) -> None:
-        if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
-            raise InputError(f"max_new_tokens must be a positive integer, got {self.max_new_tokens!r}")
-        if self.temperature is not None and not self.temperature > 0:
-            raise InputError(f"temperature must be > 0, got {self.temperature!r}")
-        if self.top_k is not None and (isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0):
-            raise InputError(f"top_k must be a non-negative integer (0 = off), got {self.top_k!r}")
-        if self.top_p is not None and not 0 < self.top_p <= 1:
-            raise InputError(f"top_p must be in (0, 1], got {self.top_p!r}")
-        if self.repetition_penalty is not None and not self.repetition_penalty > 0:
-            raise InputError(f"repetition_penalty must be > 0, got {self.repetition_penalty!r}")
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
-            raise InputError(f"seed must be a non-negative integer, got {self.seed!r}")
-        if not isinstance(self.min_new_tokens, int) or not 0 <= self.min_new_tokens <= self.max_new_tokens:
-            raise InputError(f"min_new_tokens must be between 0 and max_new_tokens, got {self.min_new_tokens!r}")
-        if isinstance(self.stop, str) or not all(isinstance(s, str) and s for s in self.stop):
-            raise InputError("stop must be a list of non-empty strings")
-        object.__setattr__(self, "stop", tuple(self.stop))
-
-    @property
-    def sampling(self) -> bool:
-        """TGI semantics: sample iff asked to, or any sampling parameter is set (top_k 0 = off)."""
-        return bool(self.do_sample or self.temperature is not None or self.top_k or self.top_p is not None)
-
-    def sampling_params(self) -> SamplingParams:
-        return SamplingParams(
-            temperature=1.0 if self.temperature is None else float(self.temperature),
-            top_k=self.top_k or None,
-            top_p=self.top_p,
-            repetition_penalty=self.repetition_penalty,
-        )
-
-
-@dataclass(eq=False)
-class Sequence:
-    """One request's decoding state. Identity, not value, makes two sequences different."""
-
-    source_ids: list[int]
-    options: DecodingOptions
-    max_new_tokens: int  # options.max_new_tokens within the model's limit
-    seed: int | None  # the seed in use when sampling (picked by the engine if none was given)
-    rng: np.random.Generator | None
-    params: SamplingParams | None  # None: greedy
-    cross: list[np.ndarray]  # 2L arrays [H, S_i, Dh]: this row's cross-attention K/V
-    bias: np.ndarray  # [S_i] this row's encoder_attention_bias
-    token_ids: list[int] = field(default_factory=list)  # generated, without bos/eos
-    text: str = ""
-    logprobs: list[float] | None = None  # aligned with token_ids when options.logprobs
-    finish_reason: str | None = None
-    eos_logprob: float | None = None
-
-    @property
-    def source_len(self) -> int:
-        return len(self.bias)
-
-
-@dataclass
-class StepResult:
-    sequence: Sequence
-    token_id: int  # the eos id when finish_reason == "eos_token" (not added to token_ids)
-    text: str  # the streamed text delta ("" for eos)
-    logprob: float | None
-    finish_reason: str | None
-    special: bool  # True for the eos token
 
 
 @dataclass
@@ -144,13 +80,7 @@ class GenerationResult:
     seed: int | None
     logprobs: list[float] | None
     generated_tokens: int  # token_ids plus the eos token when it ended the sequence
-
-
-def suppress(logits_row: np.ndarray, token_id: int) -> np.ndarray:
-    """A copy of the row in which `token_id` can never be chosen.  # [V]"""
-    row = np.array(logits_row, dtype=np.float32)
-    row[token_id] = -np.inf
-    return row
+    hypotheses: list[Hypothesis] = field(default_factory=list)  # ranked, best first (n-best requests)
 
 
 def available_cpus() -> int:
@@ -245,6 +175,9 @@ class Engine:
             self.output_names.append("next_token")
         self.encoder_output_names = [o.name for o in self.encoder.get_outputs()]
 
+        # ---- text -------------------------------------------------------------------------
+        self.vocab_size = int(bundle.config["tgt_vocab_size"])
+
     # ---- text -------------------------------------------------------------------------
     def encode_text(self, text: str) -> list[int]:
         """Source ids for `text`; InputError if empty, too long, or holding characters the model cannot read."""
@@ -264,9 +197,13 @@ class Engine:
     def decode_ids(self, ids: SequenceABC[int]) -> str:
         return self.tgt_tokenizer.decode(list(ids), skip_special_tokens=True)
 
+    def max_new_tokens_for(self, source_len: int, options: DecodingOptions) -> int:
+        """The length limit of a request: what it asked for, within the bundle's bound for its source."""
+        return length_limit(options, self.bundle.length_bound(source_len))
+
     # ---- continuous-batching primitives -----------------------------------------------
-    def start(self, items: list[tuple[list[int], DecodingOptions]]) -> list[Sequence]:
-        """Run the encoder ONCE for these sources; return sequences ready to join a batch."""
+    def start(self, items: list[tuple[list[int], DecodingOptions]]) -> list[Generation]:
+        """Run the encoder ONCE for these sources; return generations ready to join a batch."""
         if not items:
             return []
         for ids, opts in items:
@@ -283,28 +220,14 @@ class Engine:
             input_ids[i, : len(ids)] = ids
             mask[i, : len(ids)] = 1
         bias, *kv = self.encoder.run(None, {"input_ids": input_ids, "attention_mask": mask})  # [n,1,1,s], 2L x [n,H,s,Dh]
-        seqs = []
+        gens = []
         for i, (ids, opts) in enumerate(items):
             li = len(ids)
-            seed, rng, params = None, None, None
-            if opts.sampling:
-                seed = opts.seed if opts.seed is not None else secrets.randbits(63)
-                rng = np.random.default_rng(seed)
-                params = opts.sampling_params()
-            seqs.append(
-                Sequence(
-                    source_ids=list(ids),
-                    options=opts,
-                    max_new_tokens=opts.max_new_tokens,
-                    seed=seed,
-                    rng=rng,
-                    params=params,
-                    cross=[a[i, :, :li] for a in kv],
-                    bias=bias[i, 0, 0, :li],
-                    logprobs=[] if opts.logprobs else None,
-                )
-            )
-        return seqs
+            gen = new_generation(ids, opts, self.bundle.length_bound(li), self.eos_id, self.decode_ids)
+            gen.cross = [a[i, :, :li] for a in kv]  # shared by the request's rows: the encoder ran once
+            gen.bias = bias[i, 0, 0, :li]
+            gens.append(gen)
+        return gens
 
     def new_batch(self) -> ActiveBatch:
         return ActiveBatch(self)
@@ -312,15 +235,12 @@ class Engine:
     def _ortvalue(self, array: np.ndarray) -> ort.OrtValue:
         return ort.OrtValue.ortvalue_from_numpy(array, self.device, 0)
 
-    def step(self, batch: ActiveBatch) -> list[StepResult]:
-        """ONE decoder call for every row; results for the rows not yet finished, in batch order."""
-        if not len(batch):
-            return []
+    def run_step(self, batch: ActiveBatch) -> tuple[np.ndarray, np.ndarray | None]:
+        """ONE decoder call for every row of the batch: (logits [B, V] float32, in-graph argmax [B] or None)."""
         if batch.compaction_due:
             batch.compact_if_wasteful()
-        rows = batch.rows
-        b = len(rows)
         binding = batch.binding
+        b = len(batch.rows)
         # The mask gains this step's slot; it is the only input whose shape changes every step.
         mask = np.empty((b, batch.mask.shape[1] + 1), dtype=np.int64)
         mask[:, :-1] = batch.mask
@@ -340,101 +260,76 @@ class Engine:
         outs = binding.get_outputs()
         batch.past = outs[1 : 1 + 2 * self.n_layers]  # stays an OrtValue: next step's past
         logits = outs[0].numpy()  # [B, V] float32 (a view on CPU)
-        next_tokens = outs[-1].numpy() if self.has_next_token else np.argmax(logits, axis=-1)  # [B]
+        return logits, (outs[-1].numpy() if self.has_next_token else None)
 
-        results = []
-        eos = self.eos_id
-        for i, seq in enumerate(rows):
-            if seq is None or seq.finish_reason is not None:
-                continue  # a free slot, or finished but not removed yet: it stepped for nothing
-            opts = seq.options
-            forced = len(seq.token_ids) < opts.min_new_tokens
-            if seq.params is not None:
-                row = suppress(logits[i], eos) if forced else logits[i]
-                tok = sample_token(row, seq.rng, seq.params, seq.token_ids)
-            elif opts.repetition_penalty or (forced and next_tokens[i] == eos):
-                row = suppress(logits[i], eos) if forced else logits[i]
-                tok = greedy_token(row, seq.token_ids, opts.repetition_penalty)
-            else:
-                tok = int(next_tokens[i])
-            lp = None
-            if opts.logprobs:
-                row = logits[i].astype(np.float64)
-                m = row.max()
-                lp = float(row[tok] - m - np.log(np.exp(row - m).sum()))
-            if tok == eos:
-                seq.finish_reason = "eos_token"
-                seq.eos_logprob = lp
-                results.append(StepResult(seq, tok, "", lp, "eos_token", True))
-                continue
-            seq.token_ids.append(tok)
-            if lp is not None:
-                seq.logprobs.append(lp)
-            old = seq.text
-            new = self.tgt_tokenizer.decode(seq.token_ids, skip_special_tokens=True)
-            delta = new[len(old) :]
-            seq.text = new
-            reason = None
-            if opts.stop and any(new.find(s, max(0, len(old) - len(s) + 1)) != -1 for s in opts.stop):
-                reason = "stop_sequence"
-            elif len(seq.token_ids) >= seq.max_new_tokens:
-                reason = "length"
-            seq.finish_reason = reason
-            results.append(StepResult(seq, tok, delta, lp, reason, False))
-            batch.input_ids[i, 0] = tok
+    def step(self, batch: ActiveBatch) -> list[StepResult]:
+        """ONE decoder call for every row, then token choice for every row (service/decoding.py);
+        returns a StepResult per streaming generation and per generation that finished."""
+        if not len(batch):
+            return []
+        logits, next_tokens = self.run_step(batch)
+        choice = choose_tokens(batch.state, logits, next_tokens, self.eos_id, self.decode_ids)
+        for dest, src in choice.reorders:  # beams continue from their parents: their caches follow
+            batch.reorder(dest, src)
+        batch.input_ids[:, 0] = choice.tokens
         batch.positions += batch.live  # in place: the bound OrtValue sees it; free slots stay put
-        return results
+        if choice.leaving:
+            batch.free(choice.leaving)
+        return choice.results
 
     # ---- convenience ------------------------------------------------------------------
     def generate(
         self,
         inputs: SequenceABC[str] | SequenceABC[list[int]],
-        options: DecodingOptions | SequenceABC[DecodingOptions] = DecodingOptions(),
+        options: DecodingOptions | SequenceABC[DecodingOptions] | None = None,
         batch_size: int = 32,
         refill: bool = False,
         sort: bool = True,
     ) -> list[GenerationResult]:
         """Generate for every input (texts, or lists of source ids) in input order.
 
-        refill=False: rows start together in chunks of `batch_size` (what bench measures).
-        refill=True: continuous batching: a new row joins as soon as one finishes,
+        refill=False: requests start together in chunks of up to `batch_size` rows (what bench measures).
+        refill=True: continuous batching: a new request joins as soon as its rows fit,
         so rows of one step have different past and source lengths.
-        sort=True: rows are taken shortest source first (less padding); results keep input order.
+        sort=True: requests are taken shortest source first (less padding); results keep input order.
+        A request of N rows (beams, best_of) counts N toward batch_size.
         """
         items = [(self.encode_text(x) if isinstance(x, str) else list(x)) for x in inputs]
+        options = DecodingOptions() if options is None else options
         opts = [options] * len(items) if isinstance(options, DecodingOptions) else list(options)
         if len(opts) != len(items):
             raise InputError(f"{len(items)} inputs but {len(opts)} options")
+        too_wide = [o.n_rows for o in opts if o.n_rows > batch_size]
+        if too_wide:
+            raise InputError(f"a request needs {too_wide[0]} rows; batch_size is {batch_size}")
         # Shorter sources together: less padding in the encoder and in cross-attention. Outputs
         # do not depend on the company a row keeps, so the order is free.
         order = sorted(range(len(items)), key=lambda i: len(items[i])) if sort else list(range(len(items)))
-        seqs: list[Sequence | None] = [None] * len(items)
+        gens: list[Generation | None] = [None] * len(items)
         batch = self.new_batch()
-        cursor, finished = 0, []
+        cursor = 0
         while cursor < len(order) or len(batch):
-            joining: list[Sequence] = []
-            running = len(batch) - len(finished)
-            if cursor < len(order) and (refill or not running):
-                take = order[cursor : cursor + batch_size - running]
-                cursor += len(take)
-                joining = self.start([(items[i], opts[i]) for i in take])
-                for i, q in zip(take, joining):
-                    seqs[i] = q
-            batch.update(remove=finished, add=joining)  # one cache rebuild per boundary
-            finished = [r.sequence for r in self.step(batch) if r.finish_reason]
-            if len(finished) == len(batch):
-                batch.update(remove=finished)
-                finished = []
+            if cursor < len(order) and (refill or not len(batch)):
+                take, rows = [], len(batch)
+                while cursor < len(order) and rows + opts[order[cursor]].n_rows <= batch_size:
+                    take.append(order[cursor])
+                    rows += opts[order[cursor]].n_rows
+                    cursor += 1
+                for i, g in zip(take, self.start([(items[i], opts[i]) for i in take])):
+                    gens[i] = g
+                batch.add([gens[i] for i in take])
+            self.step(batch)
         return [
             GenerationResult(
-                token_ids=s.token_ids,
-                text=s.text,
-                finish_reason=s.finish_reason or "length",
-                seed=s.seed,
-                logprobs=s.logprobs,
-                generated_tokens=len(s.token_ids) + (s.finish_reason == "eos_token"),
+                token_ids=g.token_ids,
+                text=g.text,
+                finish_reason=g.finish_reason or "length",
+                seed=g.seed,
+                logprobs=g.logprobs,
+                generated_tokens=g.generated_tokens,
+                hypotheses=g.hypotheses,
             )
-            for s in seqs
+            for g in gens
         ]
 
 
@@ -446,6 +341,9 @@ class ActiveBatch:
     in place or the batch is compacted. Filling a slot writes only that row (CPU: the numpy
     buffers share memory with the bound OrtValues), where a rebuild copies the whole cache;
     a busy server replaces rows at nearly every step, so this is what keeps joins cheap.
+
+    Per row it also keeps what token choice reads, as arrays: the processor parameters
+    (`params`), the generated-token counts for the penalties, and how many tokens it generated.
     """
 
     # Compact (rebuild) when more than this share of the computed rows is free, or when this
@@ -461,7 +359,7 @@ class ActiveBatch:
 
     def _reset(self) -> None:
         e = self.engine
-        self.rows: list[Sequence | None] = []
+        self.state = RowState(e.vocab_size)  # who is in each row, and what token choice reads per row
         self.past: list[ort.OrtValue] = []  # 2L x [B, H, P, Dh]
         self.cross_np: list[np.ndarray] = [np.zeros((0, e.n_heads, 0, e.head_dim), e.kv_dtype)] * (2 * e.n_layers)
         self.bias = np.zeros((0, 1, 1, 0), e.bias_dtype)  # [B, 1, 1, S]
@@ -474,9 +372,13 @@ class ActiveBatch:
         self.compaction_due = False
 
     @property
-    def seqs(self) -> list[Sequence]:
-        """The sequences in the batch, in row order (free slots left out)."""
-        return [q for q in self.rows if q is not None]
+    def rows(self) -> list[Row | None]:
+        return self.state.rows
+
+    @property
+    def generations(self) -> list[Generation]:
+        """The generations with rows in the batch, in row order."""
+        return list(dict.fromkeys(r.generation for r in self.rows if r is not None))
 
     def __len__(self) -> int:
         return int(self.live.sum())
@@ -514,69 +416,92 @@ class ActiveBatch:
         self.binding.bind_ortvalue_input("input_ids", self.ids_value)
         self.binding.bind_ortvalue_input("position_ids", self.positions_value)
 
-    def add(self, seqs: list[Sequence]) -> None:
-        """Join new sequences (fresh from engine.start) at a step boundary."""
-        self.update(add=seqs)
+    def add(self, gens: list[Generation]) -> None:
+        """Join new generations (fresh from engine.start), all their rows, at a step boundary."""
+        self.update(add=gens)
 
-    def remove(self, seqs: list[Sequence]) -> None:
-        """Drop rows (finished or cancelled) at once."""
-        self.update(remove=seqs)
+    def remove(self, gens: list[Generation]) -> None:
+        """Drop every row these generations still have in the batch (finished or cancelled)."""
+        self.update(remove=gens)
 
-    def update(self, remove: list[Sequence] = (), add: list[Sequence] = ()) -> None:
-        """Rows leave and join at a step boundary. Joining rows take free slots in place when they
+    def free(self, rows: list[Row]) -> None:
+        """Rows leave: their slots become free (masked, position frozen) until reused or compacted."""
+        for q in rows:
+            i = self.state.free(q)
+            if i is None:
+                continue
+            self.live[i, 0] = 0
+            self.mask[i, :] = 0
+            self.positions[i, 0] = 0  # frozen while free (step adds `live`): stays in the position table
+        self.compaction_due = True
+        if not len(self):
+            self._reset()
+
+    def update(self, remove: list[Generation] = (), add: list[Generation] = ()) -> None:
+        """Generations leave and join at a step boundary. Joining rows take free slots in place when they
         fit (CPU); otherwise the cache is rebuilt once for both changes. Whether free slots are
         worth a compaction is decided at the next step, so rows that join in between (a server
         removes finished rows after a step and adds waiting ones before the next) fill them first."""
-        gone = {id(q) for q in remove}
-        add = list(add)
-        if gone:
-            for i, q in enumerate(self.rows):
-                if q is not None and id(q) in gone:
-                    self.rows[i] = None
-                    self.live[i, 0] = 0
-                    self.mask[i, :] = 0
-                    self.positions[i, 0] = 0  # frozen while free (step adds `live`): stays in the position table
-        if not gone and not add:
+        leaving = [q for g in remove for q in g.rows if q.slot >= 0]
+        adding = [q for g in add for q in g.rows]
+        if leaving:
+            self.free(leaving)
+        if not adding:
             return
         active = [i for i, q in enumerate(self.rows) if q is not None]
-        if not active and not add:
-            self._reset()
+        free = [i for i, q in enumerate(self.rows) if q is None]
+        fits = (
+            self.engine.device == "cpu"
+            and bool(self.past)
+            and len(adding) <= len(free)
+            and all(q.generation.source_len <= self.bias.shape[3] for q in adding)
+        )
+        if not fits:
+            self._rebuild(active, adding)
             return
-        if add:
-            free = [i for i, q in enumerate(self.rows) if q is None]
-            fits = (
-                self.engine.device == "cpu"
-                and bool(self.past)
-                and len(add) <= len(free)
-                and all(q.source_len <= self.bias.shape[3] for q in add)
-            )
-            if not fits:
-                self._rebuild(active, add)
-                return
-            for slot, q in zip(free, add):
-                self._fill(slot, q)
+        for slot, q in zip(free, adding):
+            self._fill(slot, q)
         self.compaction_due = True
 
     def compact_if_wasteful(self) -> None:
-        """Called by engine.step before it runs: rebuild when free slots or dead leading
-        self-attention slots cost more than a copy would (see the class constants)."""
+        """Called before a step runs: rebuild when free slots or dead leading self-attention
+        slots cost more than a copy would (see the class constants)."""
         self.compaction_due = False
         if self._wasteful() or (self.engine.device != "cpu" and len(self) < len(self.rows)):
             self._rebuild([i for i, q in enumerate(self.rows) if q is not None], [])
 
-    def _fill(self, i: int, q: Sequence) -> None:
-        """Put a new sequence in free row i, in place. Its past slots keep the old row's (finite)
+    def reorder(self, dest: np.ndarray, src: np.ndarray) -> None:
+        """Rows `dest` take the state of rows `src` (beam search: each beam continues from its
+        parent): self-attention cache, mask, positions, token counts. Whisper's
+        rearrange_kv_cache, on the rows of one request only."""
+        if np.array_equal(dest, src):
+            return
+        if self.engine.device == "cpu":
+            for a in self._past_numpy():  # views on the OrtValues: gathered in place
+                a[dest] = a[src]
+        else:  # device memory: round trip through numpy (beam search on CUDA pays a copy)
+            past = [a.copy() for a in self._past_numpy()]
+            for a in past:
+                a[dest] = a[src]
+            self.past_np = past
+            self.past = [self.engine._ortvalue(p) for p in past]
+        for a in (self.mask, self.positions):  # equal within a request's rows; gathered for generality
+            a[dest] = a[src]
+
+    def _fill(self, i: int, q: Row) -> None:
+        """Put a new row in free slot i, in place. Its past slots keep the old row's (finite)
         values under a zero mask, so they need no clearing; its cross K/V and bias are written."""
+        g = q.generation
         for j, c in enumerate(self.cross_np):
-            c[i, :, : q.source_len] = q.cross[j]
+            c[i, :, : g.source_len] = g.cross[j]
         self.bias[i, 0, 0, :] = NEG_INF
-        self.bias[i, 0, 0, : q.source_len] = q.bias
+        self.bias[i, 0, 0, : g.source_len] = g.bias
         self.mask[i, :] = 0
         self.input_ids[i, 0] = self.engine.bos_id
         self.positions[i, 0] = 0
         self.live[i, 0] = 1
-        self.source_lens[i] = q.source_len
-        self.rows[i] = q
+        self.source_lens[i] = g.source_len
+        self.state.put(i, q)
 
     def _wasteful(self) -> bool:
         n_rows = len(self.rows)
@@ -588,7 +513,7 @@ class ActiveBatch:
         dead = int(used[0]) if used.size else p  # slots left of every live row
         return dead >= max(self.MIN_DEAD_SLOTS, self.MAX_DEAD_SLOT_SHARE * p)
 
-    def _rebuild(self, keep: list[int], add: list[Sequence]) -> None:
+    def _rebuild(self, keep: list[int], add: list[Row]) -> None:
         """Copy the kept rows (in order) and the new ones into fresh arrays: free slots dropped,
         leading self-attention slots no kept row uses trimmed, cross width = the longest source."""
         e = self.engine
@@ -601,7 +526,7 @@ class ActiveBatch:
         used = np.flatnonzero(mask.any(axis=0))
         first = int(used[0]) if used.size else mask.shape[1]  # leading slots no kept row uses
         p = mask.shape[1] - first
-        s = max([int(x) for x in self.source_lens[idx]] + [q.source_len for q in add])
+        s = max([int(x) for x in self.source_lens[idx]] + [q.generation.source_len for q in add])
         m = min(s, self.bias.shape[3])  # source slots carried over from the kept rows
         h, dh = e.n_heads, e.head_dim
         past = []
@@ -614,17 +539,18 @@ class ActiveBatch:
             out = np.zeros((n, h, s, dh), e.kv_dtype)
             out[:k, :, :m] = a[idx, :, :m]
             for r, q in enumerate(add):
-                out[k + r, :, : q.source_len] = q.cross[j]
+                g = q.generation
+                out[k + r, :, : g.source_len] = g.cross[j]
             cross.append(out)
         bias = np.full((n, 1, 1, s), NEG_INF, e.bias_dtype)
         bias[:k, :, :, :m] = self.bias[idx, :, :, :m]
         for r, q in enumerate(add):
-            bias[k + r, 0, 0, : q.source_len] = q.bias
+            bias[k + r, 0, 0, : q.generation.source_len] = q.generation.bias
         self.bias = bias
         self.mask = np.concatenate([mask[:, first:], np.zeros((len(add), p), np.int64)])
         self.input_ids = np.concatenate([self.input_ids[idx], np.full((len(add), 1), e.bos_id, np.int64)])
         self.positions = np.concatenate([self.positions[idx], np.zeros((len(add), 1), np.int64)])
         self.live = np.ones((n, 1), np.int64)
-        self.source_lens = np.concatenate([self.source_lens[idx], [q.source_len for q in add]]).astype(np.int64)
-        self.rows = [self.rows[i] for i in keep] + add
+        self.source_lens = np.concatenate([self.source_lens[idx], [q.generation.source_len for q in add]]).astype(np.int64)
+        self.state.take(idx, add)
         self._set(past, cross)

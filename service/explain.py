@@ -12,8 +12,8 @@ Why a loop of its own and not the scheduler's batch: the served graph
 (decoder.onnx) does not compute the weights, by design (serving speed does not
 change). Explain decodes are batch 1, run one at a time on their own ONNX
 Runtime sessions with ONE intra-op thread (so they take at most one core from
-the serving engine), and pick tokens with the engine's rules (service/sampling.py:
-argmax, or the seeded one-uniform-per-step sampler).
+the serving engine), and pick tokens with the engine's rules (service/decoding.py:
+the same processors, argmax or the seeded one-uniform-per-step sampler, and stopping).
 
 Tokens are the served variant's: when the server serves fp32, the explain graph's
 own logits pick them. When it serves another variant (int8 is the default
@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import secrets
 import threading
 import time
 from dataclasses import dataclass
@@ -55,8 +54,8 @@ from pydantic import BaseModel, Field
 
 from service import errors
 from service.bundle import BundleError, LoadedBundle
+from service.decoding import RowState, choose_tokens, log_softmax, new_generation
 from service.engine import DecodingOptions, Engine
-from service.sampling import greedy_token, log_softmax, sample_token
 from service.schemas import ErrorResponse, FinishReason, GenerateRequest
 
 if TYPE_CHECKING:
@@ -204,19 +203,17 @@ class Explainer:
             s_past = [np.zeros((1, e.n_heads, 0, e.head_dim), s_cross[0].dtype)] * (2 * e.n_layers)  # fp16: fp16 cache
             s_outputs = ["logits", *(f"present.{i}.decoder.{kv}" for i in range(e.n_layers) for kv in ("key", "value"))]
             served = (s_decoder, s_feeds, s_outputs)
-        seed, rng, params = None, None, None
-        if options.sampling:  # as Engine.start: the request's own generator, one uniform per step
-            seed = options.seed if options.seed is not None else secrets.randbits(63)
-            rng = np.random.default_rng(seed)
-            params = options.sampling_params()
+        gen = new_generation(source_ids, options, e.bundle.length_bound(s), e.eos_id, e.decode_ids)
+        if gen.search is not None or len(gen.rows) != 1:
+            raise ValueError("explain decodes one row: best_of and num_beams are refused before this")
+        state = RowState(e.vocab_size)  # token choice is the engine's (service/decoding.py), on one row
+        state.take(np.zeros(0, dtype=np.int64), gen.rows)
         feeds: dict[str, np.ndarray] = {"encoder_attention_bias": bias, **dict(zip(self.cross_names, cross))}
         past = [np.zeros((1, e.n_heads, 0, e.head_dim), np.float32)] * (2 * e.n_layers)  # P = 0 on the first step
         token = e.bos_id
-        ids: list[int] = []  # generated, without the end token (what the sampler's penalty sees)
         rows: list[list[np.ndarray]] = []  # per step: L x [H, S]
         texts, logprobs, special = [], [], []
-        text, finish = "", "length"
-        for step in range(options.max_new_tokens):
+        for step in range(gen.max_new_tokens):
             if deadline is not None and time.perf_counter() > deadline:
                 raise DeadlinePassed
             feeds["input_ids"] = np.array([[token]], dtype=np.int64)
@@ -231,26 +228,15 @@ class Explainer:
                 s_feeds.update((k, feeds[k]) for k in ("input_ids", "position_ids", "decoder_attention_mask"))
                 s_feeds.update(zip(self.past_names, s_past))
                 logits, *s_past = s_decoder.run(s_outputs, s_feeds)
-            row = logits[0]  # [V]
-            if params is not None:
-                token = sample_token(row, rng, params, ids)
-            else:
-                token = greedy_token(row, ids, options.repetition_penalty)
+            (result,) = choose_tokens(state, logits, None, e.eos_id, e.decode_ids).results
+            token = result.token_id
             rows.append([a[0, :, 0, :s] for a in attn])
-            logprobs.append(float(log_softmax(row)[token]))  # as the engine reports it: the model's distribution
-            if token == e.eos_id:
-                texts.append("")
-                special.append(True)
-                finish = "eos_token"
+            logprobs.append(float(log_softmax(logits[0])[token]))  # as the engine reports it: the model's distribution
+            texts.append(result.text)
+            special.append(result.special)
+            if result.finish_reason is not None:
                 break
-            ids.append(token)
-            new = e.decode_ids(ids)
-            texts.append(new[len(text) :])  # the streamed delta: difference of successive decodes
-            special.append(False)
-            old, text = text, new
-            if options.stop and any(new.find(x, max(0, len(old) - len(x) + 1)) != -1 for x in options.stop):
-                finish = "stop_sequence"
-                break
+        ids, text, finish, seed = gen.token_ids, gen.text, gen.finish_reason or "length", gen.seed
         attention = np.stack([np.stack(r, axis=1) for r in zip(*rows)]) if rows else np.zeros((e.n_layers, e.n_heads, 0, s))
         return Explanation(
             source_ids=list(source_ids),

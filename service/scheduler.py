@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 
 from service import errors
-from service.engine import DecodingOptions, Engine, InputError, Sequence, StepResult
+from service.engine import DecodingOptions, Engine, Generation, InputError, StepResult
 from service.metrics import ServiceMetrics
 
 log = logging.getLogger("attnserve.scheduler")
@@ -63,7 +63,7 @@ class Ticket:
         self.options = options
         self.deadline = deadline  # time.perf_counter() value
         self.loop = loop
-        self.seq: Sequence | None = None
+        self.generation: Generation | None = None
         self.cancelled = False
         self.done = False  # set by the engine thread with the last event
         self.t_arrival = time.perf_counter()
@@ -77,7 +77,7 @@ class Ticket:
 
     @property
     def seed(self) -> int | None:
-        return self.seq.seed if self.seq is not None else None
+        return self.generation.seed if self.generation is not None else None
 
     def cancel(self) -> None:
         self.cancelled = True
@@ -138,7 +138,7 @@ class Scheduler:
         self.request_timeout_s = request_timeout_s
         self._cv = threading.Condition()
         self._waiting: collections.deque[Ticket] = collections.deque()
-        self._by_seq: dict[int, Ticket] = {}  # id(engine Sequence) -> its ticket: the running rows
+        self._by_gen: dict[int, Ticket] = {}  # id(engine Generation) -> its ticket: the running requests
         self._in_flight = 0  # submitted and not yet finished: the admission bound counts these
         self._stopping = False
         self._thread: threading.Thread | None = None
@@ -177,7 +177,12 @@ class Scheduler:
         return int(min(60, max(1, math.ceil(self._mean_request_s * turns))))
 
     def submit(self, source_ids: list[int], options: DecodingOptions, loop: asyncio.AbstractEventLoop | None = None) -> Ticket:
-        """Queue a request; raises APIError 429 (bound reached) or 503 (stopping / engine dead)."""
+        """Queue a request; raises APIError 429 (bound reached), 503 (stopping / engine dead), or 422
+        when it needs more batch rows (beams, best_of samples) than the batch holds: it could never join."""
+        if options.n_rows > self.max_batch_size:
+            raise errors.validation(
+                f"this request needs {options.n_rows} batch rows (best_of/num_beams) but a batch holds {self.max_batch_size}"
+            )
         ticket = Ticket(source_ids, options, time.perf_counter() + self.request_timeout_s, loop)
         with self._cv:
             if self._stopping or not self.alive:
@@ -213,12 +218,12 @@ class Scheduler:
             with self._cv:
                 self._stopping = True
                 reason = getattr(self, "_stop_reason", None) if self.failure is None else self._unavailable_reason()
-                leftovers = list(self._waiting) + [t for t in self._by_seq.values()]
+                leftovers = list(self._waiting) + [t for t in self._by_gen.values()]
                 self._waiting.clear()
             err = errors.unavailable(reason or "the server is shutting down")
             for t in leftovers:
                 self._finish(t, Failed(err))
-            self._by_seq.clear()
+            self._by_gen.clear()
             self._flush(leftovers)
             self.metrics.queue_size.set(0)
             self.metrics.running_sequences.set(0)
@@ -229,7 +234,7 @@ class Scheduler:
 
         # 1. rows that must leave before this step: cancelled, or past their deadline
         leaving = []
-        for t in list(self._by_seq.values()):
+        for t in list(self._by_gen.values()):
             if t.cancelled:
                 leaving.append(t)
                 self._finish(t, None)
@@ -238,14 +243,15 @@ class Scheduler:
                 self._finish(t, Failed(errors.timeout(self.request_timeout_s)))
                 touched.append(t)
         if leaving:
-            batch.remove([t.seq for t in leaving])
+            batch.remove([t.generation for t in leaving])
             for t in leaving:
-                del self._by_seq[id(t.seq)]
+                del self._by_gen[id(t.generation)]
 
         # 2. waiting requests join, up to the batch bound; one encoder call for the group
         joining: list[Ticket] = []
         with self._cv:
-            while self._waiting and len(batch) + len(joining) < self.max_batch_size:
+            rows = len(batch)  # a request counts its rows (beams, best_of samples) toward the batch bound
+            while self._waiting and rows + self._waiting[0].options.n_rows <= self.max_batch_size:
                 t = self._waiting.popleft()
                 if t.cancelled:
                     self._finish(t, None)
@@ -254,6 +260,7 @@ class Scheduler:
                     touched.append(t)
                 else:
                     joining.append(t)
+                    rows += t.options.n_rows
             # queued requests past their deadline leave the queue too, not only the ones at its head
             if self._waiting:
                 expired = [t for t in self._waiting if t.cancelled or now > t.deadline]
@@ -265,17 +272,17 @@ class Scheduler:
         if joining:
             t0 = time.perf_counter()
             try:
-                seqs = self.engine.start([(t.source_ids, t.options) for t in joining])
+                gens = self.engine.start([(t.source_ids, t.options) for t in joining])
             except InputError:  # the handlers validate first; find the request the engine still refuses
-                joining, seqs = self._start_one_by_one(joining, touched)
+                joining, gens = self._start_one_by_one(joining, touched)
             t1 = time.perf_counter()
             if joining:
                 self.metrics.encoder_duration.observe(t1 - t0)
-                batch.add(seqs)
-                for t, seq in zip(joining, seqs):
-                    t.seq = seq
+                batch.add(gens)
+                for t, gen in zip(joining, gens):
+                    t.generation = gen
                     t.t_admitted = t0
-                    self._by_seq[id(seq)] = t
+                    self._by_gen[id(gen)] = t
                     self.metrics.queue_duration.observe(t0 - t.t_arrival)
                     self.metrics.input_tokens.observe(len(t.source_ids))
         self.metrics.running_sequences.set(len(batch))
@@ -284,22 +291,24 @@ class Scheduler:
             return
 
         # 3. one decoder step for every row
+        n_rows = len(batch)  # one token per row this step
         t0 = time.perf_counter()
         results: list[StepResult] = self.engine.step(batch)
         t1 = time.perf_counter()
         self.metrics.decoder_step_duration.observe(t1 - t0)
-        self.metrics.batch_size.observe(len(batch))
-        self.metrics.generated_tokens_total.inc(len(results))
+        self.metrics.batch_size.observe(n_rows)
+        self.metrics.generated_tokens_total.inc(n_rows)
         finished = []
         for r in results:
-            t = self._by_seq[id(r.sequence)]
+            t = self._by_gen[id(r.generation)]
             if t.t_first_token is None:
                 t.t_first_token = t1
                 self.metrics.time_to_first_token.observe(t1 - t.t_arrival)
             else:
                 self.metrics.inter_token_latency.observe(t1 - t.t_last_token)
             t.t_last_token = t1
-            t.n_tokens += 1
+            # a streaming request gets an event per token; one of several rows gets one at its end
+            t.n_tokens = t.n_tokens + 1 if r.generation.streams else r.generation.generated_tokens
             t._events.append(r)
             touched.append(t)
             if r.finish_reason is not None:
@@ -309,23 +318,23 @@ class Scheduler:
                 self._mean_request_s = 0.9 * self._mean_request_s + 0.1 * (t1 - t.t_arrival)
                 self._finish(t, Finished(r.finish_reason))
         if finished:
-            batch.remove([t.seq for t in finished])
+            batch.remove([t.generation for t in finished])
             for t in finished:
-                del self._by_seq[id(t.seq)]
+                del self._by_gen[id(t.generation)]
         self.metrics.running_sequences.set(len(batch))
         self._flush(touched)
 
-    def _start_one_by_one(self, group: list[Ticket], touched: list[Ticket]) -> tuple[list[Ticket], list[Sequence]]:
+    def _start_one_by_one(self, group: list[Ticket], touched: list[Ticket]) -> tuple[list[Ticket], list[Generation]]:
         """engine.start per request, so one refused request fails alone (with 422), not its whole group."""
-        started, seqs = [], []
+        started, gens = [], []
         for t in group:
             try:
-                seqs += self.engine.start([(t.source_ids, t.options)])
+                gens += self.engine.start([(t.source_ids, t.options)])
                 started.append(t)
             except InputError as exc:
                 self._finish(t, Failed(errors.validation(str(exc))))
                 touched.append(t)
-        return started, seqs
+        return started, gens
 
     def _finish(self, t: Ticket, last: Finished | Failed | None) -> None:
         """Close a ticket (engine thread): its last event, and its slot back to the admission bound."""

@@ -138,15 +138,15 @@ def test_unsupported_tgi_parameters_are_refused_only_when_set(url):
 
 # ---- outputs ----------------------------------------------------------------------------------
 def test_greedy_output_equals_the_pytorch_reference(url, tiny_run_dir):
-    from export.reference import reference_generate
     from service.engine import DecodingOptions
+    from training.decode import generate_ids
     from training.train import load_model, load_run_tokenizers
 
     model = load_model(tiny_run_dir).eval()
     src_tok, _ = load_run_tokenizers(tiny_run_dir)
     for word in WORDS:
         ids = src_tok.encode(word, add_special_tokens=False).ids
-        expected = reference_generate(model, [ids], DecodingOptions(max_new_tokens=48))[0]
+        expected = generate_ids(model, [ids], DecodingOptions(max_new_tokens=48))[0]
         assert token_ids(generate(url, word, max_new_tokens=48)) == expected, word
 
 

@@ -30,12 +30,12 @@ def test_engine_reports_provider_variant_and_threads(engine, tiny_bundle_dir):
 
 
 def test_greedy_matches_pytorch_reference(engine, tiny_run_dir):
-    from export.reference import reference_generate
+    from training.decode import generate_ids
     from training.train import load_model
 
     model = load_model(tiny_run_dir)
     ids = [engine.encode_text(w) for w in WORDS]
-    expected = [reference_generate(model, [x], greedy())[0] for x in ids]
+    expected = [generate_ids(model, [x], greedy())[0] for x in ids]
     results = engine.generate(WORDS, greedy(), batch_size=4)
     assert [r.token_ids for r in results] == expected
     assert all(r.finish_reason == "eos_token" for r in results)
@@ -56,7 +56,7 @@ def test_rows_joining_and_leaving_at_different_steps_change_nothing(engine):
             seqs[w] = seq
             batch.add([seq])
         results = engine.step(batch)
-        batch.remove([r.sequence for r in results if r.finish_reason])
+        batch.remove([r.generation for r in results if r.finish_reason])
         step += 1
         assert step < 500
     assert {w: s.token_ids for w, s in seqs.items()} == alone
@@ -77,7 +77,7 @@ def test_leaving_and_joining_in_one_update_changes_nothing(engine):
         batch.update(remove=finished, add=joining)
         if not len(batch):
             break
-        finished = [r.sequence for r in engine.step(batch) if r.finish_reason]
+        finished = [r.generation for r in engine.step(batch) if r.finish_reason]
     assert {w: q.token_ids for w, q in seqs.items()} == alone
 
 
@@ -95,11 +95,11 @@ def test_a_joining_row_takes_a_free_slot_in_place(engine):
     assert len(batch) == 5 and len(batch.rows) == 6 and batch.past[0] is past_before
     (late,) = engine.start([(engine.encode_text("zebra"), greedy())])
     batch.add([late])  # fills hello's slot in place
-    assert len(batch) == 6 and batch.rows.index(late) == words.index("hello") and batch.past[0] is past_before
+    assert len(batch) == 6 and batch.rows.index(late.rows[0]) == words.index("hello") and batch.past[0] is past_before
     seqs.pop("hello")
     seqs["zebra"] = late
     while len(batch):
-        batch.remove([r.sequence for r in engine.step(batch) if r.finish_reason])
+        batch.remove([r.generation for r in engine.step(batch) if r.finish_reason])
     for w, q in seqs.items():
         assert q.token_ids == alone[w], w
 
@@ -120,7 +120,7 @@ def test_free_slot_is_frozen_and_masked(engine):
     assert batch.positions[slot, 0] == 0 and batch.live[slot, 0] == 0
     assert batch.positions[[i for i in range(5) if i != slot], 0].tolist() == [11] * 4
     while len(batch):
-        batch.remove([r.sequence for r in engine.step(batch) if r.finish_reason])
+        batch.remove([r.generation for r in engine.step(batch) if r.finish_reason])
     assert all(len(q.token_ids) == n for q in seqs[1:])
 
 
@@ -135,7 +135,7 @@ def test_cache_stays_in_onnxruntime_values_between_steps(engine):
     assert batch.mask.shape == (3, 3) and batch.mask[2].sum() == 0
     engine.step(batch)
     assert batch.past[0].shape()[2] == 4
-    batch.remove(batch.seqs[:2])  # 2 of 3 rows free: compacted at the next step
+    batch.remove(batch.generations[:2])  # 2 of 3 rows free: compacted at the next step
     assert len(batch) == 1 and len(batch.rows) == 3
     engine.step(batch)  # the new row's real past was 1: unused leading slots went before the step
     assert len(batch.rows) == 1 and batch.past[0].shape()[2] == 2 and batch.mask.tolist() == [[1, 1]]
@@ -148,10 +148,10 @@ def test_streamed_deltas_concatenate_to_the_text(engine):
     while len(batch):
         results = engine.step(batch)
         for r in results:
-            streamed[id(r.sequence)] = streamed.get(id(r.sequence), "") + r.text
+            streamed[id(r.generation)] = streamed.get(id(r.generation), "") + r.text
             if r.finish_reason == "eos_token":
                 assert r.special and r.text == "" and r.token_id == engine.eos_id
-        batch.remove([r.sequence for r in results if r.finish_reason])
+        batch.remove([r.generation for r in results if r.finish_reason])
     ref = engine.generate(WORDS[:4], greedy())
     assert sorted(streamed.values()) == sorted(r.text for r in ref)
 
@@ -191,13 +191,13 @@ def test_same_seed_same_ids_whatever_the_batch_and_seed_is_returned(engine):
 
 
 def test_sampling_matches_pytorch_reference(engine, tiny_run_dir):
-    from export.reference import reference_generate
+    from training.decode import generate_ids
     from training.train import load_model
 
     model = load_model(tiny_run_dir)
     opts = [DecodingOptions(max_new_tokens=48, seed=i, temperature=1.5, top_p=0.95) for i in range(len(WORDS))]
     ids = [engine.encode_text(w) for w in WORDS]
-    expected = [reference_generate(model, [x], o)[0] for x, o in zip(ids, opts)]
+    expected = [generate_ids(model, [x], o)[0] for x, o in zip(ids, opts)]
     assert [r.token_ids for r in engine.generate(ids, opts, batch_size=3, refill=True)] == expected
 
 
@@ -242,5 +242,66 @@ def test_fp16_and_int8_variants_run_in_the_engine(tiny_bundle_dir, engine):
 
 
 def test_service_modules_never_import_torch():
-    code = "import sys, service.engine, service.bundle, service.sampling; assert 'torch' not in sys.modules"
+    code = "import sys, service.engine, service.bundle, service.decoding; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ---- n-best: beam search and best_of through the engine -----------------------------------------
+def test_beam_width_one_equals_greedy_exactly(engine):
+    words = WORDS * 3
+    greedy_ids = [r.token_ids for r in engine.generate(words, greedy())]
+    beam_ids = [r.token_ids for r in engine.generate(words, DecodingOptions(max_new_tokens=48, num_beams=1))]
+    assert beam_ids == greedy_ids
+
+
+def test_beam_hypotheses_are_distinct_sorted_and_the_same_in_any_batch(engine):
+    opts = DecodingOptions(max_new_tokens=48, best_of=3, num_beams=4)
+    alone = [engine.generate([w], opts)[0] for w in WORDS]
+    mixed_opts = [opts if i % 2 == 0 else DecodingOptions(max_new_tokens=48, do_sample=True, seed=i) for i in range(len(WORDS))]
+    mixed = engine.generate(WORDS, mixed_opts, batch_size=9, refill=True, sort=False)
+    for i, a in enumerate(alone):
+        hyps = a.hypotheses
+        assert len(hyps) == 3 and len({tuple(h.token_ids) for h in hyps}) == 3
+        assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
+        assert a.token_ids == hyps[0].token_ids
+        if i % 2 == 0:
+            assert [h.token_ids for h in mixed[i].hypotheses] == [h.token_ids for h in hyps]
+            assert np.allclose([h.score for h in mixed[i].hypotheses], [h.score for h in hyps], atol=1e-6)
+
+
+def test_beam_search_matches_the_pytorch_reference(engine, tiny_run_dir):
+    from training.decode import generate
+    from training.train import load_model
+
+    model = load_model(tiny_run_dir)
+    opts = DecodingOptions(max_new_tokens=48, best_of=4)
+    ids = [engine.encode_text(w) for w in WORDS]
+    ref = generate(model, ids, opts, length_bound=engine.bundle.length_bound)
+    got = engine.generate(ids, opts, batch_size=8, refill=True)
+    for r, g in zip(ref, got):
+        assert [h.token_ids for h in g.hypotheses] == [h.token_ids for h in r.hypotheses]
+        assert np.allclose([h.score for h in g.hypotheses], [h.score for h in r.hypotheses], atol=1e-4)
+
+
+def test_seeded_best_of_sampling_is_reproducible_in_any_batch(engine):
+    opts = DecodingOptions(max_new_tokens=48, do_sample=True, seed=11, best_of=3)
+    alone = engine.generate(["phonetics"], opts)[0]
+    crowd = engine.generate(WORDS[:3] + ["phonetics"] + WORDS[3:], opts, batch_size=7, refill=True, sort=False)[3]
+    assert [h.token_ids for h in crowd.hypotheses] == [h.token_ids for h in alone.hypotheses]
+    assert {h.index for h in alone.hypotheses} == {0, 1, 2} and alone.seed == 11
+
+
+def test_a_request_needing_more_rows_than_the_batch_is_refused(engine):
+    with pytest.raises(InputError, match="rows"):
+        engine.generate(["cat"], DecodingOptions(best_of=4), batch_size=2)
+
+
+def test_the_length_bound_stops_a_looping_request_and_min_new_tokens_lifts_it(engine):
+    bound = engine.bundle.length_bound(len(engine.encode_text("cat")))
+    assert bound is not None and bound < engine.max_target_len
+    forced = DecodingOptions(max_new_tokens=engine.max_target_len, min_new_tokens=engine.max_target_len)
+    (r,) = engine.generate(["cat"], forced)
+    assert len(r.token_ids) == engine.max_target_len
+    never_ends = DecodingOptions(max_new_tokens=engine.max_target_len, min_new_tokens=1, repetition_penalty=1.0)
+    assert engine.max_new_tokens_for(3, never_ends) == engine.max_target_len  # min_new_tokens lifts the bound
+    assert engine.max_new_tokens_for(3, greedy()) == bound

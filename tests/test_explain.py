@@ -293,3 +293,27 @@ def test_demo_page_and_its_assets_come_from_this_server_only(url):
     # GET / is still TGI's POST / (405 for GET), nothing else is redirected
     assert httpx.get(url + "/", timeout=30).status_code == 405
     assert httpx.get(url + "/demo/static/missing.js", timeout=30).json()["error_type"] == "not_found"
+
+
+def test_reference_engine_and_explain_choose_the_same_ids_through_the_shared_module(explainer, tiny_run_dir):
+    """One copy of token choice: the PyTorch reference, the serving engine and /explain's loop give
+    identical ids for greedy, seeded sampling with penalties, and a forced minimum length."""
+    from training.decode import generate_ids
+
+    engine = explainer.engine
+    model = load_model(tiny_run_dir)
+    options = [
+        DecodingOptions(max_new_tokens=48),
+        DecodingOptions(max_new_tokens=48, do_sample=True, seed=7, top_k=5, repetition_penalty=1.2),
+        DecodingOptions(max_new_tokens=48, do_sample=True, seed=8, typical_p=0.7, frequency_penalty=0.3),
+        DecodingOptions(max_new_tokens=12, min_new_tokens=10),
+    ]
+    for word in ("attention", "zebra", "phonetics"):
+        ids = engine.encode_text(word)
+        for opts in options:
+            reference = generate_ids(model, [ids], opts, length_bound=engine.bundle.length_bound)[0]
+            served = engine.generate([ids], opts)[0].token_ids
+            explained = explainer.explain(ids, opts)
+            eos = [engine.eos_id] if explained.finish_reason == "eos_token" else []
+            assert served == reference, (word, opts)
+            assert explained.token_ids == [*reference, *eos], (word, opts)

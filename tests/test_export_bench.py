@@ -4,9 +4,9 @@ import json
 import subprocess
 import sys
 
-from export.reference import reference_generate
 from service.bundle import load_bundle
 from service.engine import DecodingOptions, Engine
+from training.decode import generate_ids
 
 
 def test_min_new_tokens_forces_length_identically_in_engine_and_reference(tiny_bundle_dir, tiny_run_dir):
@@ -18,7 +18,7 @@ def test_min_new_tokens_forces_length_identically_in_engine_and_reference(tiny_b
     results = engine.generate(ids, opts, batch_size=3)
     assert [len(r.token_ids) for r in results] == [20, 20, 20]
     assert all(r.finish_reason == "length" for r in results)
-    expected = reference_generate(load_model(tiny_run_dir), ids, opts)
+    expected = generate_ids(load_model(tiny_run_dir), ids, opts)
     assert [r.token_ids for r in results] == expected
 
 
@@ -64,6 +64,6 @@ def test_ctranslate2_copy_of_the_model_decodes_the_same_ids(tiny_run_dir, tmp_pa
     words = ["attention", "hello", "zebra", "phonetics", "a", "characteristically", "runtime", "onnx"]
     ids = [src_tok.encode(w, add_special_tokens=False).ids for w in words]
     translator = ct2.translator(ct2.convert(model, src_tok, tgt_tok, tmp_path / "ct2"), threads=1)
-    expected = [reference_generate(model, [x], DecodingOptions(max_new_tokens=48))[0] for x in ids]
+    expected = [generate_ids(model, [x], DecodingOptions(max_new_tokens=48))[0] for x in ids]
     assert ct2.generate(translator, src_tok, tgt_tok, ids, 48) == expected
     assert [len(x) for x in ct2.generate(translator, src_tok, tgt_tok, ids[:2], 20, min_len=20)] == [20, 20]

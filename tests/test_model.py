@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
+from service.decoding import DecodingOptions
 from training.config import ModelConfig
+from training.decode import generate, generate_ids
 from training.model import (
     NEG_INF,
     MultiHeadAttention,
     Transformer,
     decoder_self_bias,
-    greedy_decode,
     padding_bias,
     sinusoidal_table,
 )
@@ -230,15 +232,17 @@ def test_greedy_decode_equals_argmax_of_full_forward():
     model = make_model(seed=5)
     gen = torch.Generator().manual_seed(5)
     src = random_ids(gen, 4, 6, 13)
-    src_mask = torch.tensor([[1] * 6, [1] * 3 + [0] * 3, [1] * 5 + [0], [1] * 6])
-    got = greedy_decode(model, src, src_mask, max_new_tokens=8)
+    lengths = [6, 3, 5, 6]
+    sources = [src[i, :n].tolist() for i, n in enumerate(lengths)]
+    got = generate_ids(model, sources, DecodingOptions(max_new_tokens=8))
     with torch.no_grad():
         for i in range(4):
             seq = [BOS]
             expected: list[int] = []
+            one = torch.tensor([sources[i]])
             for _ in range(8):
                 tgt = torch.tensor([seq])
-                nxt = int(model(src[i : i + 1], src_mask[i : i + 1], tgt, torch.ones_like(tgt))[0, -1].argmax())
+                nxt = int(model(one, torch.ones_like(one), tgt, torch.ones_like(tgt))[0, -1].argmax())
                 if nxt == EOS:
                     break
                 expected.append(nxt)
@@ -253,8 +257,27 @@ def test_greedy_decode_stops_at_eos():
         model.lm_head.weight[EOS] = 1.0
         model.decoder_norm.bias.fill_(1.0)
         model.decoder_norm.weight.zero_()
-    src = torch.tensor([[5, 6, 7]])
-    assert greedy_decode(model, src, torch.ones_like(src), max_new_tokens=10) == [[]]
+    assert generate_ids(model, [[5, 6, 7]], DecodingOptions(max_new_tokens=10)) == [[]]
+
+
+def test_beam_search_with_the_cache_equals_recomputing_the_prefix():
+    """The cache follows the beams (rows gathered by parent): the same hypotheses and scores as
+    recomputing every prefix from scratch, beside greedy and sampled requests."""
+    model = make_model(seed=7)
+    gen = torch.Generator().manual_seed(7)
+    sources = [random_ids(gen, 1, n, 13)[0].tolist() for n in (4, 6, 2, 5)]
+    opts = [
+        DecodingOptions(max_new_tokens=9, best_of=3),
+        DecodingOptions(max_new_tokens=9),
+        DecodingOptions(max_new_tokens=9, num_beams=4, best_of=2),
+        DecodingOptions(max_new_tokens=9, do_sample=True, seed=4, best_of=2),
+    ]
+    cached = generate(model, sources, opts)
+    full = generate(model, sources, opts, use_cache=False)
+    for a, b in zip(cached, full):
+        assert [h.token_ids for h in a.hypotheses] == [h.token_ids for h in b.hypotheses]
+        assert np.allclose([h.score for h in a.hypotheses], [h.score for h in b.hypotheses], atol=1e-5)
+    assert len(cached[0].hypotheses) == 3 and len(cached[2].hypotheses) == 2
 
 
 # ---- embeddings tying and config -----------------------------------------------------------

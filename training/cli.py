@@ -94,6 +94,7 @@ def eval_main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, help="JSON report path (default: PATH/eval_SPLIT.json)")
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
+    p.add_argument("--num-beams", type=int, default=1, help="bundle only: score beam search of this width (1: greedy)")
     p.add_argument(
         "--record",
         action="store_true",
@@ -109,7 +110,9 @@ def eval_main(argv: list[str] | None = None) -> int:
             torch.set_num_threads(args.threads)
         from training.evaluate import evaluate_path
 
-        report = evaluate_path(args.path, args.split, args.limit or None, args.dataset, args.batch_size)
+        if args.num_beams < 1:
+            raise ValueError(f"--num-beams must be >= 1, got {args.num_beams}")
+        report = evaluate_path(args.path, args.split, args.limit or None, args.dataset, args.batch_size, args.num_beams)
     except (DataError, FileNotFoundError, ValueError) as e:
         return _fail(str(e))
     out = args.out or args.path / f"eval_{args.split}.json"
@@ -117,7 +120,8 @@ def eval_main(argv: list[str] | None = None) -> int:
     print(json.dumps(report, indent=2))
     print(f"[eval] report written to {out}", file=sys.stderr)
     if args.record:
-        _record_eval(args.path / "bundle.json", args.split, report, args.limit)
+        key = args.split if args.num_beams == 1 else f"{args.split}_beam{args.num_beams}"
+        _record_eval(args.path / "bundle.json", key, report, args.limit)
     return 0
 
 

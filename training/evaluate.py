@@ -10,9 +10,13 @@ from training.data import load_examples
 from training.metrics import task_metrics
 
 
-def evaluate_path(path: Path, split: str, limit: int | None = None, dataset: str | None = None, batch_size: int = 256) -> dict:
+def evaluate_path(
+    path: Path, split: str, limit: int | None = None, dataset: str | None = None, batch_size: int = 256, num_beams: int = 1
+) -> dict:
     if (path / "bundle.json").is_file():
-        return evaluate_bundle(path, split, limit, dataset, batch_size)
+        return evaluate_bundle(path, split, limit, dataset, batch_size, num_beams=num_beams)
+    if num_beams > 1:
+        raise ValueError("--num-beams scores a bundle (what the server runs): export the run first")
     if (path / "checkpoint.pt").is_file() or (path / "best.pt").is_file():
         return evaluate_run(path, split, limit, dataset, batch_size)
     raise FileNotFoundError(f"{path} is neither a run directory (checkpoint.pt) nor a bundle (bundle.json)")
@@ -45,8 +49,10 @@ def evaluate_bundle(
     batch_size: int,
     variant: str = "auto",
     threads: int | None = None,
+    num_beams: int = 1,
 ) -> dict:
-    """Greedy decoding through the service's ONNX engine: what users get."""
+    """Greedy decoding (or beam search of width num_beams > 1, scoring its best hypothesis) through
+    the service's ONNX engine: what users get. The model alone: no lexicon is consulted."""
     from service.bundle import load_bundle
     from service.engine import Engine
 
@@ -57,7 +63,14 @@ def evaluate_bundle(
         raise FileNotFoundError(f"{bundle_dir}/bundle.json records no dataset: pass --dataset")
     t0 = time.perf_counter()
     report = evaluate_engine(
-        engine, data, split, limit, bool(bundle.meta.get("strip_stress", False)), bundle.meta.get("task", "g2p"), batch_size
+        engine,
+        data,
+        split,
+        limit,
+        bool(bundle.meta.get("strip_stress", False)),
+        bundle.meta.get("task", "g2p"),
+        batch_size,
+        num_beams,
     )
     elapsed = time.perf_counter() - t0
     return {
@@ -67,16 +80,17 @@ def evaluate_bundle(
         "provider": engine.provider,
         "threads": engine.threads,
         "split": split,
+        "num_beams": num_beams,
         "decode_seconds": elapsed,
         **report,
     }
 
 
 def evaluate_engine(
-    engine, dataset: str, split: str, limit: int | None, strip_stress: bool, task: str, batch_size: int = 64
+    engine, dataset: str, split: str, limit: int | None, strip_stress: bool, task: str, batch_size: int = 64, num_beams: int = 1
 ) -> dict:
-    """Task metrics of greedy outputs from an ONNX engine (continuous batching, sources truncated
-    to the model's limit as training's evaluation does)."""
+    """Task metrics of greedy (num_beams 1) or beam-search outputs from an ONNX engine (continuous
+    batching, sources truncated to the model's limit as training's evaluation does)."""
     from service.engine import DecodingOptions
 
     examples = load_examples(dataset, split, strip_stress, limit)
@@ -84,7 +98,8 @@ def evaluate_engine(
     ids = [
         engine.src_tokenizer.encode(s, add_special_tokens=False).ids[: engine.max_source_len] or [engine.unk_id] for s in sources
     ]
-    results = engine.generate(ids, DecodingOptions(max_new_tokens=engine.max_target_len), batch_size=batch_size, refill=True)
+    options = DecodingOptions(max_new_tokens=engine.max_target_len, num_beams=num_beams if num_beams > 1 else None)
+    results = engine.generate(ids, options, batch_size=max(batch_size, num_beams), refill=True)
     hyps = [r.text for r in results]
     refs = [e.targets for e in examples]
     return task_metrics(

@@ -252,37 +252,3 @@ class Transformer(nn.Module):
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
-
-
-@torch.no_grad()
-def greedy_decode(model: Transformer, src_ids: Tensor, src_mask: Tensor, max_new_tokens: int) -> list[list[int]]:
-    """Batched greedy decoding with the KV cache: [B, S] ids and mask -> B lists of ids without bos/eos.
-
-    Every row starts at step 0 together, so past lengths are equal and the
-    decoder mask is all ones; rows that finished keep stepping (cheaply) until
-    all have, and are cut at their first eos at the end, so the loop itself
-    does no per-row Python work.
-    """
-    cfg = model.cfg
-    b = src_ids.shape[0]
-    device = src_ids.device
-    memory, cross_bias = model.encode(src_ids, src_mask)
-    cross = model.cross_kv(memory)
-    tokens = torch.full((b, 1), cfg.bos_id, dtype=torch.long, device=device)
-    past: list[KV] | None = None
-    generated: list[Tensor] = []  # each [B]
-    finished = torch.zeros(b, dtype=torch.bool, device=device)
-    for step in range(min(max_new_tokens, cfg.max_target_len)):
-        positions = torch.full((b, 1), step, dtype=torch.long, device=device)
-        dec_mask = torch.ones(b, step + 1, dtype=torch.long, device=device)
-        logits, past, _ = model.decode(tokens, positions, decoder_self_bias(dec_mask, 1), cross, cross_bias, past)
-        next_ids = logits[:, -1].argmax(-1)  # [B]
-        generated.append(next_ids)
-        finished |= next_ids == cfg.eos_id
-        if bool(finished.all()):
-            break
-        tokens = next_ids[:, None]
-    if not generated:
-        return [[] for _ in range(b)]
-    rows = torch.stack(generated, dim=1).tolist()  # [B, steps]
-    return [row[: row.index(cfg.eos_id)] if cfg.eos_id in row else row for row in rows]

@@ -34,10 +34,12 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
+from service.decoding import DecodingOptions
 from training.config import PRESETS, ConfigError, ModelConfig, TrainConfig  # noqa: F401  (re-exported)
 from training.data import Example, load_examples, token_batches
+from training.decode import generate_ids
 from training.metrics import task_metrics
-from training.model import Transformer, greedy_decode
+from training.model import Transformer
 from training.tokenize import BOS_ID, EOS_ID, PAD_ID, UNK_ID, build_tokenizer, decode, encode, tokens
 
 
@@ -174,15 +176,13 @@ def decode_examples(
     progress: bool = False,
 ) -> list[str]:
     """Greedy outputs for `sources` (sorted by length for tight batches, returned in order)."""
-    device = next(model.parameters()).device
     cfg = model.cfg
     ids = [encode(src_tok, s)[: cfg.max_source_len] for s in sources]
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     out: list[str] = [""] * len(ids)
     for start in tqdm(range(0, len(order), batch_size), desc="decode", disable=not progress, leave=False):
         idx = order[start : start + batch_size]
-        batch = collate([(ids[i] or [UNK_ID], []) for i in idx], device)
-        hyps = greedy_decode(model, batch["src"], batch["src_mask"], cfg.max_target_len)
+        hyps = generate_ids(model, [ids[i] or [UNK_ID] for i in idx], DecodingOptions(max_new_tokens=cfg.max_target_len))
         for i, h in zip(idx, hyps):
             out[i] = decode(tgt_tok, h)
     return out

@@ -1,0 +1,773 @@
+"""Which token comes next: the one module every decode loop calls.
+
+The ONNX engine (service/engine.py), the PyTorch reference decoder
+(training/decode.py, which `attnserve-export verify` compares with) and the
+/explain loop (service/explain.py) all produce a step's logits their own way,
+then hand them here. Nothing else in the tree picks a token, seeds a
+generator or decides that a sequence has stopped.
+
+- `DecodingOptions`: a request's settings, validated once (`InputError` says what to fix).
+- Logit processors work on a whole step `[R, V]` with one parameter vector per
+  row (`RowParams`), in the order Hugging Face and TGI apply them: repetition
+  penalty, frequency penalty, end token suppressed before `min_new_tokens`,
+  temperature, top-k, top-p, typical-p. Rows with different settings share one
+  call; a processor touches only the rows that use it.
+- Token choice: greedy is the argmax of the processed row (the lowest id among
+  ties); sampling is the shared sampler of ARCHITECTURE.md: each row owns a
+  `numpy.random.default_rng`, draws exactly ONE uniform per step, and picks by
+  inverse CDF over the processed distribution in float64 (token-id order, so a
+  filtered token has zero width and is never chosen). `sample_rows` does the
+  arithmetic for all sampled rows at once.
+- `BeamSearch`: a request that owns W rows; `update` turns a step's log-probs
+  into the W surviving beams (parents and tokens, so the caller gathers its KV
+  cache rows by parent: `ActiveBatch.reorder`), `finalize` ranks the hypotheses.
+- `StoppingCriteria`: end token, length, stop sequences, as TGI's: `(stop, reason)`.
+- Seeding: `request_seed` and `row_generator`.
+
+One meaning of a token's `logprob` everywhere: the model's raw log-probability,
+the log-softmax of the step's logits BEFORE any processor. Every n-best list is
+ranked by one rule: the mean raw log-probability of a sequence's generated
+tokens, the end token included (TGI's best_of rule, and beam search's length
+normalisation with exponent 1). Beam search itself accumulates the processed
+log-probabilities, so penalties steer the search; without processors the two
+are the same.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+FINISH_REASONS = ("eos_token", "length", "stop_sequence")
+
+
+class InputError(ValueError):
+    """A request the engine cannot honour; the message says what to fix."""
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, int | np.integer) and not isinstance(x, bool)
+
+
+@dataclass(frozen=True)
+class DecodingOptions:
+    """One request's decoding settings (TGI's names, plus `num_beams`)."""
+
+    max_new_tokens: int = 32
+    do_sample: bool = False
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    typical_p: float | None = None
+    repetition_penalty: float | None = None
+    frequency_penalty: float | None = None
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    logprobs: bool = False
+    # eos is suppressed until this many tokens (Hugging Face's min_new_tokens); the benchmark uses
+    # it to force exact output lengths from any model, and it lifts the bundle's length bound.
+    min_new_tokens: int = 0
+    # n-best: sampled candidates when sampling (TGI), beam search of width max(best_of, num_beams) otherwise
+    best_of: int = 1
+    num_beams: int | None = None
+    top_n_tokens: int = 0  # the n most likely tokens of every step, with their log-probabilities
+
+    def __post_init__(self) -> None:
+        if not _is_int(self.max_new_tokens) or self.max_new_tokens < 1:
+            raise InputError(f"max_new_tokens must be a positive integer, got {self.max_new_tokens!r}")
+        if self.temperature is not None and not self.temperature > 0:
+            raise InputError(f"temperature must be > 0, got {self.temperature!r}")
+        if self.top_k is not None and (not _is_int(self.top_k) or self.top_k < 0):
+            raise InputError(f"top_k must be a non-negative integer (0 = off), got {self.top_k!r}")
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise InputError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if self.typical_p is not None and not 0 < self.typical_p <= 1:
+            raise InputError(f"typical_p must be in (0, 1], got {self.typical_p!r}")
+        if self.repetition_penalty is not None and not self.repetition_penalty > 0:
+            raise InputError(f"repetition_penalty must be > 0, got {self.repetition_penalty!r}")
+        if self.frequency_penalty is not None and not -2.0 <= self.frequency_penalty <= 2.0:
+            raise InputError(f"frequency_penalty must be between -2 and 2, got {self.frequency_penalty!r}")
+        if self.seed is not None and (not _is_int(self.seed) or self.seed < 0):
+            raise InputError(f"seed must be a non-negative integer, got {self.seed!r}")
+        if not _is_int(self.min_new_tokens) or not 0 <= self.min_new_tokens <= self.max_new_tokens:
+            raise InputError(f"min_new_tokens must be between 0 and max_new_tokens, got {self.min_new_tokens!r}")
+        if isinstance(self.stop, str) or not all(isinstance(s, str) and s for s in self.stop):
+            raise InputError("stop must be a list of non-empty strings")
+        object.__setattr__(self, "stop", tuple(self.stop))
+        if not _is_int(self.best_of) or self.best_of < 1:
+            raise InputError(f"best_of must be a positive integer, got {self.best_of!r}")
+        if self.num_beams is not None and (not _is_int(self.num_beams) or self.num_beams < 1):
+            raise InputError(f"num_beams must be a positive integer, got {self.num_beams!r}")
+        if self.num_beams is not None and self.num_beams > 1 and self.sampling:
+            raise InputError("num_beams is beam search, which does not sample: drop num_beams, or the sampling parameters")
+        if not _is_int(self.top_n_tokens) or self.top_n_tokens < 0:
+            raise InputError(f"top_n_tokens must be a non-negative integer, got {self.top_n_tokens!r}")
+
+    @property
+    def sampling(self) -> bool:
+        """TGI semantics: sample iff asked to, or any sampling parameter is set (top_k 0 = off)."""
+        return bool(
+            self.do_sample
+            or self.temperature is not None
+            or self.top_k
+            or self.top_p is not None
+            or (self.typical_p is not None and self.typical_p < 1.0)
+        )
+
+    @property
+    def beam_search(self) -> bool:
+        """Beam search: not sampling, and best_of > 1 or num_beams given (num_beams=1 is beam search of width 1)."""
+        return not self.sampling and (self.best_of > 1 or self.num_beams is not None)
+
+    @property
+    def beam_width(self) -> int:
+        return max(self.best_of, self.num_beams or 1)
+
+    @property
+    def n_rows(self) -> int:
+        """Batch rows the request owns: its beams, its best_of samples, or 1."""
+        return self.beam_width if self.beam_search else (self.best_of if self.sampling else 1)
+
+    @property
+    def n_best(self) -> int:
+        """Hypotheses returned, best first."""
+        return self.best_of
+
+    @property
+    def streams(self) -> bool:
+        """Whether its tokens can be streamed as they come: one row, decided token by token."""
+        return self.n_rows == 1 and not self.beam_search
+
+
+# ---- seeding ------------------------------------------------------------------------------------
+def request_seed(options: DecodingOptions) -> int | None:
+    """The seed a sampled request uses: its own, or one picked here (and reported back); None for greedy/beam."""
+    if not options.sampling:
+        return None
+    return options.seed if options.seed is not None else secrets.randbits(63)
+
+
+def row_generator(seed: int, index: int, n_rows: int) -> np.random.Generator:
+    """A sampled row's generator: `default_rng(seed)` for a single-row request, so a seed means the
+    same thing with or without the server; candidate i of a best_of request draws from
+    `default_rng([seed, i])`, so candidates differ and each is reproducible on its own."""
+    return np.random.default_rng(seed if n_rows == 1 else [seed, index])
+
+
+# ---- logit processors ---------------------------------------------------------------------------
+# Modes of a row: how its token is chosen.
+GREEDY, SAMPLE, BEAM = 0, 1, 2
+
+
+class RowParams:
+    """Processor parameters as one vector per batch row (struct of arrays), so a step with rows of
+    different settings is processed with array operations. Neutral values mean "off"."""
+
+    FIELDS = {
+        "mode": (np.int8, GREEDY),
+        "temperature": (np.float64, 1.0),
+        "top_k": (np.int64, 0),
+        "top_p": (np.float64, 1.0),
+        "typical_p": (np.float64, 1.0),
+        "repetition_penalty": (np.float64, 1.0),
+        "frequency_penalty": (np.float64, 0.0),
+        "min_new_tokens": (np.int64, 0),
+        "top_n_tokens": (np.int64, 0),
+        "logprobs": (np.bool_, False),
+    }
+
+    def __init__(self, n: int = 0):
+        for name, (dtype, neutral) in self.FIELDS.items():
+            setattr(self, name, np.full(n, neutral, dtype))
+
+    def __len__(self) -> int:
+        return len(self.mode)
+
+    @staticmethod
+    def values(options: DecodingOptions) -> dict[str, object]:
+        mode = BEAM if options.beam_search else SAMPLE if options.sampling else GREEDY
+        sampled = mode == SAMPLE
+        return {
+            "mode": mode,
+            "temperature": options.temperature if sampled and options.temperature is not None else 1.0,
+            "top_k": options.top_k or 0 if sampled else 0,
+            "top_p": options.top_p if sampled and options.top_p is not None else 1.0,
+            "typical_p": options.typical_p if sampled and options.typical_p is not None else 1.0,
+            "repetition_penalty": options.repetition_penalty or 1.0,
+            "frequency_penalty": options.frequency_penalty or 0.0,
+            "min_new_tokens": options.min_new_tokens,
+            "top_n_tokens": options.top_n_tokens,
+            # the raw log-probability is needed to report it, and to rank n-best lists
+            "logprobs": options.logprobs or options.top_n_tokens > 0 or options.n_rows > 1 or options.beam_search,
+        }
+
+    def set_row(self, i: int, options: DecodingOptions) -> None:
+        for name, value in self.values(options).items():
+            getattr(self, name)[i] = value
+
+    def take(self, idx: np.ndarray, add: Sequence[DecodingOptions] = ()) -> RowParams:
+        """The rows `idx` (in order), then one row per option in `add`."""
+        out = RowParams(0)
+        extra = [self.values(o) for o in add]
+        for name, (dtype, _) in self.FIELDS.items():
+            kept = getattr(self, name)[idx]
+            setattr(out, name, np.concatenate([kept, np.asarray([e[name] for e in extra], dtype)]).astype(dtype))
+        return out
+
+    def gather(self, dest: np.ndarray, src: np.ndarray) -> None:
+        for name in self.FIELDS:
+            a = getattr(self, name)
+            a[dest] = a[src]
+
+    @property
+    def needs_processing(self) -> np.ndarray:
+        """[B] bool: rows whose processed logits differ from the raw ones (before min_new_tokens is known)."""
+        return (
+            (self.mode == SAMPLE) | (self.repetition_penalty != 1.0) | (self.frequency_penalty != 0.0) | (self.min_new_tokens > 0)
+        )
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """Row-wise log-probabilities in float64; works on [V] or [R, V]."""
+    x = np.asarray(logits, dtype=np.float64)
+    m = np.max(x, axis=-1, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    with np.errstate(divide="ignore"):
+        return x - m - np.log(np.sum(np.exp(x - m), axis=-1, keepdims=True))
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    return np.exp(log_softmax(logits))
+
+
+def process_logits(
+    logits: np.ndarray,
+    params: RowParams,
+    counts: np.ndarray | None,
+    n_generated: np.ndarray,
+    eos_id: int,
+) -> np.ndarray:
+    """The float64 logits tokens are chosen from, for R rows; -inf marks a token that cannot be chosen.
+
+    logits [R, V] float; `params` R rows; counts [R, V] (how often each token was generated so far,
+    for the penalties; None when no row has one); n_generated [R]. Returns a new [R, V] float64 array.
+    """
+    x = np.array(logits, dtype=np.float64)
+    v = x.shape[-1]
+    if counts is not None:
+        rows = np.flatnonzero(params.repetition_penalty != 1.0)
+        if rows.size:  # CTRL's penalty (Hugging Face's): a seen token's logit / p when positive, * p when negative
+            p = params.repetition_penalty[rows, None]
+            seen = counts[rows] > 0
+            xr = x[rows]
+            x[rows] = np.where(seen, np.where(xr > 0, xr / p, xr * p), xr)
+        rows = np.flatnonzero(params.frequency_penalty != 0.0)
+        if rows.size:  # OpenAI's / TGI's: minus penalty x times the token was generated
+            x[rows] -= params.frequency_penalty[rows, None] * counts[rows]
+    forced = np.flatnonzero(n_generated < params.min_new_tokens)
+    if forced.size:
+        x[forced, eos_id] = -np.inf
+    rows = np.flatnonzero(params.temperature != 1.0)
+    if rows.size:
+        x[rows] /= params.temperature[rows, None]
+    rows = np.flatnonzero((params.top_k > 0) & (params.top_k < v))
+    if rows.size:
+        x[rows] = _top_k(x[rows], params.top_k[rows])
+    rows = np.flatnonzero(params.top_p < 1.0)
+    if rows.size:
+        x[rows] = _top_p(x[rows], params.top_p[rows])
+    rows = np.flatnonzero(params.typical_p < 1.0)
+    if rows.size:
+        x[rows] = _typical_p(x[rows], params.typical_p[rows])
+    return x
+
+
+def _descending(x: np.ndarray) -> np.ndarray:
+    """Column order of each row, largest first, ties towards the lower id (deterministic)."""
+    return np.argsort(-x, axis=-1, kind="stable")
+
+
+def _keep_sorted(x: np.ndarray, order: np.ndarray, keep_sorted: np.ndarray) -> np.ndarray:
+    """x with -inf where the sorted-order mask is False (the first sorted column always kept)."""
+    keep_sorted[:, 0] = True
+    keep = np.zeros_like(keep_sorted)
+    np.put_along_axis(keep, order, keep_sorted, axis=-1)
+    return np.where(keep, x, -np.inf)
+
+
+def _top_k(x: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """Keep each row's k largest logits."""
+    order = _descending(x)
+    return _keep_sorted(x, order, np.arange(x.shape[-1])[None, :] < k[:, None])
+
+
+def _top_p(x: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """Nucleus: keep the smallest set of most likely tokens whose probability reaches p (at least one)."""
+    order = _descending(x)
+    probs = softmax(np.take_along_axis(x, order, axis=-1))
+    before = np.cumsum(probs, axis=-1) - probs  # mass strictly before each token in sorted order
+    return _keep_sorted(x, order, before < p[:, None])
+
+
+def _typical_p(x: np.ndarray, mass: np.ndarray) -> np.ndarray:
+    """Locally typical sampling (Meister et al.; Hugging Face's TypicalLogitsWarper): keep the tokens
+    whose surprisal is closest to the entropy, until their probability reaches `mass`."""
+    logp = log_softmax(x)
+    p = np.exp(logp)
+    entropy = -np.nansum(np.where(p > 0, logp * p, 0.0), axis=-1, keepdims=True)
+    shifted = np.abs(-logp - entropy)  # +inf for filtered tokens: they sort last
+    order = np.argsort(shifted, axis=-1, kind="stable")
+    sorted_shifted = np.take_along_axis(shifted, order, axis=-1)
+    cum = np.cumsum(np.take_along_axis(p, order, axis=-1), axis=-1)
+    last = np.minimum((cum < mass[:, None]).sum(axis=-1), x.shape[-1] - 1)
+    cutoff = np.take_along_axis(sorted_shifted, last[:, None], axis=-1)
+    return _keep_sorted(x, order, sorted_shifted <= cutoff)
+
+
+def greedy_tokens(processed: np.ndarray) -> np.ndarray:
+    """[R] argmax of each row (the lowest id among ties, as numpy and torch both pick)."""
+    return np.argmax(processed, axis=-1)
+
+
+def sample_rows(processed: np.ndarray, uniforms: np.ndarray) -> np.ndarray:
+    """[R] token ids by inverse CDF over each row's processed distribution, one uniform per row."""
+    weights = np.exp(processed - np.max(processed, axis=-1, keepdims=True))  # exp(-inf) = 0: filtered
+    cumsum = np.cumsum(weights, axis=-1)
+    target = uniforms * cumsum[:, -1]
+    idx = (cumsum <= target[:, None]).sum(axis=-1)  # searchsorted(cumsum, target, side="right") per row
+    return np.minimum(idx, processed.shape[-1] - 1)  # u * total < total, so this only guards rounding
+
+
+def draw_uniforms(generators: Sequence[np.random.Generator]) -> np.ndarray:
+    """Exactly one uniform per sampled row per step, whatever else is in the batch."""
+    return np.fromiter((g.random() for g in generators), dtype=np.float64, count=len(generators))
+
+
+def top_tokens(raw_logprobs: np.ndarray, n: int) -> list[tuple[int, float]]:
+    """The n most likely tokens of one row [V] with their raw log-probabilities, most likely first."""
+    n = min(n, raw_logprobs.shape[-1])
+    idx = np.argpartition(-raw_logprobs, n - 1)[:n]
+    idx = idx[np.lexsort((idx, -raw_logprobs[idx]))]
+    return [(int(i), float(raw_logprobs[i])) for i in idx]
+
+
+# ---- hypotheses and stopping ----------------------------------------------------------------------
+@dataclass
+class Hypothesis:
+    """One finished sequence: generated ids (without the end token) and raw log-probabilities."""
+
+    token_ids: list[int]
+    logprobs: list[float]  # raw, aligned with token_ids
+    finish_reason: str
+    eos_logprob: float | None = None  # the end token's, when it ended the sequence
+    seed: int | None = None
+    index: int = 0  # which candidate (best_of) or beam it was
+    text: str = ""
+
+    @property
+    def generated_tokens(self) -> int:
+        return len(self.token_ids) + (self.finish_reason == "eos_token")
+
+    @property
+    def score(self) -> float:
+        """The ranking rule: mean raw log-probability of the generated tokens, the end token included."""
+        lps = [*self.logprobs, *([self.eos_logprob] if self.eos_logprob is not None else [])]
+        return float(np.mean(lps)) if lps else 0.0
+
+
+def rank(hypotheses: Sequence[Hypothesis]) -> list[Hypothesis]:
+    """Best first by `Hypothesis.score`; ties keep their order (candidate index)."""
+    return sorted(hypotheses, key=lambda h: -h.score)
+
+
+@dataclass(frozen=True)
+class StoppingCriteria:
+    """When a sequence stops besides its end token: its length bound and stop sequences (TGI's)."""
+
+    max_new_tokens: int
+    stop: tuple[str, ...] = ()
+
+    def __call__(self, n_tokens: int, old_text: str, new_text: str) -> tuple[bool, str | None]:
+        """(stop, reason) after a token was appended: old_text/new_text are the decodes before/after it."""
+        if self.stop and any(new_text.find(s, max(0, len(old_text) - len(s) + 1)) != -1 for s in self.stop):
+            return True, "stop_sequence"
+        if n_tokens >= self.max_new_tokens:
+            return True, "length"
+        return False, None
+
+
+def length_limit(options: DecodingOptions, bound: int | None) -> int:
+    """Most tokens a request may generate: what it asked for, within the bundle's length bound for its
+    source (None: no bound). min_new_tokens lifts the bound (the benchmark forces lengths with it)."""
+    if bound is None or options.min_new_tokens > 0:
+        return options.max_new_tokens
+    return max(1, min(options.max_new_tokens, bound))
+
+
+# ---- beam search --------------------------------------------------------------------------------
+@dataclass
+class Beam:
+    """A live beam: what its row has generated so far."""
+
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)  # raw
+    score: float = 0.0  # cumulative processed log-probability: what the search ranks live beams by
+    text: str = ""
+
+
+class BeamSearch:
+    """Beam search of width W over the W rows a request owns (Whisper's BeamSearchDecoder, patience 1).
+
+    Each step: every (beam, token) candidate scores beam.score + processed log-prob; scanning
+    candidates best first, one that ends (end token, or a stop sequence) becomes a finished
+    hypothesis while fewer than W are finished; the first W that go on become the next beams.
+    The search ends when W hypotheses are finished or the length limit is reached (live beams
+    then finish with reason "length"); `finalize` ranks them by the mean raw log-probability.
+    """
+
+    def __init__(self, width: int, n_best: int, eos_id: int, stopping: StoppingCriteria, decode=None):
+        self.width = width
+        self.n_best = n_best
+        self.eos_id = eos_id
+        self.stopping = stopping
+        self.decode = decode  # ids -> text, needed only for stop sequences
+        # The W rows start identical: only the first may extend at step 0, so no hypothesis repeats.
+        self.beams = [Beam(score=0.0 if j == 0 else -np.inf) for j in range(width)]
+        self.finished: list[Hypothesis] = []
+        self.done = False
+
+    def update(self, processed_logprobs: np.ndarray, raw_logprobs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """One step over the request's W rows ([W, V] each). Returns (parents, tokens) [W]: row j
+        continues from row parents[j] with tokens[j] (the caller reorders the rows' caches).
+        Sets `done` when the search has ended (then the returned rows need no further step)."""
+        w, v = processed_logprobs.shape
+        scores = np.array([b.score for b in self.beams])[:, None] + processed_logprobs  # [W, V]
+        flat = scores.ravel()
+        k = min(2 * w + 1, flat.size)
+        top = np.argpartition(-flat, k - 1)[:k]
+        top = top[np.lexsort((top, -flat[top]))]  # best first, ties towards the lower (beam, token)
+        parents, tokens, nxt = [], [], []
+        for idx in top:
+            score = float(flat[idx])
+            if not np.isfinite(score):
+                break
+            parent, token = divmod(int(idx), v)
+            beam = self.beams[parent]
+            lp = float(raw_logprobs[parent, token])
+            if token == self.eos_id:
+                if len(self.finished) < self.width:
+                    self.finished.append(Hypothesis(list(beam.token_ids), list(beam.logprobs), "eos_token", eos_logprob=lp))
+                continue
+            ids = [*beam.token_ids, token]
+            text = self.decode(ids) if self.stopping.stop else ""
+            stop, reason = self.stopping(len(ids), beam.text, text)
+            if stop and reason == "stop_sequence":
+                if len(self.finished) < self.width:
+                    self.finished.append(Hypothesis(ids, [*beam.logprobs, lp], reason, text=text))
+                continue
+            parents.append(parent)
+            tokens.append(token)
+            nxt.append(Beam(ids, [*beam.logprobs, lp], score, text))
+            if len(nxt) == w:
+                break
+        at_limit = bool(nxt) and len(nxt[0].token_ids) >= self.stopping.max_new_tokens
+        if len(self.finished) >= self.width or not nxt or at_limit:
+            if at_limit:
+                for beam in nxt:  # the limit: live beams finish as they are
+                    self.finished.append(Hypothesis(beam.token_ids, beam.logprobs, "length", text=beam.text))
+            self.done = True
+        while len(nxt) < w:  # fewer live candidates than rows (a tiny vocabulary): pad with a dead beam
+            parents.append(parents[0] if parents else 0)
+            tokens.append(tokens[0] if tokens else self.eos_id)
+            nxt.append(Beam(score=-np.inf))
+        self.beams = nxt
+        return np.asarray(parents, dtype=np.int64), np.asarray(tokens, dtype=np.int64)
+
+    def finalize(self) -> list[Hypothesis]:
+        """The n_best hypotheses, best first; live beams count as finished by length if none ended."""
+        hyps = self.finished or [Hypothesis(b.token_ids, b.logprobs, "length", text=b.text) for b in self.beams if b.token_ids]
+        ranked = rank(hyps)[: self.n_best]
+        for i, h in enumerate(ranked):
+            h.index = i
+        return ranked
+
+
+# ---- the rows of a batch, and one step's token choice ---------------------------------------------
+@dataclass(eq=False)
+class Row:
+    """One batch row of a generation: a single answer, a best_of candidate, or a beam."""
+
+    generation: Generation
+    index: int  # candidate / beam number within its generation
+    seed: int | None = None
+    rng: np.random.Generator | None = None
+    token_ids: list[int] = field(default_factory=list)  # generated, without bos/eos (beams keep theirs in the search)
+    logprobs: list[float] = field(default_factory=list)  # raw, aligned with token_ids
+    text: str = ""
+    finish_reason: str | None = None
+    eos_logprob: float | None = None
+    slot: int = -1  # its row in the batch arrays; -1 when not in a batch
+
+    def hypothesis(self) -> Hypothesis:
+        reason = self.finish_reason or "length"
+        return Hypothesis(list(self.token_ids), list(self.logprobs), reason, self.eos_logprob, self.seed, self.index, self.text)
+
+
+@dataclass(eq=False)
+class Generation:
+    """One request's decoding state: its rows, its search, and when done its ranked hypotheses.
+    Identity, not value, makes two generations different. `cross`/`bias` are the decode loop's
+    own per-request encoder state (the engine: numpy K/V and bias), shared by the rows."""
+
+    source_ids: list[int]
+    options: DecodingOptions
+    max_new_tokens: int  # options.max_new_tokens within the model's limit and the bundle's length bound
+    seed: int | None  # a sampled request's seed (picked here if none was given)
+    stopping: StoppingCriteria
+    cross: list = field(default_factory=list)
+    bias: object = None
+    rows: list[Row] = field(default_factory=list)
+    search: BeamSearch | None = None
+    hypotheses: list[Hypothesis] = field(default_factory=list)  # ranked, best first, once finished
+    finish_reason: str | None = None
+
+    @property
+    def source_len(self) -> int:
+        return len(self.source_ids)
+
+    @property
+    def streams(self) -> bool:
+        return self.options.streams
+
+    @property
+    def best(self) -> Hypothesis | Row:
+        return self.hypotheses[0] if self.hypotheses else self.rows[0]
+
+    @property
+    def token_ids(self) -> list[int]:
+        return self.best.token_ids
+
+    @property
+    def text(self) -> str:
+        return self.best.text
+
+    @property
+    def logprobs(self) -> list[float] | None:
+        return self.best.logprobs if self.options.logprobs else None
+
+    @property
+    def generated_tokens(self) -> int:
+        return self.hypotheses[0].generated_tokens if self.hypotheses else len(self.rows[0].token_ids)
+
+
+def new_generation(source_ids: list[int], options: DecodingOptions, length_bound: int | None, eos_id: int, decode) -> Generation:
+    """A request's decoding state with its rows, seeded by the seeding rule; `decode`: ids -> text."""
+    stopping = StoppingCriteria(length_limit(options, length_bound), options.stop)
+    seed = request_seed(options)
+    gen = Generation(list(source_ids), options, stopping.max_new_tokens, seed, stopping)
+    n_rows = options.n_rows
+    for r in range(n_rows):
+        gen.rows.append(Row(gen, r, seed, row_generator(seed, r, n_rows) if seed is not None else None))
+    if options.beam_search:
+        gen.search = BeamSearch(options.beam_width, options.n_best, eos_id, stopping, decode)
+    return gen
+
+
+@dataclass
+class StepResult:
+    """What a step produced for one generation. A streaming generation (one row) gets one per
+    token; a generation of several rows gets one when it finishes (its hypotheses are then on it)."""
+
+    generation: Generation
+    token_id: int  # the eos id when finish_reason == "eos_token" (not added to token_ids)
+    text: str  # the streamed text delta ("" for eos)
+    logprob: float | None
+    finish_reason: str | None
+    special: bool  # True for the eos token
+    top_tokens: list[tuple[int, float]] | None = None  # (id, raw logprob), most likely first
+
+
+class RowState:
+    """Who occupies each row of a batch and what token choice reads per row, as arrays: the
+    processor parameters, the generated-token counts (penalties) and the tokens generated.
+    A decode loop keeps one beside its cache and calls `put`/`free`/`take`/`gather` when its
+    rows change, so the two stay aligned."""
+
+    def __init__(self, vocab_size: int):
+        self.vocab_size = vocab_size
+        self.rows: list[Row | None] = []
+        self.active = np.zeros(0, dtype=bool)
+        self.params = RowParams(0)
+        self.counts = np.zeros((0, vocab_size), np.int32)  # [B, V]
+        self.n_generated = np.zeros(0, np.int64)  # [B]
+        self.penalised = False  # whether any row has a penalty (counts are kept either way)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def put(self, i: int, row: Row) -> None:
+        opts = row.generation.options
+        self.params.set_row(i, opts)
+        self.counts[i] = 0
+        self.n_generated[i] = 0
+        self.penalised = self.penalised or bool(opts.repetition_penalty or opts.frequency_penalty)
+        self.active[i] = True
+        row.slot = i
+        self.rows[i] = row
+
+    def free(self, row: Row) -> int | None:
+        """The row leaves; returns its slot (None if it was not here)."""
+        i = row.slot
+        if i < 0 or i >= len(self.rows) or self.rows[i] is not row:
+            return None
+        self.rows[i] = None
+        self.active[i] = False
+        row.slot = -1
+        return i
+
+    def take(self, keep: np.ndarray, add: Sequence[Row]) -> None:
+        """Keep rows `keep` (in order), then append `add`: the arrays are rebuilt and slots renumbered."""
+        n_add = len(add)
+        self.params = self.params.take(keep, [q.generation.options for q in add])
+        self.counts = np.concatenate([self.counts[keep], np.zeros((n_add, self.vocab_size), np.int32)])
+        self.n_generated = np.concatenate([self.n_generated[keep], np.zeros(n_add, np.int64)])
+        self.rows = [self.rows[i] for i in keep] + list(add)
+        self.active = np.array([q is not None for q in self.rows], dtype=bool)
+        self.penalised = any(
+            bool(q.generation.options.repetition_penalty or q.generation.options.frequency_penalty)
+            for q in self.rows
+            if q is not None
+        )
+        for i, q in enumerate(self.rows):
+            if q is not None:
+                q.slot = i
+
+    def gather(self, dest: np.ndarray, src: np.ndarray) -> None:
+        """Rows `dest` continue from rows `src` (beams from their parents)."""
+        self.counts[dest] = self.counts[src]
+        self.n_generated[dest] = self.n_generated[src]
+
+    def advance(self, tokens: np.ndarray) -> None:
+        """After a step: every active row counts its token."""
+        idx = np.flatnonzero(self.active)
+        self.counts[idx, tokens[idx]] += 1
+        self.n_generated[idx] += 1
+
+
+@dataclass
+class StepChoice:
+    tokens: np.ndarray  # [B] the token each row feeds next (beam rows: after their reorder)
+    reorders: list[tuple[np.ndarray, np.ndarray]]  # (dest, src) rows: the cache must follow (beam search)
+    leaving: list[Row]  # rows that finished this step
+    results: list[StepResult]
+
+
+def choose_tokens(state: RowState, logits: np.ndarray, next_tokens: np.ndarray | None, eos_id: int, decode) -> StepChoice:
+    """One step's token choice for every row of a batch, and what follows from it.
+
+    logits [B, V] (float32 or 64) from any decode loop; next_tokens [B]: an in-graph argmax, used
+    for rows that need no processing (None: computed here). `decode`: ids -> text. Updates the
+    rows, the searches and `state` (counts, and the gathers of beam rows); the caller applies
+    `reorders` to its cache, feeds `tokens`, and frees `leaving` from its cache and from `state`.
+    """
+    rows, params, active = state.rows, state.params, state.active
+    tokens = np.array(next_tokens, dtype=np.int64) if next_tokens is not None else greedy_tokens(logits)
+    raw = log_softmax(logits) if (params.logprobs & active).any() else None  # [B, V] the model's own log-probs
+    proc_rows = np.flatnonzero(active & (params.needs_processing | (params.mode == BEAM)))
+    processed = None
+    if proc_rows.size:
+        sub = params.take(proc_rows)
+        counts = state.counts[proc_rows] if state.penalised else None
+        processed = process_logits(logits[proc_rows], sub, counts, state.n_generated[proc_rows], eos_id)
+        greedy = sub.mode == GREEDY
+        if greedy.any():
+            tokens[proc_rows[greedy]] = greedy_tokens(processed[greedy])
+        sampled = sub.mode == SAMPLE
+        if sampled.any():
+            rs = proc_rows[sampled]
+            tokens[rs] = sample_rows(processed[sampled], draw_uniforms([rows[i].rng for i in rs]))
+
+    results: list[StepResult] = []
+    leaving: list[Row] = []
+    done: list[Generation] = []
+    beam_gens: list[Generation] = []
+    for i in np.flatnonzero(active):
+        row = rows[i]
+        gen = row.generation
+        if gen.search is not None:
+            if row.index == 0:
+                beam_gens.append(gen)
+            continue
+        tok = int(tokens[i])
+        lp = float(raw[i, tok]) if params.logprobs[i] else None  # only where asked for: the same alone or batched
+        top = top_tokens(raw[i], gen.options.top_n_tokens) if gen.options.top_n_tokens else None
+        if tok == eos_id:
+            row.finish_reason, row.eos_logprob = "eos_token", lp
+            leaving.append(row)
+            if gen.streams:
+                finish(gen, decode)
+                results.append(StepResult(gen, tok, "", lp, "eos_token", True, top))
+            elif all(r.finish_reason is not None for r in gen.rows):
+                done.append(gen)
+            continue
+        row.token_ids.append(tok)
+        if lp is not None:
+            row.logprobs.append(lp)
+        old = row.text
+        if gen.streams or gen.options.stop:
+            row.text = decode(row.token_ids)
+        stop, reason = gen.stopping(len(row.token_ids), old, row.text)
+        if stop:
+            row.finish_reason = reason
+            leaving.append(row)
+        if gen.streams:
+            if stop:
+                finish(gen, decode)
+            results.append(StepResult(gen, tok, row.text[len(old) :], lp, reason, False, top))
+        elif stop and all(r.finish_reason is not None for r in gen.rows):
+            done.append(gen)
+
+    reorders = []
+    if beam_gens:
+        position = np.full(len(rows), -1, dtype=np.int64)
+        position[proc_rows] = np.arange(proc_rows.size)
+    for gen in beam_gens:  # each beam search: its W rows' candidates; then its rows follow the beams
+        slots = np.asarray([r.slot for r in gen.rows], dtype=np.int64)
+        parents, beam_tokens = gen.search.update(log_softmax(processed[position[slots]]), raw[slots])
+        if gen.search.done:
+            done.append(gen)
+            leaving.extend(gen.rows)
+            continue
+        src = slots[parents]
+        if not np.array_equal(slots, src):
+            state.gather(slots, src)
+            reorders.append((slots, src))
+        tokens[slots] = beam_tokens
+
+    for gen in done:
+        finish(gen, decode)
+        best = gen.hypotheses[0]
+        if best.finish_reason == "eos_token":
+            last, lp = eos_id, best.eos_logprob
+        else:
+            last = best.token_ids[-1] if best.token_ids else eos_id
+            lp = best.logprobs[-1] if best.logprobs else None
+        results.append(StepResult(gen, last, "", lp, gen.finish_reason, last == eos_id))
+    state.advance(tokens)
+    return StepChoice(tokens, reorders, leaving, results)
+
+
+def finish(gen: Generation, decode) -> None:
+    """A generation is complete: its ranked hypotheses (texts decoded once here) and its finish reason."""
+    if gen.search is not None:
+        hyps = gen.search.finalize()
+    else:
+        hyps = rank([r.hypothesis() for r in gen.rows])[: gen.options.n_best]
+    for h in hyps:
+        if not h.text and h.token_ids:
+            h.text = decode(h.token_ids)
+    gen.hypotheses = hyps
+    gen.finish_reason = hyps[0].finish_reason
