@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -155,6 +156,35 @@ def test_an_explicit_relative_bundle_is_taken_as_given(tmp_path):
         timeout=60,
     )
     assert proc.returncode == 2 and "bundle directory not found: models/g2p-en" in proc.stderr, proc.stderr
+
+
+# ---- make demo ----------------------------------------------------------------------------------
+def test_make_demo_on_a_taken_port_fails_at_once_naming_the_port():
+    venv = Path(sys.executable).parent.parent  # the venv this suite runs in; -o: make must not reinstall it
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        start = time.monotonic()
+        proc = subprocess.Popen(
+            ["make", "--no-print-directory", "demo", f"DEMO_PORT={port}", f"VENV={venv}"]
+            + ["-o", f"{venv}/bin/.installed-serve"],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,  # its own process group, so a hung demo's server goes with it
+        )
+        try:
+            out, _ = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        elapsed = time.monotonic() - start
+    assert proc.returncode != 0, out
+    assert elapsed < 15, f"make demo took {elapsed:.1f}s to fail"
+    assert f"port {port} is already in use" in out and "DEMO_PORT=" in out, out
 
 
 # ---- SIGTERM ----------------------------------------------------------------------------------
