@@ -27,11 +27,14 @@ $(BIN)/.installed-serve: pyproject.toml
 	touch $@
 
 # Serve the default model (models/g2p-en), answer one request, then keep serving until Ctrl-C.
+# DEMO_PORT picks the port (make demo DEMO_PORT=8001). The request helper watches the server's
+# process, so a server that exits (port taken, bad bundle) fails the demo at once, naming the port.
 DEMO_PORT ?= 8000
 demo: $(BIN)/.installed-serve
 	@$(BIN)/attnserve-serve --port $(DEMO_PORT) & pid=$$!; \
 	trap 'kill -TERM $$pid 2>/dev/null; wait $$pid; exit 0' INT TERM; \
-	$(BIN)/python -m service.demo_request --url http://127.0.0.1:$(DEMO_PORT) --text attention || { kill -TERM $$pid; wait $$pid; exit 1; }; \
+	$(BIN)/python -m service.demo_request --url http://127.0.0.1:$(DEMO_PORT) --server-pid $$pid --text attention \
+	  || { kill -TERM $$pid 2>/dev/null; wait $$pid; exit 1; }; \
 	echo "serving on http://127.0.0.1:$(DEMO_PORT) (demo page: /demo, API docs: /docs); Ctrl-C stops"; \
 	wait $$pid
 

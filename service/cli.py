@@ -35,6 +35,9 @@ def _settings_error(e: ValidationError) -> str:
     parts = []
     for err in e.errors():
         name = ".".join(str(x) for x in err.get("loc", ()))
+        if not name:  # an error of the settings as a whole (the default bundle not found): its message says it all
+            parts.append(str(err.get("msg")))
+            continue
         parts.append(f"{name} (--{name.replace('_', '-')} / ATTNSERVE_{name.upper()}): {err.get('msg')}")
     return "invalid setting: " + "; ".join(parts)
 
@@ -44,7 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="attnserve-serve",
         description="Serve a model bundle over HTTP (TGI-compatible API). Every flag is also ATTNSERVE_<NAME>.",
     )
-    p.add_argument("bundle", nargs="?", type=Path, help="model bundle directory (default: models/g2p-en)")
+    p.add_argument(
+        "bundle", nargs="?", type=Path, help="model bundle directory (default: models/g2p-en here, else the source checkout's)"
+    )
     p.add_argument("--variant", help="graph variant from bundle.json (default: auto)")
     p.add_argument("--provider", choices=["auto", "cpu", "cuda"], help="ONNX Runtime provider (default: auto)")
     p.add_argument("--threads", type=int, help="ONNX Runtime threads (default: the CPUs this process may use)")
@@ -143,7 +148,9 @@ def generate_main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("input", type=Path, help="text file, one input per line ('-': stdin)")
     p.add_argument("-o", "--output", type=Path, help="TSV to write (default: stdout)")
-    p.add_argument("--bundle", type=Path, help="model bundle (default: ATTNSERVE_BUNDLE or models/g2p-en)")
+    p.add_argument(
+        "--bundle", type=Path, help="model bundle (default: ATTNSERVE_BUNDLE, else models/g2p-en here or the source checkout's)"
+    )
     p.add_argument("--variant", help="graph variant (default: auto)")
     p.add_argument("--provider", choices=["auto", "cpu", "cuda"])
     p.add_argument("--threads", type=int)

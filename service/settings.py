@@ -8,16 +8,41 @@ init arguments the highest priority), which is how `attnserve-serve` builds it.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from service.engine import available_cpus
 
+DEFAULT_BUNDLE = Path("models/g2p-en")
+
 
 class ConfigError(ValueError):
     """Settings that cannot work with the bundle being served; one line, stops start-up."""
+
+
+def default_bundle_candidates() -> list[Path]:
+    """Where the default model is looked for: `models/g2p-en` under the working directory, then
+    beside the `service` package (the repository root of a source checkout, which the README's
+    set-up installs editable), so that the commands find it from any directory."""
+    beside_source = Path(__file__).resolve().parent.parent / DEFAULT_BUNDLE
+    return [DEFAULT_BUNDLE] if beside_source == DEFAULT_BUNDLE.resolve() else [DEFAULT_BUNDLE, beside_source]
+
+
+def resolve_default_bundle() -> Path:
+    """The first default bundle directory that exists; an error naming every path tried otherwise."""
+    tried = default_bundle_candidates()
+    for path in tried:
+        if path.is_dir():
+            return path
+    names = ", ".join(str(p.resolve()) for p in tried)
+    raise PydanticCustomError(
+        "bundle_not_found",
+        "default model bundle not found (tried {tried}); give a bundle directory (argument or --bundle) or set ATTNSERVE_BUNDLE",
+        {"tried": names},
+    )
 
 
 class Settings(BaseSettings):
@@ -25,7 +50,11 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="ATTNSERVE_", extra="forbid", validate_default=True)
 
-    bundle: Path = Field(Path("models/g2p-en"), description="Model bundle directory (bundle.json and its graphs).")
+    bundle: Path = Field(
+        DEFAULT_BUNDLE,
+        description="Model bundle directory (bundle.json and its graphs); default: models/g2p-en under the working "
+        "directory, else the one of the source checkout the service is installed from.",
+    )
     variant: str = Field(
         "auto", description="Graph variant from bundle.json `variants`; `auto` takes `default_variant` for the provider."
     )
@@ -62,6 +91,14 @@ class Settings(BaseSettings):
         None, description="When set, generation routes require `Authorization: Bearer <key>`; /health and /ready stay open."
     )
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level of the JSON logs.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_bundle(cls, data: Any) -> Any:
+        # Only when no flag or ATTNSERVE_BUNDLE named one: a bundle given explicitly is taken as given.
+        if isinstance(data, dict) and data.get("bundle") is None:
+            data = {**data, "bundle": resolve_default_bundle()}
+        return data
 
     @field_validator("log_level", "provider", mode="before")
     @classmethod

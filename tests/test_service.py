@@ -4,7 +4,9 @@ the in-process API, bulk generation and the scheduler's bounds."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -32,6 +34,7 @@ def test_settings_flag_beats_environment_beats_default(monkeypatch):
 
     for name in ("PORT", "MAX_BATCH_SIZE", "API_KEY", "BUNDLE"):
         monkeypatch.delenv(f"ATTNSERVE_{name}", raising=False)
+    monkeypatch.chdir(ROOT)  # where models/g2p-en is the default as written
     defaults = parse_settings([])
     assert (defaults.port, defaults.host, defaults.max_batch_size, defaults.bundle) == (
         8000,
@@ -83,6 +86,105 @@ def test_a_bad_bundle_or_setting_stops_start_up_with_one_line(tiny_bundle_dir, a
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], proc.stderr
+
+
+# ---- the default model from any directory -------------------------------------------------------
+def _env_without_bundle(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "ATTNSERVE_BUNDLE"}
+    return {**env, **extra}
+
+
+def test_attnserve_serve_finds_the_default_model_from_another_directory(tmp_path):
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / "attnserve-serve"), "--port", str(port), "--threads", "1"],
+        cwd=tmp_path,  # no models/g2p-en here: the source checkout's is served
+        env=_env_without_bundle(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(url + "/ready", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if proc.poll() is not None:
+                pytest.fail(f"attnserve-serve exited {proc.returncode}: {proc.stderr.read()[-2000:]}")
+            assert time.monotonic() < deadline, "server did not become ready"
+            time.sleep(0.1)
+        r = httpx.post(url + "/generate", json={"inputs": "hello"}, timeout=30)
+        assert r.status_code == 200 and r.json()["generated_text"], r.text
+        assert httpx.get(url + "/info", timeout=10).json()["model_id"] == "g2p-en"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
+def test_a_missing_default_model_names_every_path_tried(tmp_path):
+    # A copy of the service package with no models/ beside it, run from a directory with none either.
+    shutil.copytree(ROOT / "service", tmp_path / "src" / "service", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "cwd").mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-m", "service", "--port", str(free_port())],
+        cwd=tmp_path / "cwd",
+        env=_env_without_bundle(PYTHONPATH=str(tmp_path / "src")),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "default model bundle not found" in lines[0], proc.stderr
+    for tried in (tmp_path / "cwd" / "models" / "g2p-en", tmp_path / "src" / "models" / "g2p-en"):
+        assert str(tried) in lines[0]
+    assert "ATTNSERVE_BUNDLE" in lines[0]
+
+
+def test_an_explicit_relative_bundle_is_taken_as_given(tmp_path):
+    # Only the default falls back to the source checkout: a bundle named by the operator is read where it says.
+    proc = subprocess.run(
+        [sys.executable, "-m", "service", "--port", str(free_port())],
+        cwd=tmp_path,
+        env={**os.environ, "ATTNSERVE_BUNDLE": "models/g2p-en"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and "bundle directory not found: models/g2p-en" in proc.stderr, proc.stderr
+
+
+# ---- make demo ----------------------------------------------------------------------------------
+def test_make_demo_on_a_taken_port_fails_at_once_naming_the_port():
+    venv = Path(sys.executable).parent.parent  # the venv this suite runs in; -o: make must not reinstall it
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        start = time.monotonic()
+        proc = subprocess.Popen(
+            ["make", "--no-print-directory", "demo", f"DEMO_PORT={port}", f"VENV={venv}"]
+            + ["-o", f"{venv}/bin/.installed-serve"],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,  # its own process group, so a hung demo's server goes with it
+        )
+        try:
+            out, _ = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        elapsed = time.monotonic() - start
+    assert proc.returncode != 0, out
+    assert elapsed < 15, f"make demo took {elapsed:.1f}s to fail"
+    assert f"port {port} is already in use" in out and "DEMO_PORT=" in out, out
 
 
 # ---- SIGTERM ----------------------------------------------------------------------------------

@@ -118,7 +118,17 @@ def resume_config(data: Path) -> TrainConfig:
     return resolve_config(preset="tiny", overrides=sets)
 
 
-def test_resume_after_a_signal_continues_the_same_loss_curve(tmp_path):
+@pytest.fixture
+def interactive_sigint():
+    """SIGINT as an interactive shell leaves it (Python's KeyboardInterrupt handler), whatever pytest
+    started with: under `&` in a non-interactive shell, and on some CI runners, it is SIG_IGN.
+    The handler found is put back afterwards."""
+    found = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield signal.default_int_handler
+    signal.signal(signal.SIGINT, found)
+
+
+def test_resume_after_a_signal_continues_the_same_loss_curve(tmp_path, interactive_sigint):
     data = write_reverse_tsv(tmp_path / "small.tsv", 600)  # a few batches per epoch: 12 steps cross epochs
     cfg = resume_config(data)
     whole, parts = tmp_path / "whole", tmp_path / "parts"
@@ -132,7 +142,7 @@ def test_resume_after_a_signal_continues_the_same_loss_curve(tmp_path):
         train(cfg, parts, on_step=interrupt_at_5)
     assert stopped.value.step == 5
     assert torch.load(parts / "checkpoint.pt", weights_only=False)["step"] == 5
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored
+    assert signal.getsignal(signal.SIGINT) is interactive_sigint  # train restored the handler it found
 
     seen: list[int] = []
     train(cfg, parts, resume=True, on_step=lambda step, loss, model: seen.append(step))
@@ -148,6 +158,22 @@ def test_resume_after_a_signal_continues_the_same_loss_curve(tmp_path):
     assert ckpt_whole["epoch"] >= 1  # the run really crossed an epoch boundary
     for name, tensor in ckpt_whole["state_dict"].items():
         assert torch.equal(tensor, ckpt_parts["state_dict"][name]), name
+
+
+@pytest.mark.slow
+def test_the_signal_test_passes_when_pytest_starts_with_sigint_ignored(tmp_path):
+    # As under `cmd &` in a script: an ignored signal stays ignored across exec, and Python then leaves it so.
+    name = "test_resume_after_a_signal_continues_the_same_loss_curve"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", f"{__file__}::{name}", "-q", "-p", "no:cacheprovider", "--basetemp", tmp_path],
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "1 passed" in proc.stdout
 
 
 def test_checkpoint_averaging_keeps_the_last_snapshots_and_scores_their_mean(tmp_path):
