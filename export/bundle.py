@@ -23,7 +23,7 @@ from export.explain import add_explain_graph
 from export.onnx import OPSET, export_decoder, export_encoder, external_data_files, graph_io, share_initializers
 from export.variants import FP16_KEEP_FP32_OPS, FP32_BOUNDARY, convert_fp16, quantize_int8
 from service.bundle import FORMAT_VERSION, load_bundle, sha256_file
-from training.train import load_model, load_run_tokenizers
+from training.run import load_model, load_run_tokenizers
 
 BUNDLE_JSON = "bundle.json"
 PARITY_CORPUS = "parity_corpus.json"

@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
 
         model = None
         if args.run:
-            from training.train import load_model
+            from training.run import load_model
 
             model = load_model(args.run)
         report = run_parity(args.bundle, model=model, threads=args.threads, log=_log)
