@@ -84,13 +84,13 @@ def build(
 ) -> dict:
     """Build and verify a bundle; returns its bundle.json. Raises BuildError on any failed check.
 
-        `dataset` overrides the run's dataset for the parity corpus and the dev evaluation (a TSV
-        that has moved since training, say). `fp16=False` leaves the fp16 variant (a CUDA extra) out.
+    `dataset` overrides the run's dataset for the parity corpus and the dev evaluation (a TSV
+    that has moved since training, say). `fp16=False` leaves the fp16 variant (a CUDA extra) out.
     `lexicon=True` ships the training dictionary as the bundle's lexicon (export/lexicon.py).
     `word_level_source` (default: True for G2P) declares that the model reads one word.
 
-        decoder.onnx and decoder.explain.onnx keep their weights in one file, decoder.onnx.data:
-        the explain graph is a second trace of the same decoder, so this halves the decoder's disk size."""
+    decoder.onnx and decoder.explain.onnx keep their weights in one file, decoder.onnx.data:
+    the explain graph is a second trace of the same decoder, so this halves the decoder's disk size."""
     from export.verify import default_corpus, fp16_check, make_parity_corpus, run_parity
 
     run_dir, out_dir = Path(run_dir), Path(out_dir)
