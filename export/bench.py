@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     info = machine_info(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
         if args.run:
-            from training.train import load_model
+            from training.run import load_model
 
             model, bundle_dir = load_model(args.run), args.bundle
             limit = model.cfg.max_target_len

@@ -21,10 +21,11 @@ import onnxruntime
 import torch
 
 from export.explain import add_explain_graph
+from export.lexicon import with_fields_after, write_lexicon
 from export.onnx import OPSET, export_decoder, export_encoder, external_data_files, graph_io, share_initializers
 from export.variants import FP16_KEEP_FP32_OPS, FP32_BOUNDARY, convert_fp16, quantize_int8
 from service.bundle import FORMAT_VERSION, bounded_length, load_bundle, sha256_file
-from training.train import load_model, load_run_tokenizers
+from training.run import load_model, load_run_tokenizers
 
 BUNDLE_JSON = "bundle.json"
 PARITY_CORPUS = "parity_corpus.json"
@@ -51,6 +52,8 @@ def write_manifest(bundle_dir: Path, meta: dict) -> None:
         names.append(PARITY_CORPUS)
     if "explain" in meta:  # decoder.explain.onnx (export/explain.py)
         names.append(meta["explain"]["decoder"])
+    if "lexicon" in meta:  # lexicon.tsv.gz (export/lexicon.py)
+        names.append(meta["lexicon"]["file"])
     names += [data for name in names if name.endswith(".onnx") for data in external_data_files(bundle_dir / name)]
     meta["files"] = {name: sha256_file(bundle_dir / name) for name in dict.fromkeys(names)}
     (bundle_dir / BUNDLE_JSON).write_text(json.dumps(meta, indent=2) + "\n")
@@ -99,11 +102,15 @@ def build(
     log=print,
     dataset: str | None = None,
     fp16: bool = True,
+    lexicon: bool = False,
+    word_level_source: bool | None = None,
 ) -> dict:
     """Build and verify a bundle; returns its bundle.json. Raises BuildError on any failed check.
 
     `dataset` overrides the run's dataset for the parity corpus and the dev evaluation (a TSV
     that has moved since training, say). `fp16=False` leaves the fp16 variant (a CUDA extra) out.
+    `lexicon=True` ships the training dictionary as the bundle's lexicon (export/lexicon.py).
+    `word_level_source` (default: True for G2P) declares that the model reads one word.
 
     decoder.onnx and decoder.explain.onnx keep their weights in one file, decoder.onnx.data:
     the explain graph is a second trace of the same decoder, so this halves the decoder's disk size."""
@@ -179,6 +186,7 @@ def build(
         "task": train_cfg.get("task", "g2p"),
         "dataset": train_cfg.get("dataset"),
         "strip_stress": bool(train_cfg.get("strip_stress", False)),
+        "word_level_source": train_cfg.get("task", "g2p") == "g2p" if word_level_source is None else word_level_source,
         "parity": {},
         "eval": {},
         "built_with": {
@@ -190,6 +198,12 @@ def build(
     if not fp16:
         del meta["variants"]["fp16"]
         meta["omitted_variants"] = {"fp16": "left out at build time (--no-fp16): a smaller, CPU-first bundle"}
+    if lexicon:
+        meta = with_fields_after(
+            meta,
+            "word_level_source",
+            {"lexicon": write_lexicon(work, meta["dataset"], meta["strip_stress"], src_tok, tgt_tok, log)},
+        )
     log("[export] decoder.explain.onnx (cross-attention outputs for POST /explain)")
     add_explain_graph(model, work, meta, VARIANT_FILES["fp32"]["encoder"])
     shared = share_initializers(

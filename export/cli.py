@@ -1,4 +1,5 @@
-"""`attnserve-export build RUN --out BUNDLE` and `attnserve-export verify BUNDLE [--run RUN]`."""
+"""`attnserve-export build RUN --out BUNDLE`, `attnserve-export verify BUNDLE [--run RUN]` and
+`attnserve-export add-lexicon BUNDLE`."""
 
 from __future__ import annotations
 
@@ -20,6 +21,18 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads (default: the CPUs this process may use)")
     b.add_argument("--dataset", help="dataset for the parity corpus and dev evaluation (default: the run's)")
     b.add_argument("--no-fp16", action="store_true", help="leave the fp16 variant (a CUDA extra) out: a smaller bundle")
+    b.add_argument(
+        "--lexicon", action="store_true", help="ship the training dictionary (every source, all its targets) as a lexicon"
+    )
+    b.add_argument(
+        "--word-level-source",
+        action=argparse.BooleanOptionalAction,
+        help="declare in bundle.json that the model reads one word, so running text is split into words (default: G2P)",
+    )
+    a = sub.add_parser("add-lexicon", help="give an existing bundle its training dictionary as a lexicon (no re-export)")
+    a.add_argument("bundle", type=Path)
+    a.add_argument("--dataset", help="dictionary to ship (default: the dataset bundle.json records)")
+    a.add_argument("--word-level-source", action=argparse.BooleanOptionalAction, help="default: true for a G2P bundle")
     v = sub.add_parser("verify", help="run the parity suite on a bundle; exit 1 on any failure")
     v.add_argument("bundle", type=Path)
     v.add_argument("--run", type=Path, help="the run it came from: recompute the PyTorch reference and compare numerically")
@@ -45,13 +58,20 @@ def main(argv: list[str] | None = None) -> int:
                 _log,
                 args.dataset,
                 fp16=not args.no_fp16,
+                lexicon=args.lexicon,
+                word_level_source=args.word_level_source,
             )
+            return 0
+        if args.command == "add-lexicon":
+            from export.lexicon import add_lexicon
+
+            add_lexicon(args.bundle, args.dataset, args.word_level_source, _log)
             return 0
         from export.verify import run_parity
 
         model = None
         if args.run:
-            from training.train import load_model
+            from training.run import load_model
 
             model = load_model(args.run)
         report = run_parity(args.bundle, model=model, threads=args.threads, log=_log)

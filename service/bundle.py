@@ -5,6 +5,11 @@ A bundle is a directory with `bundle.json` at its root. Every file it lists in
 file it refers to (graphs of each variant, tokenizers) must be listed, so a
 tampered, truncated, missing or mismatched file stops start-up with ONE line
 naming it. Other files in the directory (a model card, plots) are ignored.
+
+Optional fields read here: `lexicon` {`file`, ...} names the bundle's lexicon
+(service/lexicon.py), listed in `files` like every file; `word_level_source`
+(bool) says the source is one word, so running text is split into words first
+(service/text.py).
 """
 
 from __future__ import annotations
@@ -109,6 +114,17 @@ class LoadedBundle:
     def tgt_tokenizer_path(self) -> Path:
         return self.dir / self.meta["tokenizers"]["target"]
 
+    @property
+    def lexicon_path(self) -> Path | None:
+        """The bundle's lexicon file (known answers before the model), or None."""
+        lexicon = self.meta.get("lexicon")
+        return self.dir / lexicon["file"] if lexicon else None
+
+    @property
+    def word_level_source(self) -> bool:
+        """True when the model reads one word (G2P): running text is split into words first."""
+        return bool(self.meta.get("word_level_source", False))
+
     def graph_paths(self, variant: str) -> tuple[Path, Path]:
         """(encoder, decoder) paths of a variant."""
         if variant not in self.variants:
@@ -161,6 +177,13 @@ def load_bundle(bundle_dir: str | Path, check_hashes: bool = True) -> LoadedBund
         if not isinstance(v, dict) or "encoder" not in v or "decoder" not in v:
             raise BundleError(f"{manifest}: variant {name!r} must name its 'encoder' and 'decoder' files")
         referenced += [v["encoder"], v["decoder"]]
+    lexicon = meta.get("lexicon")
+    if lexicon is not None:
+        if not isinstance(lexicon, dict) or not isinstance(lexicon.get("file"), str) or not lexicon["file"]:
+            raise BundleError(f"{manifest}: field 'lexicon' must name its 'file'")
+        referenced.append(lexicon["file"])
+    if not isinstance(meta.get("word_level_source", False), bool):
+        raise BundleError(f"{manifest}: field 'word_level_source' must be true or false")
     for name in referenced:
         if not name:
             raise BundleError(f"{manifest}: field 'tokenizers' must name 'source' and 'target'")

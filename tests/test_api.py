@@ -140,7 +140,7 @@ def test_unsupported_tgi_parameters_are_refused_only_when_set(url):
 def test_greedy_output_equals_the_pytorch_reference(url, tiny_run_dir):
     from service.engine import DecodingOptions
     from training.decode import generate_ids
-    from training.train import load_model, load_run_tokenizers
+    from training.run import load_model, load_run_tokenizers
 
     model = load_model(tiny_run_dir).eval()
     src_tok, _ = load_run_tokenizers(tiny_run_dir)

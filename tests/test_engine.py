@@ -31,7 +31,7 @@ def test_engine_reports_provider_variant_and_threads(engine, tiny_bundle_dir):
 
 def test_greedy_matches_pytorch_reference(engine, tiny_run_dir):
     from training.decode import generate_ids
-    from training.train import load_model
+    from training.run import load_model
 
     model = load_model(tiny_run_dir)
     ids = [engine.encode_text(w) for w in WORDS]
@@ -192,7 +192,7 @@ def test_same_seed_same_ids_whatever_the_batch_and_seed_is_returned(engine):
 
 def test_sampling_matches_pytorch_reference(engine, tiny_run_dir):
     from training.decode import generate_ids
-    from training.train import load_model
+    from training.run import load_model
 
     model = load_model(tiny_run_dir)
     opts = [DecodingOptions(max_new_tokens=48, seed=i, temperature=1.5, top_p=0.95) for i in range(len(WORDS))]
@@ -271,7 +271,7 @@ def test_beam_hypotheses_are_distinct_sorted_and_the_same_in_any_batch(engine):
 
 def test_beam_search_matches_the_pytorch_reference(engine, tiny_run_dir):
     from training.decode import generate
-    from training.train import load_model
+    from training.run import load_model
 
     model = load_model(tiny_run_dir)
     opts = DecodingOptions(max_new_tokens=48, best_of=4)

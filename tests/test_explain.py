@@ -28,7 +28,7 @@ from service.bundle import BundleError, load_bundle
 from service.engine import DecodingOptions, Engine
 from service.explain import Explainer
 from training.model import decoder_self_bias
-from training.train import load_model
+from training.run import load_model
 
 WORDS = ["attention", "cat", "a", "phoneme", "transformer", "supercalifragilistic", "zebra"]
 

@@ -10,7 +10,7 @@ from training.decode import generate_ids
 
 
 def test_min_new_tokens_forces_length_identically_in_engine_and_reference(tiny_bundle_dir, tiny_run_dir):
-    from training.train import load_model
+    from training.run import load_model
 
     engine = Engine(load_bundle(tiny_bundle_dir), variant="fp32", provider="cpu", threads=1)
     ids = [engine.encode_text(w) for w in ("a", "it", "attention")]
@@ -57,7 +57,7 @@ def test_bench_rejects_lengths_beyond_the_model(tiny_bundle_dir, tiny_run_dir):
 def test_ctranslate2_copy_of_the_model_decodes_the_same_ids(tiny_run_dir, tmp_path):
     """The speed target is the same model: CTranslate2 built from the state dict agrees with PyTorch."""
     from export import ct2
-    from training.train import load_model, load_run_tokenizers
+    from training.run import load_model, load_run_tokenizers
 
     model = load_model(tiny_run_dir)
     src_tok, tgt_tok = load_run_tokenizers(tiny_run_dir)

@@ -181,3 +181,23 @@ def test_build_without_fp16_leaves_it_out_and_records_why(tiny_run_dir, tmp_path
     assert meta["default_variant"]["cuda"] == "fp32"
     assert not list(out.glob("*fp16*"))
     assert load_bundle(out).variants.keys() == {"fp32", "int8"}
+
+
+def test_built_bundle_declares_word_level_source_and_add_lexicon_ships_the_dictionary(tiny_bundle_dir, tmp_path):
+    import shutil
+
+    from export.cli import main
+    from service.lexicon import Lexicon
+    from training.data import cmudict_path, parse_cmudict
+
+    assert load_bundle(tiny_bundle_dir).word_level_source is True  # a G2P run: one word per source
+    copy = tmp_path / "bundle"
+    shutil.copytree(tiny_bundle_dir, copy)
+    assert main(["add-lexicon", str(copy)]) == 0  # what `build --lexicon` writes, added after the fact
+    bundle = load_bundle(copy)
+    assert bundle.meta["lexicon"]["dataset"] == "cmudict" and bundle.meta["lexicon"]["file"] in bundle.meta["files"]
+    cmudict = parse_cmudict(cmudict_path())
+    lexicon = Lexicon.load(bundle)
+    field = bundle.meta["lexicon"]
+    assert field["targets"] + field["dropped"] == sum(len(p) for p in cmudict.values())  # every pronunciation
+    assert [a.text for a in lexicon.lookup("hello")] == cmudict["hello"]

@@ -18,8 +18,10 @@ import pytest
 import torch
 
 from training.cli import eval_main, resolve_config, train_main
+from training.config import PRESETS, ConfigError, TrainConfig
 from training.data import load_examples
-from training.train import PRESETS, ConfigError, StopRequested, TrainConfig, load_model, load_run_tokenizers, train
+from training.run import load_model, load_run_tokenizers
+from training.train import StopRequested, train
 
 BIN = Path(sys.executable).parent
 

@@ -1,9 +1,11 @@
 """Configuration: the model's dimensions and the training recipe (no torch here,
 so the command line can reject a bad config before importing it).
 
-`ModelConfig` is stored as a plain dict inside `checkpoint.pt` and `bundle.json`
+`Architecture` declares the model's shape once. `ModelConfig` (architecture + vocabulary
+sizes + special ids) is stored as a plain dict inside `checkpoint.pt` and `bundle.json`
 (Contract 1 and 2), so every field is an int, float, bool or string.
-`TrainConfig` is a run's `config.json`: defaults < `--preset` < YAML < `--set`.
+`TrainConfig` (architecture + data + optimisation keys, one flat namespace) is a run's
+`config.json`: defaults < `--preset` < YAML < `--set`.
 """
 
 from __future__ import annotations
@@ -14,25 +16,25 @@ from training.tokenize import BOS_ID, EOS_ID, KINDS, PAD_ID, UNK_ID
 
 
 @dataclass(frozen=True)
-class ModelConfig:
-    src_vocab_size: int
-    tgt_vocab_size: int
+class Architecture:
+    """The network's shape and regularisation: what a training recipe chooses.
+
+    Declared once: `ModelConfig` adds the vocabulary sizes and special ids to it, and
+    `TrainConfig` inherits it, so each field is a training config key of the same name.
+    """
+
     d_model: int = 256
     n_heads: int = 4
     d_ff: int = 1024
     n_encoder_layers: int = 3
     n_decoder_layers: int = 3
-    max_source_len: int = 64
-    max_target_len: int = 64
+    max_source_len: int = 48
+    max_target_len: int = 48
     dropout: float = 0.1
     norm_placement: str = "pre"  # "pre" (default, stabler) or "post" (the 2017 paper's)
     pos_encoding: str = "sinusoidal"  # "sinusoidal" or "learned"
     activation: str = "relu"  # "relu" or "gelu"
     tie_embeddings: bool = True  # decoder input embedding == output projection
-    pad_id: int = 0
-    bos_id: int = 1
-    eos_id: int = 2
-    unk_id: int = 3
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
@@ -44,12 +46,29 @@ class ModelConfig:
         if self.activation not in ("relu", "gelu"):
             raise ValueError(f"activation must be 'relu' or 'gelu', not {self.activation!r}")
 
+    def architecture(self) -> dict:
+        """The `Architecture` fields of this config (of a TrainConfig too), by name."""
+        return {f.name: getattr(self, f.name) for f in fields(Architecture)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelConfig(Architecture):
+    """Everything `Transformer` needs: the architecture, the vocabularies and the special ids."""
+
+    src_vocab_size: int
+    tgt_vocab_size: int
+    pad_id: int = 0
+    bos_id: int = 1
+    eos_id: int = 2
+    unk_id: int = 3
+
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        # vocabulary sizes first, as checkpoints and bundle.json have always listed them
+        return {"src_vocab_size": self.src_vocab_size, "tgt_vocab_size": self.tgt_vocab_size} | asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "ModelConfig":
@@ -102,8 +121,10 @@ def _coerce(key: str, value, default):
     raise ConfigError(f"config key {key!r}: {value!r} is not a valid {kind.__name__}")
 
 
-@dataclass
-class TrainConfig:
+@dataclass(frozen=True)
+class TrainConfig(Architecture):
+    """A run's recipe. The model keys (d_model, n_heads, ...) are `Architecture`'s fields."""
+
     # data
     dataset: str = "cmudict"  # "cmudict" or a TSV/JSONL file of pairs
     task: str = "g2p"  # "g2p" (WER/PER) or "seq2seq" (exact match, token accuracy, chrF)
@@ -113,19 +134,6 @@ class TrainConfig:
     lowercase_source: bool = True
     bpe_vocab_size: int = 8000
     train_limit: int = 0  # 0 = all; a small number for smoke tests
-    # model
-    d_model: int = 256
-    n_heads: int = 4
-    d_ff: int = 1024
-    n_encoder_layers: int = 3
-    n_decoder_layers: int = 3
-    max_source_len: int = 48
-    max_target_len: int = 48
-    dropout: float = 0.1
-    norm_placement: str = "pre"
-    pos_encoding: str = "sinusoidal"
-    activation: str = "relu"
-    tie_embeddings: bool = True
     # optimization
     lr: float = 1e-3
     weight_decay: float = 0.01
@@ -161,26 +169,15 @@ class TrainConfig:
             if not 0 <= getattr(self, key) < 1:
                 raise ConfigError(f"{key} must be in [0, 1); got {getattr(self, key)!r}")
         try:  # the model's own checks (d_model divisible by n_heads, ...) before any data is read
-            self.model_config(src_vocab=8, tgt_vocab=8)
+            super().__post_init__()
         except ValueError as e:
             raise ConfigError(str(e)) from None
 
     def model_config(self, src_vocab: int, tgt_vocab: int) -> ModelConfig:
         return ModelConfig(
+            **self.architecture(),
             src_vocab_size=src_vocab,
             tgt_vocab_size=tgt_vocab,
-            d_model=self.d_model,
-            n_heads=self.n_heads,
-            d_ff=self.d_ff,
-            n_encoder_layers=self.n_encoder_layers,
-            n_decoder_layers=self.n_decoder_layers,
-            max_source_len=self.max_source_len,
-            max_target_len=self.max_target_len,
-            dropout=self.dropout,
-            norm_placement=self.norm_placement,
-            pos_encoding=self.pos_encoding,
-            activation=self.activation,
-            tie_embeddings=self.tie_embeddings,
             pad_id=PAD_ID,
             bos_id=BOS_ID,
             eos_id=EOS_ID,

@@ -125,18 +125,8 @@ def load_examples(dataset: str, split: str, strip_stress_marks: bool = False, li
     """
     if split not in SPLITS:
         raise DataError(f"split must be one of {SPLITS}, not {split!r}")
-    if dataset == "cmudict":
-        grouped = parse_cmudict(cmudict_path())
-    elif dataset.endswith(".dict"):
-        grouped = parse_cmudict(Path(dataset))
-    else:
-        grouped = {}
-        for src, tgt in load_pairs_file(Path(dataset)):
-            refs = grouped.setdefault(src, [])
-            if tgt not in refs:
-                refs.append(tgt)
     out = []
-    for src, refs in grouped.items():
+    for src, refs in load_dictionary(dataset).items():
         if split_of(src) != split:
             continue
         if strip_stress_marks:
@@ -147,6 +137,25 @@ def load_examples(dataset: str, split: str, strip_stress_marks: bool = False, li
     if not out:
         raise DataError(f"dataset {dataset!r} has no examples in split {split!r}")
     return out
+
+
+def load_dictionary(dataset: str, strip_stress_marks: bool = False) -> dict[str, list[str]]:
+    """Every source of `dataset`, all splits, -> its targets in file order (CMUdict's order of
+    pronunciations), duplicates dropped: what `load_examples` splits, and what
+    `attnserve-export build --lexicon` ships as the bundle's lexicon."""
+    if dataset == "cmudict":
+        grouped = parse_cmudict(cmudict_path())
+    elif dataset.endswith(".dict"):
+        grouped = parse_cmudict(Path(dataset))
+    else:
+        grouped = {}
+        for src, tgt in load_pairs_file(Path(dataset)):
+            refs = grouped.setdefault(src, [])
+            if tgt not in refs:
+                refs.append(tgt)
+    if strip_stress_marks:
+        grouped = {src: list(dict.fromkeys(strip_stress(r) for r in refs)) for src, refs in grouped.items()}
+    return grouped
 
 
 def token_batches(lengths: list[int], max_tokens: int, seed: int, epoch: int, bucket_size: int = 100) -> list[list[int]]:

@@ -11,6 +11,9 @@ difference in ids is a difference in the graphs' numbers.
 All requests' rows start together in one padded batch (a request owns one row,
 or its beams / best_of samples); rows that finish keep stepping, unread, until
 every row has. Beam rows follow their beams by gathering the cache by parent.
+
+Also the training batches (`collate`) and the greedy decode of source strings that the
+training loop's dev evaluation and `attnserve-eval` on a run directory share.
 """
 
 from __future__ import annotations
@@ -19,9 +22,14 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
+from tokenizers import Tokenizer
+from tqdm import tqdm
 
 from service.decoding import DecodingOptions, Generation, RowState, choose_tokens, new_generation
+from training.data import Example
+from training.metrics import task_metrics
 from training.model import Transformer, decoder_self_bias
+from training.tokenize import BOS_ID, EOS_ID, PAD_ID, UNK_ID, decode, encode, tokens
 
 
 @torch.no_grad()
@@ -94,3 +102,55 @@ def generate(
 def generate_ids(model: Transformer, sources: list[list[int]], options=None, use_cache: bool = True, **kw) -> list[list[int]]:
     """The best hypothesis' ids (no bos/eos) per source."""
     return [g.token_ids for g in generate(model, sources, options, use_cache, **kw)]
+
+
+def collate(pairs: list[tuple[list[int], list[int]]], device: torch.device) -> dict[str, torch.Tensor]:
+    """Right-padded source, decoder input (bos + target) and labels (target + eos, -100 on padding)."""
+    b = len(pairs)
+    s = max(len(p[0]) for p in pairs)
+    t = max(len(p[1]) for p in pairs) + 1
+    src = torch.full((b, s), PAD_ID, dtype=torch.long)
+    tgt_in = torch.full((b, t), PAD_ID, dtype=torch.long)
+    labels = torch.full((b, t), -100, dtype=torch.long)
+    for i, (sid, tid) in enumerate(pairs):
+        src[i, : len(sid)] = torch.tensor(sid)
+        tgt_in[i, : len(tid) + 1] = torch.tensor([BOS_ID] + tid)
+        labels[i, : len(tid) + 1] = torch.tensor(tid + [EOS_ID])
+    return {
+        "src": src.to(device),
+        "src_mask": (src != PAD_ID).long().to(device),
+        "tgt_in": tgt_in.to(device),
+        "tgt_mask": (labels != -100).long().to(device),
+        "labels": labels.to(device),
+    }
+
+
+def decode_examples(
+    model: Transformer,
+    src_tok: Tokenizer,
+    tgt_tok: Tokenizer,
+    sources: list[str],
+    batch_size: int = 256,
+    progress: bool = False,
+) -> list[str]:
+    """Greedy outputs for `sources` (sorted by length for tight batches, returned in order)."""
+    cfg = model.cfg
+    ids = [encode(src_tok, s)[: cfg.max_source_len] for s in sources]
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    out: list[str] = [""] * len(ids)
+    for start in tqdm(range(0, len(order), batch_size), desc="decode", disable=not progress, leave=False):
+        idx = order[start : start + batch_size]
+        hyps = generate_ids(model, [ids[i] or [UNK_ID] for i in idx], DecodingOptions(max_new_tokens=cfg.max_target_len))
+        for i, h in zip(idx, hyps):
+            out[i] = decode(tgt_tok, h)
+    return out
+
+
+def evaluate_model(model, src_tok, tgt_tok, examples: list[Example], task: str, batch_size: int = 256) -> dict:
+    """Task metrics (training/metrics.py) of the model's greedy outputs on `examples`; leaves its mode as it was."""
+    was_training = model.training
+    model.eval()
+    sources = [e.source for e in examples]
+    hyps = decode_examples(model, src_tok, tgt_tok, sources, batch_size)
+    model.train(was_training)
+    return task_metrics(task, sources, hyps, [e.targets for e in examples], lambda text: tokens(tgt_tok, text))

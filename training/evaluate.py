@@ -23,8 +23,9 @@ def evaluate_path(
 
 
 def evaluate_run(run_dir: Path, split: str, limit: int | None, dataset: str | None, batch_size: int) -> dict:
+    from training.decode import decode_examples
+    from training.run import load_model, load_run_tokenizers
     from training.tokenize import tokens
-    from training.train import decode_examples, load_model, load_run_tokenizers
 
     if not (run_dir / "config.json").is_file():
         raise FileNotFoundError(f"{run_dir} has no config.json (is it a run directory?)")

@@ -34,13 +34,12 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from service.decoding import DecodingOptions
-from training.config import PRESETS, ConfigError, ModelConfig, TrainConfig  # noqa: F401  (re-exported)
+from training.config import ConfigError, TrainConfig
 from training.data import Example, load_examples, token_batches
-from training.decode import generate_ids
-from training.metrics import task_metrics
+from training.decode import collate, evaluate_model
 from training.model import Transformer
-from training.tokenize import BOS_ID, EOS_ID, PAD_ID, UNK_ID, build_tokenizer, decode, encode, tokens
+from training.run import load_run_tokenizers
+from training.tokenize import build_tokenizer, encode
 
 
 class StopRequested(KeyboardInterrupt):
@@ -111,28 +110,7 @@ class StopSignal:
             signal.signal(sig, handler)
 
 
-# ---- batches ----------------------------------------------------------------------------
-def collate(pairs: list[tuple[list[int], list[int]]], device: torch.device) -> dict[str, torch.Tensor]:
-    """Right-padded source, decoder input (bos + target) and labels (target + eos, -100 on padding)."""
-    b = len(pairs)
-    s = max(len(p[0]) for p in pairs)
-    t = max(len(p[1]) for p in pairs) + 1
-    src = torch.full((b, s), PAD_ID, dtype=torch.long)
-    tgt_in = torch.full((b, t), PAD_ID, dtype=torch.long)
-    labels = torch.full((b, t), -100, dtype=torch.long)
-    for i, (sid, tid) in enumerate(pairs):
-        src[i, : len(sid)] = torch.tensor(sid)
-        tgt_in[i, : len(tid) + 1] = torch.tensor([BOS_ID] + tid)
-        labels[i, : len(tid) + 1] = torch.tensor(tid + [EOS_ID])
-    return {
-        "src": src.to(device),
-        "src_mask": (src != PAD_ID).long().to(device),
-        "tgt_in": tgt_in.to(device),
-        "tgt_mask": (labels != -100).long().to(device),
-        "labels": labels.to(device),
-    }
-
-
+# ---- schedule, model selection, averaging and plots -------------------------------------
 def lr_lambda(cfg: TrainConfig):
     def f(step: int) -> float:
         step = max(step, 1)
@@ -144,57 +122,6 @@ def lr_lambda(cfg: TrainConfig):
         return math.sqrt(cfg.warmup_steps / step)
 
     return f
-
-
-# ---- run directory ----------------------------------------------------------------------
-def load_run_tokenizers(run_dir: Path) -> tuple[Tokenizer, Tokenizer]:
-    return (
-        Tokenizer.from_file(str(run_dir / "src_tokenizer.json")),
-        Tokenizer.from_file(str(run_dir / "tgt_tokenizer.json")),
-    )
-
-
-def load_model(run_dir: Path, which: str = "best", device: str | torch.device = "cpu") -> Transformer:
-    """The model from `best.pt` (or `checkpoint.pt` when no best exists / which="last")."""
-    path = run_dir / ("best.pt" if which == "best" else "checkpoint.pt")
-    if not path.is_file():
-        path = run_dir / "checkpoint.pt"
-    if not path.is_file():
-        raise FileNotFoundError(f"no checkpoint in {run_dir} (expected best.pt or checkpoint.pt)")
-    ckpt = torch.load(path, map_location=device, weights_only=False)
-    model = Transformer(ModelConfig.from_dict(ckpt["config"]))
-    model.load_state_dict(ckpt["state_dict"])
-    return model.to(device).eval()
-
-
-def decode_examples(
-    model: Transformer,
-    src_tok: Tokenizer,
-    tgt_tok: Tokenizer,
-    sources: list[str],
-    batch_size: int = 256,
-    progress: bool = False,
-) -> list[str]:
-    """Greedy outputs for `sources` (sorted by length for tight batches, returned in order)."""
-    cfg = model.cfg
-    ids = [encode(src_tok, s)[: cfg.max_source_len] for s in sources]
-    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-    out: list[str] = [""] * len(ids)
-    for start in tqdm(range(0, len(order), batch_size), desc="decode", disable=not progress, leave=False):
-        idx = order[start : start + batch_size]
-        hyps = generate_ids(model, [ids[i] or [UNK_ID] for i in idx], DecodingOptions(max_new_tokens=cfg.max_target_len))
-        for i, h in zip(idx, hyps):
-            out[i] = decode(tgt_tok, h)
-    return out
-
-
-def evaluate_model(model, src_tok, tgt_tok, examples: list[Example], task: str, batch_size: int = 256) -> dict:
-    was_training = model.training
-    model.eval()
-    sources = [e.source for e in examples]
-    hyps = decode_examples(model, src_tok, tgt_tok, sources, batch_size)
-    model.train(was_training)
-    return task_metrics(task, sources, hyps, [e.targets for e in examples], lambda text: tokens(tgt_tok, text))
 
 
 def dev_score(task: str, metrics: dict) -> list[float]:

@@ -1,0 +1,220 @@
+"""A lexicon: known answers looked up before the model (no torch).
+
+A lexicon maps a source (for G2P, a word) to one or more targets, best first: a
+pronunciation dictionary for G2P, a translation memory for MT. A bundle may carry one
+(`bundle.json` field `lexicon`, its file listed in `files` with its sha256), and an
+operator may add or override entries with a TSV file of their own.
+
+File format, the same for both (the bundle's is gzip-compressed, `lexicon.tsv.gz`):
+UTF-8 text, one `source<TAB>target` per line. A source with several targets has several
+lines, in order of preference (CMUdict's order for the default model). In an operator's
+file, blank lines and lines starting with `#` are skipped, and a source listed there
+replaces all of the bundle's targets for that source.
+
+Lookups normalise the source as the bundle's source tokenizer does (NFKC and lower-case
+for G2P), so "Hello" finds "hello". The bundle's file is written with its sources already
+normalised and its targets checked against the target vocabulary (export/lexicon.py), and
+its hash is verified by the bundle loader, so loading it does not check each entry again;
+an operator's file is checked line by line, and a bad line stops start-up with one line
+naming the file and the line number.
+
+Answers carry the target tokenizer's own ids, so a lexicon answer is a real token sequence.
+Evaluation never reads a lexicon: it scores the model alone.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+from service.bundle import LoadedBundle
+
+LEXICON_FILE = "lexicon.tsv.gz"  # the file name `attnserve-export` gives a bundle's lexicon
+
+
+class LexiconError(ValueError):
+    """A lexicon file cannot be used; one line naming the file (and line)."""
+
+
+@dataclass(frozen=True)
+class LexiconAnswer:
+    """One target for a source: its text as the target tokenizer decodes it, and its ids
+    (no bos/eos), e.g. ("HH AH0 L OW1", (37, 10, 46, 51))."""
+
+    text: str
+    ids: tuple[int, ...]
+
+
+def read_lexicon_file(path: Path, comments: bool = False) -> Iterator[tuple[int, str, str]]:
+    """(line number, source, target) of each entry of a TSV file (gzip when the name ends in .gz).
+
+    `comments`: skip blank lines and lines starting with '#' (operators' files).
+    Raises LexiconError naming the file and line for a line that is not `source<TAB>target`.
+    """
+    if not path.is_file():
+        raise LexiconError(f"lexicon file not found: {path}")
+    raw = path.read_bytes()
+    if path.name.endswith(".gz"):
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as e:
+            raise LexiconError(f"{path}: not a gzip file ({e})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise LexiconError(f"{path}:{line}: not valid UTF-8 ({e.reason})") from None
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if comments and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        cols = line.split("\t")
+        if len(cols) != 2:
+            raise LexiconError(f"{path}:{lineno}: expected 'source<TAB>target', found {len(cols)} column(s)")
+        source, target = cols[0].strip(), cols[1].strip()
+        if not source or not target:
+            raise LexiconError(f"{path}:{lineno}: empty source or target")
+        yield lineno, source, target
+
+
+def write_lexicon_file(path: Path, entries: Mapping[str, Sequence[str]]) -> None:
+    """Write `entries` (source -> targets, best first) as TSV, gzip-compressed when the name ends
+    in .gz. The gzip header holds no time or name, so the same entries give the same bytes (and hash)."""
+    buf = io.StringIO()
+    for source, targets in entries.items():
+        for target in targets:
+            if "\t" in source or "\t" in target or "\n" in source or "\n" in target:
+                raise LexiconError(f"lexicon entry {source!r} -> {target!r} contains a tab or a newline")
+            buf.write(f"{source}\t{target}\n")
+    data = buf.getvalue().encode("utf-8")
+    if path.name.endswith(".gz"):
+        data = gzip.compress(data, compresslevel=9, mtime=0)
+    path.write_bytes(data)
+
+
+class Lexicon:
+    """Source -> targets, best first; the bundle's entries with an operator's overrides on top.
+
+    Build one with `Lexicon.load(bundle, override)`; look words up with `lookup`.
+    """
+
+    def __init__(
+        self,
+        entries: Mapping[str, Sequence[str]],
+        src_tokenizer: Tokenizer,
+        tgt_tokenizer: Tokenizer,
+        *,
+        bundle_file: str | None = None,
+        override_file: Path | None = None,
+        overridden: int = 0,
+    ):
+        self._entries = {source: tuple(targets) for source, targets in entries.items()}
+        self._src = src_tokenizer
+        self._tgt = tgt_tokenizer
+        self.bundle_file = bundle_file
+        self.override_file = override_file
+        self.overridden = overridden  # sources the override file added or replaced
+
+    @classmethod
+    def load(
+        cls,
+        bundle: LoadedBundle,
+        override: str | Path | None = None,
+        src_tokenizer: Tokenizer | None = None,
+        tgt_tokenizer: Tokenizer | None = None,
+    ) -> Lexicon | None:
+        """The bundle's lexicon merged with the operator's `override` TSV; None when there is neither.
+
+        The tokenizers default to the bundle's own (pass the engine's to share them).
+        Raises LexiconError (one line, with the file and line number) on a bad override line.
+        """
+        if bundle.lexicon_path is None and override is None:
+            return None
+        src = src_tokenizer or Tokenizer.from_file(str(bundle.src_tokenizer_path))
+        tgt = tgt_tokenizer or Tokenizer.from_file(str(bundle.tgt_tokenizer_path))
+        entries: dict[str, list[str]] = {}
+        if bundle.lexicon_path is not None:
+            for _, source, target in read_lexicon_file(bundle.lexicon_path):
+                entries.setdefault(source, []).append(target)
+        overrides: dict[str, list[str]] = {}
+        if override is not None:
+            overrides = read_overrides(Path(override), src, tgt, one_word=bundle.word_level_source)
+        entries.update(overrides)
+        return cls(
+            entries,
+            src,
+            tgt,
+            bundle_file=bundle.meta["lexicon"]["file"] if bundle.lexicon_path is not None else None,
+            override_file=Path(override) if override is not None else None,
+            overridden=len(overrides),
+        )
+
+    def key(self, source: str) -> str:
+        """`source` normalised as the source tokenizer normalises it (lower-cased for G2P)."""
+        return _normalize(self._src, source)
+
+    def lookup(self, source: str) -> list[LexiconAnswer]:
+        """The targets listed for `source`, best first; [] when it is not in the lexicon."""
+        return [self._answer(target) for target in self._entries.get(self.key(source), ())]
+
+    def _answer(self, target: str) -> LexiconAnswer:
+        ids = self._tgt.encode(target, add_special_tokens=False).ids
+        return LexiconAnswer(self._tgt.decode(ids, skip_special_tokens=True), tuple(ids))
+
+    def __contains__(self, source: object) -> bool:
+        return isinstance(source, str) and self.key(source) in self._entries
+
+    def __len__(self) -> int:
+        """Number of sources."""
+        return len(self._entries)
+
+    def info(self) -> dict:
+        """What /info can show: where the entries came from and how many there are."""
+        return {
+            "bundle_file": self.bundle_file,
+            "override_file": str(self.override_file) if self.override_file is not None else None,
+            "sources": len(self._entries),
+            "targets": sum(len(t) for t in self._entries.values()),
+            "overridden_sources": self.overridden,
+        }
+
+
+def read_overrides(
+    path: Path, src_tokenizer: Tokenizer, tgt_tokenizer: Tokenizer, one_word: bool = False
+) -> dict[str, list[str]]:
+    """An operator's TSV: normalised source -> its targets in file order, every line checked.
+
+    A line is refused (LexiconError naming the file and line) when it is not `source<TAB>target`,
+    when its source holds a character the source tokenizer cannot read (or, with `one_word`, a
+    space: a word-level bundle looks up one word at a time), or when its target holds a token
+    the target vocabulary lacks (a misspelt phoneme).
+    """
+    out: dict[str, list[str]] = {}
+    unk = src_tokenizer.token_to_id("<unk>")
+    tgt_unk = tgt_tokenizer.token_to_id("<unk>")
+    for lineno, source, target in read_lexicon_file(path, comments=True):
+        where = f"{path}:{lineno}"
+        if one_word and any(c.isspace() for c in source):
+            raise LexiconError(f"{where}: source {source!r} is more than one word; this model reads one word at a time")
+        enc = src_tokenizer.encode(source, add_special_tokens=False)
+        unknown = [source[a:b] for i, (a, b) in zip(enc.ids, enc.offsets) if i == unk]
+        if unknown or not enc.ids:
+            shown = ", ".join(repr(c) for c in dict.fromkeys(unknown)) or repr(source)
+            raise LexiconError(f"{where}: source {source!r} holds text this model cannot read: {shown}")
+        tgt = tgt_tokenizer.encode(target, add_special_tokens=False)
+        missing = [target[a:b] for i, (a, b) in zip(tgt.ids, tgt.offsets) if i == tgt_unk]
+        if missing or not tgt.ids:
+            shown = ", ".join(repr(t) for t in dict.fromkeys(missing)) or repr(target)
+            raise LexiconError(f"{where}: target {target!r} has token(s) not in the model's target vocabulary: {shown}")
+        targets = out.setdefault(_normalize(src_tokenizer, source), [])
+        if target not in targets:
+            targets.append(target)
+    return out
+
+
+def _normalize(tok: Tokenizer, text: str) -> str:
+    return tok.normalizer.normalize_str(text) if tok.normalizer is not None else text

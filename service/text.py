@@ -1,0 +1,211 @@
+"""Running text -> the words a word-level model reads (no torch).
+
+A bundle whose `bundle.json` says `"word_level_source": true` (G2P) reads one word at a
+time. For such a bundle, a request's text is read as a TTS front end reads it:
+
+- accents folded (`naïve` -> `naive`: Unicode NFKD, combining marks dropped), case folded,
+  typographic apostrophes made plain (`don’t` -> `don't`);
+- punctuation split off and dropped (`cat.` -> `cat`; hyphens split `well-known`), an
+  apostrophe inside a word kept (`don't` stays one word);
+- numbers spelt out by num2words: cardinals (`2` -> two, `1,000` -> one thousand,
+  `3.5` -> three point five, `-4` -> minus four), four-digit numbers from 1000 to 2999
+  without a comma as years (`1999` -> nineteen ninety-nine), ordinals (`2nd` -> second)
+  and currency (`$5` -> five dollars, `£3.50` -> three pounds sterling and fifty pence);
+  digits inside a word are read apart (`b2b` -> b two b);
+- `%`, `&`, `+`, `@` read as words; any other character stays in its word, and a character
+  the source tokenizer cannot read is reported by name (TextError).
+
+Each word keeps the span of the original text it came from (`2` and its `two` share it;
+so do `$5` and both `five` and `dollars`). The model's answers for the words are joined
+with WORD_SEPARATOR, which no target token contains (`check_separator`).
+
+Limits (MAX_TEXT_CHARS, MAX_WORDS) are defaults that `TextReader`'s arguments override
+(from the service settings).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+
+from num2words import CONVERTER_CLASSES, num2words
+from tokenizers import Tokenizer
+
+WORD_SEPARATOR = " | "  # joins the words' answers in generated_text; '|' is in no G2P target token
+MAX_TEXT_CHARS = 1000  # longest text read in one request, in characters of the original text
+MAX_WORDS = 100  # most words in one request, counted after numbers are spelt out
+
+CURRENCIES = {"$": "USD", "£": "GBP", "€": "EUR"}  # symbol before the amount -> num2words currency code
+SYMBOL_WORDS = {"%": "percent", "&": "and", "+": "plus", "@": "at"}
+APOSTROPHES = {"\u2019": "'", "\u2018": "'", "\u02bc": "'", "\u2032": "'", "`": "'"}
+
+_NUMBER = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
+_TOKENS = re.compile(
+    rf"(?P<currency>[{''.join(map(re.escape, CURRENCIES))}])\s?(?P<amount>{_NUMBER})"
+    r"|(?P<ordinal>\d+)(?:st|nd|rd|th)(?![^\W\d_])"
+    rf"|(?P<minus>(?<![\w.,])-)?(?P<number>{_NUMBER})"
+    r"|(?P<word>[^\W\d_]+(?:'[^\W\d_]+)*)"
+    r"|(?P<other>[^\s\w'])"
+)
+_SPELLED_SPLIT = re.compile(r"[\s,-]+")  # num2words writes "twenty-one", "one thousand, two hundred"
+
+
+class TextError(ValueError):
+    """The text cannot be read; the message says why and what to change (a 422 for a route)."""
+
+
+@dataclass(frozen=True)
+class Word:
+    """A word as the model reads it, and where it came from: `original[start:end]`."""
+
+    text: str  # normalised, numbers spelt out: "two" for "2"
+    start: int
+    end: int
+
+
+def fold(text: str) -> tuple[str, list[int]]:
+    """(accents and case folded text, for each of its characters the index in `text` it came from)."""
+    out: list[str] = []
+    origin: list[int] = []
+    for i, ch in enumerate(text):
+        ch = APOSTROPHES.get(ch, ch)
+        folded = _strip_marks(_strip_marks(ch).casefold())
+        out.append(folded)
+        origin.extend([i] * len(folded))
+    return "".join(out), origin
+
+
+def _strip_marks(text: str) -> str:
+    return "".join(c for c in unicodedata.normalize("NFKD", text) if unicodedata.category(c) != "Mn")
+
+
+def split_words(text: str, max_chars: int = MAX_TEXT_CHARS, max_words: int = MAX_WORDS) -> list[Word]:
+    """The words of `text`, in order (see the module's docstring for the rules).
+
+    Raises TextError when `text` is longer than `max_chars`, has more than `max_words` words,
+    or has none. Does not check that the model can read them: `TextReader.words` does.
+    """
+    if not isinstance(text, str):
+        raise TextError("input must be text")
+    if len(text) > max_chars:
+        raise TextError(f"input is {len(text)} characters long; at most {max_chars} are read per request")
+    folded, origin = fold(text)
+    words: list[Word] = []
+    for m in _TOKENS.finditer(folded):
+        start, end = origin[m.start()], origin[m.end() - 1] + 1
+        for spoken in _read(m):
+            words.append(Word(spoken, start, end))
+        if len(words) > max_words:
+            raise TextError(f"input has more than {max_words} words; at most {max_words} are read per request")
+    if not words:
+        raise TextError("input has no words to read")
+    return words
+
+
+def _read(m: re.Match) -> list[str]:
+    """The words one token of the text is read as."""
+    if m["word"]:
+        return [m["word"]]
+    if m["other"]:
+        ch = m["other"]
+        if ch in SYMBOL_WORDS:
+            return [SYMBOL_WORDS[ch]]
+        if unicodedata.category(ch).startswith("P"):
+            return []  # punctuation separates words and is not read
+        return [ch]  # a symbol nobody reads aloud: left for the tokenizer check to name
+    if m["ordinal"]:
+        return _spelled(num2words(int(m["ordinal"]), lang="en", to="ordinal"))
+    if m["currency"]:
+        amount = Decimal(m["amount"].replace(",", ""))
+        code = CURRENCIES[m["currency"]]
+        if amount == amount.to_integral_value():  # "$5": five dollars, not "five dollars, zero cents"
+            converter = CONVERTER_CLASSES["en"]
+            name = converter.pluralize(int(amount), converter.CURRENCY_FORMS[code][0])
+            return _spelled(f"{num2words(int(amount), lang='en')} {name}")
+        return _spelled(num2words(amount, lang="en", to="currency", currency=code, separator=" and"))
+    number = m["number"]
+    if "," not in number and "." not in number and 1000 <= int(number) <= 2999:
+        spoken = num2words(int(number), lang="en", to="year")
+    else:
+        value = Decimal(number.replace(",", ""))
+        spoken = num2words(int(value) if value == value.to_integral_value() and "." not in number else value, lang="en")
+    return (["minus"] if m["minus"] else []) + _spelled(spoken)
+
+
+def _spelled(text: str) -> list[str]:
+    return [w for w in _SPELLED_SPLIT.split(text.casefold()) if w]
+
+
+def check_separator(tgt_tokenizer: Tokenizer, separator: str = WORD_SEPARATOR) -> None:
+    """Raise ValueError when a target token contains the separator's mark, so joined answers could
+    not be split back into words (the G2P target vocabulary holds no '|')."""
+    mark = separator.strip()
+    clash = sorted(tok for tok in tgt_tokenizer.get_vocab() if mark and mark in tok)
+    if not mark or clash:
+        raise ValueError(f"word separator {separator!r} cannot be told apart from target token(s) {clash[:5]}")
+
+
+class TextReader:
+    """Running text -> the words a word-level bundle's model can read, and back to one answer.
+
+    Build it once per bundle (`TextReader.from_bundle` or with the engine's tokenizers); call
+    `words(text)` per request (raises TextError, a 422) and `join(answers)` to make
+    generated_text.
+    """
+
+    def __init__(
+        self,
+        src_tokenizer: Tokenizer,
+        tgt_tokenizer: Tokenizer | None = None,
+        max_source_len: int | None = None,
+        max_chars: int = MAX_TEXT_CHARS,
+        max_words: int = MAX_WORDS,
+        separator: str = WORD_SEPARATOR,
+    ):
+        if tgt_tokenizer is not None:
+            check_separator(tgt_tokenizer, separator)
+        self.src_tokenizer = src_tokenizer
+        self.unk_id = src_tokenizer.token_to_id("<unk>")
+        self.max_source_len = max_source_len
+        self.max_chars = max_chars
+        self.max_words = max_words
+        self.separator = separator
+
+    @classmethod
+    def from_bundle(cls, bundle, **limits) -> TextReader:
+        """A reader for a loaded bundle (service.bundle.LoadedBundle) that declares `word_level_source`."""
+        if not bundle.word_level_source:
+            raise ValueError(f"{bundle.dir}: bundle.json does not declare word_level_source; its model reads whole inputs")
+        return cls(
+            Tokenizer.from_file(str(bundle.src_tokenizer_path)),
+            Tokenizer.from_file(str(bundle.tgt_tokenizer_path)),
+            bundle.max_source_len,
+            **limits,
+        )
+
+    def words(self, text: str) -> list[Word]:
+        """The words of `text`, each checked readable by the source tokenizer and short enough.
+
+        Raises TextError naming the characters the model cannot read, or the word too long."""
+        words = split_words(text, self.max_chars, self.max_words)
+        encodings = self.src_tokenizer.encode_batch([w.text for w in words], add_special_tokens=False)
+        unreadable = [
+            w.text[a:b] for w, enc in zip(words, encodings) for i, (a, b) in zip(enc.ids, enc.offsets) if i == self.unk_id
+        ]
+        if unreadable:
+            shown = ", ".join(repr(c) for c in dict.fromkeys(unreadable))
+            raise TextError(f"input contains text this model cannot read: {shown}; remove or replace it")
+        if self.max_source_len is not None:
+            for w, enc in zip(words, encodings):
+                if len(enc.ids) > self.max_source_len:
+                    raise TextError(
+                        f"word {w.text!r} is {len(enc.ids)} tokens long; this model reads at most {self.max_source_len}"
+                    )
+        return words
+
+    def join(self, answers: Sequence[str]) -> str:
+        """generated_text for the words' answers, in order."""
+        return self.separator.join(answers)

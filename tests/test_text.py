@@ -1,0 +1,110 @@
+"""Running text -> words for a word-level bundle: accents, case, punctuation, numbers (torch-free, fast)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from tokenizers import Tokenizer
+
+from service.bundle import load_bundle
+from service.lexicon import Lexicon
+from service.text import MAX_WORDS, WORD_SEPARATOR, TextError, TextReader, check_separator, split_words
+
+DEFAULT_BUNDLE = Path(__file__).resolve().parent.parent / "models" / "g2p-en"
+
+
+@pytest.fixture(scope="module")
+def reader() -> TextReader:
+    return TextReader.from_bundle(load_bundle(DEFAULT_BUNDLE))
+
+
+def texts(text: str) -> list[str]:
+    return [w.text for w in split_words(text)]
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("Hello, world! I have 2 cats.", ["hello", "world", "i", "have", "two", "cats"]),
+        ("naïve café", ["naive", "cafe"]),
+        ("nai\u0308ve", ["naive"]),  # a combining diaeresis, not a precomposed ï
+        ("cat.", ["cat"]),
+        ("  hello  ", ["hello"]),
+        ("b2b", ["b", "two", "b"]),
+        ("$5", ["five", "dollars"]),
+        ("$1", ["one", "dollar"]),
+        ("$5.50", ["five", "dollars", "and", "fifty", "cents"]),
+        ("2nd", ["second"]),
+        ("the 21st century", ["the", "twenty", "first", "century"]),
+        ("don't", ["don't"]),
+        ("I DON’T know", ["i", "don't", "know"]),  # a typographic apostrophe is a plain one
+        ("'quoted' words", ["quoted", "words"]),  # apostrophes around a word are quotes
+        ("well-known", ["well", "known"]),
+        ("1,000 people", ["one", "thousand", "people"]),
+        ("in 1999", ["in", "nineteen", "ninety", "nine"]),
+        ("3.5 -4 5%", ["three", "point", "five", "minus", "four", "five", "percent"]),
+        ("Straße", ["strasse"]),
+    ],
+)
+def test_running_text_is_read_as_words(text, words):
+    assert texts(text) == words
+
+
+def test_each_word_keeps_the_span_it_came_from():
+    text = "I have $5, naïve!"
+    assert [(w.text, text[w.start : w.end]) for w in split_words(text)] == [
+        ("i", "I"),
+        ("have", "have"),
+        ("five", "$5"),
+        ("dollars", "$5"),
+        ("naive", "naïve"),
+    ]
+
+
+def test_limits_are_stated_and_overridable():
+    with pytest.raises(TextError, match="at most 10 are read"):
+        split_words("x" * 11, max_chars=10)
+    with pytest.raises(TextError, match=f"at most {MAX_WORDS}"):
+        split_words("a " * (MAX_WORDS + 1))
+    with pytest.raises(TextError, match="more than 3 words"):
+        split_words("1234567", max_words=3)  # numbers count as the words they are read as
+    with pytest.raises(TextError, match="no words"):
+        split_words(" ... !")
+
+
+def test_a_character_the_model_cannot_read_is_named(reader):
+    with pytest.raises(TextError, match="cannot read: '日', '本'") as info:
+        reader.words("hello 日本")
+    assert "\n" not in str(info.value)
+    with pytest.raises(TextError, match="cannot read: '😀'"):
+        reader.words("hello 😀")
+    assert [w.text for w in reader.words("Naïve, I have 2 cats.")] == ["naive", "i", "have", "two", "cats"]
+
+
+def test_a_word_longer_than_the_model_reads_is_refused(reader):
+    with pytest.raises(TextError, match="tokens long; this model reads at most 48"):
+        reader.words("a" * 49)
+
+
+def test_word_separator_is_in_no_target_token_and_joins_answers(reader):
+    tgt = Tokenizer.from_file(str(DEFAULT_BUNDLE / "tgt_tokenizer.json"))
+    check_separator(tgt)
+    assert not any("|" in token for token in tgt.get_vocab())
+    assert reader.join(["HH AH0 L OW1", "W ER1 L D"]) == "HH AH0 L OW1" + WORD_SEPARATOR + "W ER1 L D"
+    with pytest.raises(ValueError, match="cannot be told apart"):
+        check_separator(tgt, " L ")
+
+
+def test_sentence_words_answer_from_the_default_lexicon(reader):
+    lexicon = Lexicon.load(load_bundle(DEFAULT_BUNDLE))
+    words = reader.words("Hello, world! I have 2 cats.")
+    answers = [lexicon.lookup(w.text)[0].text for w in words]
+    assert answers == ["HH AH0 L OW1", "W ER1 L D", "AY1", "HH AE1 V", "T UW1", "K AE1 T S"]
+
+
+def test_a_bundle_without_the_word_level_flag_gets_no_reader(tmp_path):
+    from test_lexicon import make_bundle
+
+    with pytest.raises(ValueError, match="does not declare word_level_source"):
+        TextReader.from_bundle(load_bundle(make_bundle(tmp_path, word_level=False)))
