@@ -9,6 +9,7 @@
     GET  /ready            readiness: bundle loaded and warmed up, not draining, below the request bound
     GET  /info             model id, bundle sha256, variant, provider, threads, limits
     GET  /metrics          Prometheus exposition
+    GET  /docs, /redoc     the API's documentation, every asset served from here (no CDN)
 
 `create_app(settings)` only wires (after vLLM's build_app): the lifespan, the
 routers (service/routes/), the middleware and the error handlers. Its lifespan
@@ -36,7 +37,7 @@ from starlette.types import Scope
 from service import errors
 from service.engine import Engine
 from service.middleware import RequestContext
-from service.routes import explain, generate, health
+from service.routes import docs, explain, generate, health
 from service.schemas import StreamResponse
 from service.settings import Settings
 from service.state import SSE_KEEPALIVE_S, Service, load_engine, warm_up
@@ -83,6 +84,8 @@ def create_app(settings: Settings, engine: Engine | None = None, *, keepalive_s:
         description="Greedy and sampled generation from an encoder-decoder Transformer on ONNX Runtime, "
         "in Text Generation Inference's API shapes.",
         lifespan=lifespan,
+        docs_url=None,  # FastAPI's pages load their assets from a CDN: service/routes/docs.py serves its own
+        redoc_url=None,
     )
     app.state.service = None  # set by the lifespan; routes get it through service.dependencies.get_service
     app.state.settings = settings
@@ -90,7 +93,9 @@ def create_app(settings: Settings, engine: Engine | None = None, *, keepalive_s:
     app.include_router(generate.router)
     app.include_router(explain.router)
     app.include_router(health.router)
+    app.include_router(docs.router)
     app.mount(explain.STATIC_URL, explain.static_files(), name="demo-static")
+    app.mount(docs.STATIC_URL, docs.static_files(), name="docs-static")
 
     errors.install_error_handlers(app, _count_error)
     app.add_middleware(errors.BodySizeLimit, on_reject=_count_too_large)

@@ -137,7 +137,12 @@ class ReadyResponse(BaseModel):
 class InfoResponse(BaseModel):
     model_id: str = Field(..., description="The bundle's model_id (also the `model` label of every metric).")
     model_sha: str = Field(..., description="sha256 of the bundle's bundle.json: identifies the exact bundle.")
-    model_dtype: str = Field(..., description="Float type of the graphs in use.")
+    model_dtype: str = Field(
+        ...,
+        description="Precision of the served variant's weights: `float32`, `float16` or `int8`. With int8 the activations "
+        "differ: they are quantized to 8 bits per batch at run time, and inputs, outputs and the KV cache stay float32.",
+        examples=["int8"],
+    )
     variant: str = Field(..., description="Graph variant in use.")
     provider: str = Field(..., description="ONNX Runtime execution provider actually in use.")
     threads: int = Field(..., description="ONNX Runtime intra-op threads.")

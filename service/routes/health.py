@@ -6,6 +6,7 @@ import numpy as np
 from fastapi import APIRouter, Response
 
 from service import errors
+from service.bundle import VARIANT_WEIGHT_DTYPES
 from service.dependencies import ServiceDep
 from service.metrics import CONTENT_TYPE
 from service.schemas import ErrorResponse, HealthResponse, InfoResponse, ReadyResponse
@@ -38,7 +39,8 @@ async def info(svc: ServiceDep) -> InfoResponse:
     return InfoResponse(
         model_id=eng.bundle.model_id,
         model_sha=eng.bundle.sha256,
-        model_dtype=str(np.dtype(eng.kv_dtype)),
+        # a variant of another name: the float type its KV cache is kept in
+        model_dtype=VARIANT_WEIGHT_DTYPES.get(eng.variant, str(np.dtype(eng.kv_dtype))),
         variant=eng.variant,
         provider=eng.provider,
         threads=eng.threads,
