@@ -84,11 +84,12 @@ def serve_main(argv: list[str] | None = None) -> int:
 
 def serve(settings, engine=None, *, keepalive_s: float | None = None) -> int:
     """Load (unless given an engine), then run uvicorn until SIGTERM/SIGINT; the exit status."""
-    from service.app import SSE_KEEPALIVE_S, create_app, load_engine, resolve_limits
+    from service.app import create_app
     from service.bundle import BundleError
     from service.engine import EngineError
     from service.logs import configure_logging
     from service.settings import ConfigError
+    from service.state import SSE_KEEPALIVE_S, load_engine, resolve_limits
 
     configure_logging(settings.log_level)
     try:

@@ -1,4 +1,4 @@
-"""POST /explain and the demo page (GET /demo): a request's cross-attention, served.
+"""The explain decode behind POST /explain: a request's cross-attention (the route: service/routes/explain.py).
 
 `/explain` takes the body of /generate (`inputs`, `parameters`: the same
 validation, auth, limits and error shape) and decodes it with the bundle's
@@ -37,37 +37,19 @@ route exists, this deployment's model cannot do it (rebuild the bundle).
 
 from __future__ import annotations
 
-import asyncio
 import math
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import onnxruntime as ort
-from fastapi import FastAPI, Request, Response
-from fastapi.responses import FileResponse
-from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, Field
 
-from service import errors
 from service.bundle import BundleError, LoadedBundle
 from service.decoding import RowState, choose_tokens, log_softmax, new_generation
 from service.engine import DecodingOptions, Engine
-from service.schemas import ErrorResponse, FinishReason, GenerateRequest
-
-if TYPE_CHECKING:
-    from service.app import Service
-
-STATIC_DIR = Path(__file__).resolve().parent / "static"
-ROUTE = "/explain"
-# The demo page may load only what this server serves: no CDN, no other origin.
-DEMO_CSP = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
-    "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
-)
+from service.schemas import FinishReason
 
 
 # ---- response schema ----------------------------------------------------------------------------
@@ -268,7 +250,7 @@ def explain_entry(bundle: LoadedBundle) -> dict | None:
     return entry
 
 
-# ---- the routes -----------------------------------------------------------------------------------
+# ---- the response ---------------------------------------------------------------------------------
 def explanation_response(x: Explanation, engine: Engine, graph: str, full_text_prefix: str = "") -> ExplainResponse:
     src_tok, tgt_tok = engine.src_tokenizer, engine.tgt_tokenizer
     a = x.attention.astype(np.float64)
@@ -289,57 +271,3 @@ def explanation_response(x: Explanation, engine: Engine, graph: str, full_text_p
         graph=f"{graph} (fp32)",
         serving_variant=engine.variant,
     )
-
-
-NOT_IMPLEMENTED = errors.APIError(
-    501,
-    "not_implemented",
-    "this server's model bundle has no explain graph (decoder.explain.onnx); rebuild it with attnserve-export build",
-)
-
-
-def install(app: FastAPI, dependencies: list, get_service, error_responses: dict) -> None:
-    """Add POST /explain (behind `dependencies`: auth, drain) and the demo page GET /demo to `app`."""
-
-    @app.post(
-        ROUTE,
-        response_model=ExplainResponse,
-        responses={**error_responses, 501: {"model": ErrorResponse, "description": "The bundle has no explain graph"}},
-        dependencies=dependencies,
-        summary="Generate for one input and return the cross-attention of every output token",
-    )
-    async def explain(request: Request, body: GenerateRequest) -> ExplainResponse:
-        svc: Service = get_service(request)
-        explainer: Explainer | None = getattr(svc, "explainer", None)
-        if explainer is None:
-            raise NOT_IMPLEMENTED
-        ids, options, params = svc.prepare(body, stream=False)
-        settings = svc.settings
-        if explainer.in_flight >= settings.max_concurrent_requests:
-            raise errors.overloaded(explainer.retry_after_s(explainer.in_flight))
-        t_arrival = time.perf_counter()
-        deadline = t_arrival + settings.request_timeout_s
-        explainer.in_flight += 1
-        try:
-            x = await asyncio.to_thread(explainer.explain, ids, options, deadline)
-        except DeadlinePassed:
-            raise errors.timeout(settings.request_timeout_s) from None
-        finally:
-            explainer.in_flight -= 1
-        m = svc.metrics
-        m.input_tokens.observe(len(ids))
-        m.generated_tokens.observe(len(x.token_ids))
-        m.generated_tokens_total.inc(len(x.token_ids))
-        m.request_done(ROUTE, "success")
-        m.request_duration.observe(time.perf_counter() - t_arrival)
-        return explanation_response(x, svc.engine, explainer.graph, body.inputs if params.return_full_text else "")
-
-    @app.get("/demo", include_in_schema=False)
-    async def demo() -> Response:
-        return FileResponse(STATIC_DIR / "demo.html", media_type="text/html", headers=_page_headers())
-
-    app.mount("/demo/static", StaticFiles(directory=STATIC_DIR), name="demo-static")
-
-
-def _page_headers() -> dict[str, str]:
-    return {"content-security-policy": DEMO_CSP, "cache-control": "no-cache", "x-content-type-options": "nosniff"}

@@ -186,7 +186,7 @@ class Scheduler:
         ticket = Ticket(source_ids, options, time.perf_counter() + self.request_timeout_s, loop)
         with self._cv:
             if self._stopping or not self.alive:
-                raise errors.unavailable(self._unavailable_reason())
+                raise errors.unavailable(self.unavailable_reason())
             if self._in_flight >= self.max_concurrent_requests:
                 raise errors.overloaded(self.retry_after_s())
             self._in_flight += 1
@@ -195,7 +195,8 @@ class Scheduler:
             self._cv.notify()
         return ticket
 
-    def _unavailable_reason(self) -> str:
+    def unavailable_reason(self) -> str:
+        """Why requests are refused with 503 once the engine loop has stopped (or is stopping): what a client may read."""
         if self.failure:  # the cause is in the log; clients get no internals
             return "the generation engine has stopped after an internal error; the server needs a restart"
         return "the server is shutting down"
@@ -217,7 +218,7 @@ class Scheduler:
         finally:
             with self._cv:
                 self._stopping = True
-                reason = getattr(self, "_stop_reason", None) if self.failure is None else self._unavailable_reason()
+                reason = getattr(self, "_stop_reason", None) if self.failure is None else self.unavailable_reason()
                 leftovers = list(self._waiting) + [t for t in self._by_gen.values()]
                 self._waiting.clear()
             err = errors.unavailable(reason or "the server is shutting down")

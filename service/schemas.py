@@ -4,7 +4,7 @@ What the real clients send (huggingface_hub 0.x sends every parameter, most as
 null; 2.x only what was set) must validate: null means unset, and TGI's
 parameters this server does not implement are accepted while unset and refused
 with a 422 naming them when set to something it cannot honour
-(`unsupported_parameters`). Unknown extra fields are ignored, as TGI does.
+(service/validation.py). Unknown extra fields are ignored, as TGI does.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class GenerateParameters(BaseModel):
     details: bool | None = Field(False, description="Return finish reason, token ids, texts and log-probabilities.")
     return_full_text: bool | None = Field(False, description="Prepend the input to the generated text.")
     truncate: int | None = Field(None, ge=1, description="Keep only the last `truncate` input tokens.")
-    # TGI parameters accepted for compatibility; a value other than "unset" is refused (see unsupported_parameters).
+    # TGI parameters accepted for compatibility; a value other than "unset" is refused (service/validation.py).
     best_of: int | None = Field(None, ge=1, description="Only 1 (or null) is supported.")
     decoder_input_details: bool | None = Field(False, description="Only false (or null) is supported.")
     top_n_tokens: int | None = Field(None, ge=0, description="Only 0 (or null) is supported.")
@@ -55,27 +55,6 @@ class GenerateParameters(BaseModel):
     watermark: bool | None = Field(False, description="Only false (or null) is supported.")
     grammar: dict[str, Any] | None = Field(None, description="Only null is supported.")
     adapter_id: str | None = Field(None, description="Only null is supported.")
-
-    def unsupported_parameters(self) -> list[str]:
-        """Names (with the value sent) of set TGI parameters this server cannot honour."""
-        bad = []
-        if self.best_of not in (None, 1):
-            bad.append(f"best_of={self.best_of} (only 1; send separate requests with different seeds)")
-        if self.decoder_input_details:
-            bad.append("decoder_input_details=true")
-        if self.top_n_tokens:
-            bad.append(f"top_n_tokens={self.top_n_tokens}")
-        if self.typical_p not in (None, 1.0):
-            bad.append(f"typical_p={self.typical_p}")
-        if self.frequency_penalty not in (None, 0.0):
-            bad.append(f"frequency_penalty={self.frequency_penalty}")
-        if self.watermark:
-            bad.append("watermark=true")
-        if self.grammar is not None:
-            bad.append("grammar")
-        if self.adapter_id is not None:
-            bad.append("adapter_id")
-        return bad
 
 
 class GenerateRequest(BaseModel):
@@ -158,7 +137,12 @@ class ReadyResponse(BaseModel):
 class InfoResponse(BaseModel):
     model_id: str = Field(..., description="The bundle's model_id (also the `model` label of every metric).")
     model_sha: str = Field(..., description="sha256 of the bundle's bundle.json: identifies the exact bundle.")
-    model_dtype: str = Field(..., description="Float type of the graphs in use.")
+    model_dtype: str = Field(
+        ...,
+        description="Precision of the served variant's weights: `float32`, `float16` or `int8`. With int8 the activations "
+        "differ: they are quantized to 8 bits per batch at run time, and inputs, outputs and the KV cache stay float32.",
+        examples=["int8"],
+    )
     variant: str = Field(..., description="Graph variant in use.")
     provider: str = Field(..., description="ONNX Runtime execution provider actually in use.")
     threads: int = Field(..., description="ONNX Runtime intra-op threads.")

@@ -46,8 +46,8 @@ class PacedEngine(Engine):
         return super().step(batch)
 
 
-def load_engine(bundle_dir: Path, step_delay_s: float = 0.0) -> PacedEngine:
-    engine = PacedEngine(load_bundle(bundle_dir), threads=1)
+def load_engine(bundle_dir: Path, step_delay_s: float = 0.0, variant: str = "auto") -> PacedEngine:
+    engine = PacedEngine(load_bundle(bundle_dir), variant=variant, threads=1)
     engine.step_delay_s = step_delay_s
     return engine
 
@@ -98,7 +98,7 @@ def serving(bundle_dir: Path, step_delay_s: float = 0.0, keepalive_s: float = 15
     from service.app import create_app
     from service.settings import Settings
 
-    engine = load_engine(bundle_dir, step_delay_s)
+    engine = load_engine(bundle_dir, step_delay_s, settings.get("variant", "auto"))
     app = create_app(Settings(bundle=bundle_dir, threads=1, **settings), engine, keepalive_s=keepalive_s)
     with ServerThread(app) as server:
         yield server

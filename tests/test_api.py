@@ -8,6 +8,7 @@ their own, which costs about a second each.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 import time
@@ -392,7 +393,30 @@ def test_info_health_ready_and_docs(url, tiny_bundle_dir):
     assert {"max_new_tokens", "temperature", "top_k", "top_p", "seed", "stop", "details", "repetition_penalty"} <= set(params)
     assert "StreamResponse" in spec["components"]["schemas"]
     assert "text/event-stream" in spec["paths"]["/generate_stream"]["post"]["responses"]["200"]["content"]
-    assert httpx.get(url + "/docs", timeout=30).status_code == 200
+    assert info["model_dtype"] == "float32"  # the test bundle serves fp32
+
+
+def test_docs_pages_load_every_asset_from_this_server(url):
+    """/docs and /redoc work offline: no http(s):// reference, and every script, style, icon and spec they load is here."""
+    for page in ("/docs", "/redoc"):
+        r = httpx.get(url + page, timeout=30)
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/html"), page
+        assert "http://" not in r.text and "https://" not in r.text, page
+        refs = re.findall(r'(?:src|href|spec-url)="([^"]+)"', r.text) + re.findall(r"url: '([^']+)'", r.text)
+        assert any(ref.endswith(".js") for ref in refs) and any("favicon" in ref for ref in refs), (page, refs)
+        assert "/openapi.json" in refs, (page, refs)
+        for ref in refs:
+            assert ref.startswith("/"), (page, ref)
+            asset = httpx.get(url + ref, timeout=30)
+            assert asset.status_code == 200 and len(asset.content) > 100, (page, ref, asset.status_code)
+
+
+@pytest.mark.parametrize(("variant", "dtype"), [("int8", "int8"), ("fp16", "float16")])
+def test_info_names_the_precision_of_the_variant_served(tiny_bundle_dir, variant, dtype):
+    with serving(tiny_bundle_dir, variant=variant) as s:
+        info = httpx.get(s.url + "/info", timeout=30).json()
+        assert (info["variant"], info["model_dtype"]) == (variant, dtype)
+        assert httpx.post(s.url + "/generate", json={"inputs": "cat"}, timeout=30).status_code == 200
 
 
 def test_tgi_headers_and_request_id(url):

@@ -1,0 +1,132 @@
+"""Answers of the generation routes: the /generate body, TGI's timing headers, and the SSE stream of /generate_stream.
+
+Also the error responses every route documents in /docs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+
+from fastapi.responses import StreamingResponse
+
+from service import errors
+from service.engine import StepResult
+from service.metrics import ServiceMetrics
+from service.scheduler import Failed, Finished, Ticket
+from service.schemas import Details, ErrorResponse, GenerateParameters, GenerateResponse, Token
+
+ERROR_RESPONSES = {
+    code: {"model": ErrorResponse, "description": text}
+    for code, text in {
+        401: "Missing or wrong API key (`unauthorized`)",
+        413: "Body larger than the limit (`validation`)",
+        422: "Invalid input or parameters (`validation`)",
+        429: "Queued + running requests at the bound (`overloaded`); see Retry-After",
+        503: "Draining for shutdown (`draining`) or engine stopped (`unavailable`)",
+        504: "Not finished within the request timeout (`timeout`)",
+    }.items()
+}
+SSE_CONTENT = {"text/event-stream": {"schema": {"$ref": "#/components/schemas/StreamResponse"}}}
+SSE_RESPONSE = {
+    "description": "Server-Sent Events: `data:{StreamResponse}` per token; the last carries generated_text",
+    "content": SSE_CONTENT,
+}
+
+
+class SSEResponse(StreamingResponse):
+    media_type = "text/event-stream"
+
+
+SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}  # x-accel-buffering: nginx passes each event at once
+
+
+def _json(obj: dict) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def token_dict(r: StepResult) -> dict:
+    return {"id": r.token_id, "text": r.text, "logprob": r.logprob, "special": r.special}
+
+
+def timing_headers(ticket: Ticket, n_tokens: int) -> dict[str, str]:
+    """TGI's per-response timing headers, in milliseconds."""
+    t = ticket.timings()
+    return {
+        "x-total-time": str(round(t["total"] * 1000)),
+        "x-queue-time": str(round(t["queue"] * 1000)),
+        "x-inference-time": str(round(t["inference"] * 1000)),
+        "x-time-per-token": str(round(t["per_token"] * 1000)),
+        "x-generated-tokens": str(n_tokens),
+    }
+
+
+def generate_response(
+    ticket: Ticket, results: list[StepResult], finished: Finished, params: GenerateParameters, inputs: str
+) -> GenerateResponse:
+    """The /generate body of a finished ticket: its text (after the input with return_full_text), details on request."""
+    text = ticket.generation.text if ticket.generation is not None else ""
+    if params.return_full_text:
+        text = inputs + text
+    details = None
+    if params.details:
+        details = Details(
+            finish_reason=finished.finish_reason,
+            generated_tokens=len(results),
+            seed=ticket.seed,
+            tokens=[Token(**token_dict(r)) for r in results],
+        )
+    return GenerateResponse(generated_text=text, details=details)
+
+
+async def sse_events(
+    ticket: Ticket,
+    params: GenerateParameters,
+    inputs: str,
+    route: str,
+    metrics: ServiceMetrics,
+    keepalive_s: float,
+) -> AsyncIterator[bytes]:
+    """The body of a stream: `data:{event}` per token, keep-alive comments while quiet, an error event on failure.
+
+    If the client disconnects, Starlette cancels this generator at its await;
+    the `finally` then cancels the ticket, so the row leaves the batch at the
+    next step and stops generating.
+    """
+    outcome = "cancelled"
+    index = 0
+    try:
+        while True:
+            try:
+                events = await asyncio.wait_for(ticket.next_events(), keepalive_s)
+            except TimeoutError:
+                yield b": keep-alive\n\n"
+                continue
+            for ev in events:
+                if isinstance(ev, Finished):
+                    return
+                if isinstance(ev, Failed):
+                    outcome = ev.error.error_type
+                    yield b"data:" + _json(errors.error_body(ev.error.error_type, ev.error.message)) + b"\n\n"
+                    return
+                index += 1
+                event = {"index": index, "token": token_dict(ev), "top_tokens": None, "generated_text": None, "details": None}
+                if ev.finish_reason is not None:
+                    text = ticket.generation.text
+                    event["generated_text"] = inputs + text if params.return_full_text else text
+                    if params.details:
+                        event["details"] = {
+                            "finish_reason": ev.finish_reason,
+                            "generated_tokens": index,
+                            "seed": ticket.seed,
+                            "input_length": len(ticket.source_ids),
+                        }
+                    outcome = "success"
+                    metrics.request_duration.observe(time.perf_counter() - ticket.t_arrival)
+                yield b"data:" + _json(event) + b"\n\n"
+    finally:
+        if outcome == "cancelled":
+            ticket.cancel()
+        metrics.request_done(route, outcome)

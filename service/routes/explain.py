@@ -1,0 +1,80 @@
+"""POST /explain (a request's cross-attention) and the demo page that draws it (GET /demo, its files under /demo/static)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from fastapi import APIRouter, Response
+from fastapi.responses import FileResponse
+from fastapi.staticfiles import StaticFiles
+
+from service import errors
+from service.dependencies import GENERATION_GUARDS, ServiceDep
+from service.explain import DeadlinePassed, ExplainResponse, explanation_response
+from service.responses import ERROR_RESPONSES
+from service.schemas import ErrorResponse, GenerateRequest
+
+ROUTE = "/explain"
+STATIC_DIR = Path(__file__).resolve().parents[1] / "static"
+STATIC_URL = "/demo/static"
+# The demo page may load only what this server serves: no CDN, no other origin.
+DEMO_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
+    "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+NOT_IMPLEMENTED = errors.APIError(
+    501,
+    "not_implemented",
+    "this server's model bundle has no explain graph (decoder.explain.onnx); rebuild it with attnserve-export build",
+)
+
+router = APIRouter()
+
+
+@router.post(
+    ROUTE,
+    response_model=ExplainResponse,
+    responses={**ERROR_RESPONSES, 501: {"model": ErrorResponse, "description": "The bundle has no explain graph"}},
+    dependencies=GENERATION_GUARDS,
+    summary="Generate for one input and return the cross-attention of every output token",
+)
+async def explain(svc: ServiceDep, body: GenerateRequest) -> ExplainResponse:
+    explainer = svc.explainer
+    if explainer is None:
+        raise NOT_IMPLEMENTED
+    valid = svc.validator.validate(body, stream=False)
+    settings = svc.settings
+    if explainer.in_flight >= settings.max_concurrent_requests:
+        raise errors.overloaded(explainer.retry_after_s(explainer.in_flight))
+    t_arrival = time.perf_counter()
+    deadline = t_arrival + settings.request_timeout_s
+    explainer.in_flight += 1
+    try:
+        x = await asyncio.to_thread(explainer.explain, valid.source_ids, valid.options, deadline)
+    except DeadlinePassed:
+        raise errors.timeout(settings.request_timeout_s) from None
+    finally:
+        explainer.in_flight -= 1
+    m = svc.metrics
+    m.input_tokens.observe(len(valid.source_ids))
+    m.generated_tokens.observe(len(x.token_ids))
+    m.generated_tokens_total.inc(len(x.token_ids))
+    m.request_done(ROUTE, "success")
+    m.request_duration.observe(time.perf_counter() - t_arrival)
+    prefix = body.inputs if valid.parameters.return_full_text else ""
+    return explanation_response(x, svc.engine, explainer.graph, prefix)
+
+
+@router.get("/demo", include_in_schema=False)
+async def demo() -> Response:
+    return FileResponse(STATIC_DIR / "demo.html", media_type="text/html", headers=PAGE_HEADERS)
+
+
+PAGE_HEADERS = {"content-security-policy": DEMO_CSP, "cache-control": "no-cache", "x-content-type-options": "nosniff"}
+
+
+def static_files() -> StaticFiles:
+    """The demo page's script and style, mounted at STATIC_URL (a router cannot carry a mount)."""
+    return StaticFiles(directory=STATIC_DIR)

@@ -1,0 +1,58 @@
+"""Operations: GET /health (liveness), /ready (readiness), /info (model and limits), /metrics (Prometheus)."""
+
+from __future__ import annotations
+
+import numpy as np
+from fastapi import APIRouter, Response
+
+from service import errors
+from service.bundle import VARIANT_WEIGHT_DTYPES
+from service.dependencies import ServiceDep
+from service.metrics import CONTENT_TYPE
+from service.schemas import ErrorResponse, HealthResponse, InfoResponse, ReadyResponse
+from service.version import version
+
+router = APIRouter()
+
+
+@router.get("/health", response_model=HealthResponse, responses={503: {"model": ErrorResponse}}, summary="Liveness")
+async def health(svc: ServiceDep) -> HealthResponse:
+    if not svc.scheduler.alive:
+        raise errors.unavailable(svc.scheduler.unavailable_reason())
+    return HealthResponse()
+
+
+@router.get("/ready", response_model=ReadyResponse, responses={503: {"model": ErrorResponse}}, summary="Readiness")
+async def ready(svc: ServiceDep) -> ReadyResponse:
+    if svc.draining:
+        raise errors.draining()
+    if not svc.ready or not svc.scheduler.alive:
+        raise errors.unavailable("the server is not ready: the engine is not running")
+    if svc.scheduler.saturated:
+        raise errors.unavailable("the server is at its bound of queued + running requests")
+    return ReadyResponse()
+
+
+@router.get("/info", response_model=InfoResponse, summary="Model and server limits")
+async def info(svc: ServiceDep) -> InfoResponse:
+    eng, settings = svc.engine, svc.settings
+    return InfoResponse(
+        model_id=eng.bundle.model_id,
+        model_sha=eng.bundle.sha256,
+        # a variant of another name: the float type its KV cache is kept in
+        model_dtype=VARIANT_WEIGHT_DTYPES.get(eng.variant, str(np.dtype(eng.kv_dtype))),
+        variant=eng.variant,
+        provider=eng.provider,
+        threads=eng.threads,
+        max_batch_size=settings.max_batch_size,
+        max_concurrent_requests=settings.max_concurrent_requests,
+        max_input_tokens=svc.max_input_tokens,
+        max_new_tokens=svc.max_new_tokens,
+        request_timeout_s=settings.request_timeout_s,
+        version=version(),
+    )
+
+
+@router.get("/metrics", response_class=Response, summary="Prometheus metrics", responses={200: {"content": {CONTENT_TYPE: {}}}})
+async def metrics(svc: ServiceDep) -> Response:
+    return Response(svc.metrics.exposition(), media_type=CONTENT_TYPE)

@@ -1,0 +1,77 @@
+"""What the routes share: the `Service`, built once by the app's lifespan, and how its engine is loaded and warmed up.
+
+Routes reach it through the `get_service` dependency (service/dependencies.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from service import errors
+from service.bundle import load_bundle
+from service.engine import DecodingOptions, Engine
+from service.explain import Explainer
+from service.metrics import ServiceMetrics
+from service.scheduler import Scheduler, Ticket
+from service.schemas import GenerateRequest
+from service.settings import ConfigError, Settings
+from service.validation import Validator, ValidRequest
+
+SSE_KEEPALIVE_S = 15.0  # a comment line this often on a quiet stream keeps proxies from closing it
+
+
+def load_engine(settings: Settings) -> Engine:
+    """Bundle + ONNX Runtime sessions; raises BundleError / EngineError (one line) on a bad bundle or setting."""
+    return Engine(load_bundle(settings.bundle), variant=settings.variant, provider=settings.provider, threads=settings.threads)
+
+
+def resolve_limits(settings: Settings, engine: Engine) -> tuple[int, int]:
+    """(max_input_tokens, max_new_tokens): the settings, defaulting to and capped by what the bundle allows."""
+    max_input = settings.max_input_tokens or engine.max_source_len
+    max_new = settings.max_new_tokens or engine.max_target_len
+    if max_input > engine.max_source_len:
+        raise ConfigError(f"max_input_tokens={max_input} exceeds the bundle's max_source_len={engine.max_source_len}")
+    if max_new > engine.max_target_len:
+        raise ConfigError(f"max_new_tokens={max_new} exceeds the bundle's max_target_len={engine.max_target_len}")
+    return max_input, max_new
+
+
+def warm_up(engine: Engine) -> None:
+    """One greedy and one sampled generation over rows of different lengths, so the first real
+    request does not pay for ONNX Runtime's first-run allocations and kernel choices."""
+    first = max(engine.bundle.special_ids.values()) + 1  # the first ordinary source token
+    sources = [[first], [first] * min(4, engine.max_source_len)]
+    engine.generate(sources, DecodingOptions(max_new_tokens=min(4, engine.max_target_len)))
+    engine.generate(sources, DecodingOptions(max_new_tokens=min(4, engine.max_target_len), do_sample=True, seed=0))
+
+
+class Service:
+    """Everything the routes share: settings, engine, validator, scheduler, metrics, explainer, and the
+    readiness and drain flags. `loop` is the event loop the scheduler wakes (set by the lifespan)."""
+
+    def __init__(self, settings: Settings, engine: Engine, keepalive_s: float = SSE_KEEPALIVE_S):
+        self.settings = settings
+        self.engine = engine
+        self.keepalive_s = keepalive_s
+        self.max_input_tokens, self.max_new_tokens = resolve_limits(settings, engine)
+        self.validator = Validator(engine, self.max_input_tokens, self.max_new_tokens)
+        self.metrics = ServiceMetrics(engine.bundle.model_id)
+        self.scheduler = Scheduler(
+            engine,
+            self.metrics,
+            max_batch_size=settings.max_batch_size,
+            max_concurrent_requests=settings.max_concurrent_requests,
+            request_timeout_s=settings.request_timeout_s,
+        )
+        self.ready = False
+        self.draining = False
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.explainer = Explainer.for_engine(engine)  # POST /explain's graphs; None when the bundle has none
+
+    def admit(self, body: GenerateRequest, stream: bool) -> tuple[Ticket, ValidRequest]:
+        """Validate and queue a generation request; APIError 503 (draining), 422, 429 or 503 (engine stopped)."""
+        if self.draining:
+            raise errors.draining()
+        valid = self.validator.validate(body, stream)
+        ticket = self.scheduler.submit(valid.source_ids, valid.options, self.loop)
+        return ticket, valid

@@ -1,0 +1,115 @@
+"""Request validation beyond the schema: a request body -> source ids + decoding options, or a 422 saying what to fix.
+
+After TGI's validation.rs: the schema (service/schemas.py) checks types and
+ranges field by field; this module checks what needs the model or the
+server's limits (the tokenizer, `max_input_tokens`, `max_new_tokens`) and what
+spans several fields, then builds the engine's `DecodingOptions`. Every
+generation route (/generate, /generate_stream, /, /explain) goes through
+`Validator.validate`, so they refuse the same requests with the same messages.
+
+A new parameter takes three steps: its field in `GenerateParameters`
+(schemas.py), its check here (`unsupported_parameters` while the engine
+cannot honour it, or a step in `Validator.validate`), and its place in
+`decoding_options`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from service import errors
+from service.engine import DecodingOptions, Engine, InputError
+from service.schemas import GenerateParameters, GenerateRequest
+
+
+def unsupported_parameters(p: GenerateParameters) -> list[str]:
+    """Names (with the value sent) of set TGI parameters this server cannot honour.
+
+    TGI's parameters are all accepted by the schema; unset (null, or TGI's neutral value) passes here.
+    """
+    bad = []
+    if p.best_of not in (None, 1):
+        bad.append(f"best_of={p.best_of} (only 1; send separate requests with different seeds)")
+    if p.decoder_input_details:
+        bad.append("decoder_input_details=true")
+    if p.top_n_tokens:
+        bad.append(f"top_n_tokens={p.top_n_tokens}")
+    if p.typical_p not in (None, 1.0):
+        bad.append(f"typical_p={p.typical_p}")
+    if p.frequency_penalty not in (None, 0.0):
+        bad.append(f"frequency_penalty={p.frequency_penalty}")
+    if p.watermark:
+        bad.append("watermark=true")
+    if p.grammar is not None:
+        bad.append("grammar")
+    if p.adapter_id is not None:
+        bad.append("adapter_id")
+    return bad
+
+
+@dataclass(frozen=True)
+class ValidRequest:
+    """A request the engine can run: its source ids, its decoding options and the parameters as sent."""
+
+    source_ids: list[int]
+    options: DecodingOptions
+    parameters: GenerateParameters
+
+
+class Validator:
+    """Checks requests against one engine's tokenizer and the server's limits."""
+
+    def __init__(self, engine: Engine, max_input_tokens: int, max_new_tokens: int):
+        self.engine = engine
+        self.max_input_tokens = max_input_tokens
+        self.max_new_tokens = max_new_tokens
+
+    def validate(self, body: GenerateRequest, stream: bool) -> ValidRequest:
+        """Raises APIError 422 with what to fix. `stream`: the answer is streamed (its tokens carry logprobs)."""
+        p = body.parameters or GenerateParameters()
+        unsupported = unsupported_parameters(p)
+        if unsupported:
+            raise errors.validation(f"parameters not supported by this server: {', '.join(unsupported)}")
+        ids = self.source_ids(body.inputs, p.truncate)
+        n = self.max_new_tokens if p.max_new_tokens is None else p.max_new_tokens
+        if not 1 <= n <= self.max_new_tokens:
+            raise errors.validation(f"parameters.max_new_tokens must be between 1 and {self.max_new_tokens}, got {n}")
+        return ValidRequest(ids, self.decoding_options(p, n, stream), p)
+
+    def source_ids(self, text: str, truncate: int | None) -> list[int]:
+        """The input's source token ids, after TGI's `truncate`, within `max_input_tokens`."""
+        try:
+            if truncate is not None:
+                text = self.keep_last_tokens(text, truncate)
+            ids = self.engine.encode_text(text)
+        except InputError as e:
+            raise errors.validation(f"inputs: {e}") from None
+        if len(ids) > self.max_input_tokens:
+            raise errors.validation(
+                f"inputs: input is {len(ids)} tokens long; this server accepts at most {self.max_input_tokens} "
+                "(or set parameters.truncate)"
+            )
+        return ids
+
+    def keep_last_tokens(self, text: str, n: int) -> str:
+        """TGI's `truncate`: keep the last n source tokens (cut the text where the n-th from the end begins)."""
+        offsets = self.engine.src_tokenizer.encode(text, add_special_tokens=False).offsets
+        return text if len(offsets) <= n else text[offsets[-n][0] :]
+
+    @staticmethod
+    def decoding_options(p: GenerateParameters, max_new_tokens: int, stream: bool) -> DecodingOptions:
+        """The engine's options for the parameters; DecodingOptions' own checks become 422s."""
+        try:
+            return DecodingOptions(
+                max_new_tokens=max_new_tokens,
+                do_sample=bool(p.do_sample),
+                temperature=p.temperature,
+                top_k=p.top_k,
+                top_p=p.top_p,
+                repetition_penalty=p.repetition_penalty,
+                seed=p.seed,
+                stop=tuple(p.stop or ()),
+                logprobs=bool(p.details) or stream,  # TGI's tokens always carry a logprob where it shows them
+            )
+        except InputError as e:
+            raise errors.validation(f"parameters: {e}") from None
