@@ -59,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-concurrent-requests", type=int, help="bound on queued + running requests (default: 128)")
     p.add_argument("--max-input-tokens", type=int, help="longest input (default: the bundle's max_source_len)")
     p.add_argument("--max-new-tokens", type=int, help="largest max_new_tokens (default: the bundle's max_target_len)")
+    p.add_argument("--max-best-of", type=int, help="largest best_of / num_beams a request may ask for (default: 4)")
+    p.add_argument("--max-top-n-tokens", type=int, help="largest top_n_tokens a request may ask for (default: 5)")
     p.add_argument("--request-timeout-s", type=float, help="504 past this many seconds (default: 60)")
     p.add_argument("--drain-timeout-s", type=float, help="how long SIGTERM waits for in-flight requests (default: 30)")
     p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on generation routes")

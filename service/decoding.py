@@ -224,10 +224,9 @@ class RowParams:
 
     @property
     def needs_processing(self) -> np.ndarray:
-        """[B] bool: rows whose processed logits differ from the raw ones (before min_new_tokens is known)."""
-        return (
-            (self.mode == SAMPLE) | (self.repetition_penalty != 1.0) | (self.frequency_penalty != 0.0) | (self.min_new_tokens > 0)
-        )
+        """[B] bool: rows whose token is chosen from processed logits: sampled and beam rows, and rows
+        with a penalty (min_new_tokens alone is handled on the in-graph argmax, see choose_tokens)."""
+        return (self.mode != GREEDY) | (self.repetition_penalty != 1.0) | (self.frequency_penalty != 0.0)
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
@@ -603,7 +602,7 @@ class RowState:
         self.params = RowParams(0)
         self.counts = np.zeros((0, vocab_size), np.int32)  # [B, V]
         self.n_generated = np.zeros(0, np.int64)  # [B]
-        self.penalised = False  # whether any row has a penalty (counts are kept either way)
+        self.penalised = False  # whether any row has a penalty: only then are token counts kept (only such rows read them)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -651,10 +650,11 @@ class RowState:
         self.n_generated[dest] = self.n_generated[src]
 
     def advance(self, tokens: np.ndarray) -> None:
-        """After a step: every active row counts its token."""
-        idx = np.flatnonzero(self.active)
-        self.counts[idx, tokens[idx]] += 1
-        self.n_generated[idx] += 1
+        """After a step: every active row counts its token (per token id only where a penalty reads it)."""
+        if self.penalised:
+            idx = np.flatnonzero(self.active)
+            self.counts[idx, tokens[idx]] += 1
+        self.n_generated += self.active
 
 
 @dataclass
@@ -676,7 +676,15 @@ def choose_tokens(state: RowState, logits: np.ndarray, next_tokens: np.ndarray |
     rows, params, active = state.rows, state.params, state.active
     tokens = np.array(next_tokens, dtype=np.int64) if next_tokens is not None else greedy_tokens(logits)
     raw = log_softmax(logits) if (params.logprobs & active).any() else None  # [B, V] the model's own log-probs
-    proc_rows = np.flatnonzero(active & (params.needs_processing | (params.mode == BEAM)))
+    heavy = active & params.needs_processing
+    # A greedy row whose only processor is min_new_tokens keeps the in-graph argmax unless that is
+    # the end token (the benchmark forces every length this way: no per-step processing for it).
+    fix = np.flatnonzero(active & ~heavy & (tokens == eos_id) & (state.n_generated < params.min_new_tokens))
+    if fix.size:
+        x = np.array(logits[fix], dtype=np.float64)
+        x[:, eos_id] = -np.inf
+        tokens[fix] = greedy_tokens(x)
+    proc_rows = np.flatnonzero(heavy)
     processed = None
     if proc_rows.size:
         sub = params.take(proc_rows)

@@ -177,6 +177,7 @@ class Engine:
 
         # ---- text -------------------------------------------------------------------------
         self.vocab_size = int(bundle.config["tgt_vocab_size"])
+        self.special_token_ids = frozenset(ids.values())
 
     # ---- text -------------------------------------------------------------------------
     def encode_text(self, text: str) -> list[int]:

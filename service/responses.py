@@ -13,10 +13,18 @@ from collections.abc import AsyncIterator
 from fastapi.responses import StreamingResponse
 
 from service import errors
-from service.engine import StepResult
+from service.engine import Engine, Hypothesis, StepResult
 from service.metrics import ServiceMetrics
 from service.scheduler import Failed, Finished, Ticket
-from service.schemas import Details, ErrorResponse, GenerateParameters, GenerateResponse, Token
+from service.schemas import (
+    BestOfSequence,
+    Details,
+    ErrorResponse,
+    GenerateParameters,
+    GenerateResponse,
+    PrefillToken,
+    Token,
+)
 
 ERROR_RESPONSES = {
     code: {"model": ErrorResponse, "description": text}
@@ -51,6 +59,31 @@ def token_dict(r: StepResult) -> dict:
     return {"id": r.token_id, "text": r.text, "logprob": r.logprob, "special": r.special}
 
 
+def top_token_dicts(engine: Engine, top: list[tuple[int, float]] | None) -> list[dict] | None:
+    """A step's most likely tokens as TGI's Token objects (each token's own text)."""
+    if top is None:
+        return None
+    return [{"id": i, "text": engine.decode_ids([i]), "logprob": lp, "special": i in engine.special_token_ids} for i, lp in top]
+
+
+def hypothesis_tokens(engine: Engine, h: Hypothesis) -> list[dict]:
+    """A finished hypothesis' tokens, TGI's way: each token's text is the difference of successive
+    decodes (so they concatenate to the text), the end token last with text ''."""
+    out, prev = [], ""
+    for k, (tok, lp) in enumerate(zip(h.token_ids, h.logprobs or [None] * len(h.token_ids))):
+        text = engine.decode_ids(h.token_ids[: k + 1])
+        out.append({"id": tok, "text": text[len(prev) :], "logprob": lp, "special": False})
+        prev = text
+    if h.finish_reason == "eos_token":
+        out.append({"id": engine.eos_id, "text": "", "logprob": h.eos_logprob, "special": True})
+    return out
+
+
+def prefill(engine: Engine, params: GenerateParameters) -> list[PrefillToken]:
+    """decoder_input_details: what the decoder was fed before the first generated token (the start token)."""
+    return [PrefillToken(id=engine.bos_id, text="", logprob=None)] if params.decoder_input_details else []
+
+
 def timing_headers(ticket: Ticket, n_tokens: int) -> dict[str, str]:
     """TGI's per-response timing headers, in milliseconds."""
     t = ticket.timings()
@@ -64,24 +97,50 @@ def timing_headers(ticket: Ticket, n_tokens: int) -> dict[str, str]:
 
 
 def generate_response(
-    ticket: Ticket, results: list[StepResult], finished: Finished, params: GenerateParameters, inputs: str
+    engine: Engine, ticket: Ticket, results: list[StepResult], finished: Finished, params: GenerateParameters, inputs: str
 ) -> GenerateResponse:
     """The /generate body of a finished ticket: its text (after the input with return_full_text), details on request."""
-    text = ticket.generation.text if ticket.generation is not None else ""
+    gen = ticket.generation
+    text = gen.text if gen is not None else ""
     if params.return_full_text:
         text = inputs + text
     details = None
-    if params.details:
+    if params.details and gen is not None:
+        best = gen.hypotheses[0]
+        if gen.streams:  # one row, decided token by token: the step results are its tokens
+            tokens = [Token(**token_dict(r)) for r in results]
+            top = [top_token_dicts(engine, r.top_tokens) for r in results] if gen.options.top_n_tokens else None
+        else:
+            tokens = [Token(**t) for t in hypothesis_tokens(engine, best)]
+            top = None
+        others = [
+            BestOfSequence(
+                generated_text=(inputs if params.return_full_text else "") + h.text,
+                finish_reason=h.finish_reason,
+                generated_tokens=h.generated_tokens,
+                seed=h.seed,
+                prefill=prefill(engine, params),
+                tokens=[Token(**t) for t in hypothesis_tokens(engine, h)],
+                score=h.score,
+                index=h.index if gen.options.sampling else None,
+            )
+            for h in gen.hypotheses[1:]
+        ]
         details = Details(
             finish_reason=finished.finish_reason,
-            generated_tokens=len(results),
+            generated_tokens=best.generated_tokens,
             seed=ticket.seed,
-            tokens=[Token(**token_dict(r)) for r in results],
+            prefill=prefill(engine, params),
+            tokens=tokens,
+            top_tokens=top,
+            best_of_sequences=others if gen.options.n_best > 1 else None,
+            score=best.score if best.logprobs or best.eos_logprob is not None else None,
         )
     return GenerateResponse(generated_text=text, details=details)
 
 
 async def sse_events(
+    engine: Engine,
     ticket: Ticket,
     params: GenerateParameters,
     inputs: str,
@@ -112,7 +171,8 @@ async def sse_events(
                     yield b"data:" + _json(errors.error_body(ev.error.error_type, ev.error.message)) + b"\n\n"
                     return
                 index += 1
-                event = {"index": index, "token": token_dict(ev), "top_tokens": None, "generated_text": None, "details": None}
+                top = top_token_dicts(engine, ev.top_tokens)
+                event = {"index": index, "token": token_dict(ev), "top_tokens": top, "generated_text": None, "details": None}
                 if ev.finish_reason is not None:
                     text = ticket.generation.text
                     event["generated_text"] = inputs + text if params.return_full_text else text

@@ -46,12 +46,31 @@ class GenerateParameters(BaseModel):
     details: bool | None = Field(False, description="Return finish reason, token ids, texts and log-probabilities.")
     return_full_text: bool | None = Field(False, description="Prepend the input to the generated text.")
     truncate: int | None = Field(None, ge=1, description="Keep only the last `truncate` input tokens.")
+    best_of: int | None = Field(
+        None,
+        ge=1,
+        description="n-best: with sampling, N sampled candidates (TGI); without sampling, beam search of width N "
+        "(or `num_beams` when larger). The best is `generated_text`, the others are in `details.best_of_sequences`, "
+        "ranked by the mean log-probability of their tokens, end token included. Not with streaming. "
+        "At most the server's `max_best_of`.",
+    )
+    num_beams: int | None = Field(
+        None, ge=1, description="Extension: beam width when larger than `best_of` (greedy requests only; not with streaming)."
+    )
+    decoder_input_details: bool | None = Field(
+        False, description="Return the decoder's input tokens in `details.prefill` (for this encoder-decoder: the start token)."
+    )
+    top_n_tokens: int | None = Field(
+        None, ge=0, description="The n most likely tokens of every step with their log-probabilities; at most `max_top_n_tokens`."
+    )
+    typical_p: float | None = Field(None, gt=0, le=1, description="Typical sampling mass (turns sampling on when < 1).")
+    frequency_penalty: float | None = Field(
+        None, ge=-2, le=2, description="Subtract this times a token's count so far from its logit (0 or null: off)."
+    )
+    lexicon: bool | None = Field(
+        None, description="Extension: false asks for the model's own answer even when the bundle's lexicon knows the input."
+    )
     # TGI parameters accepted for compatibility; a value other than "unset" is refused (service/validation.py).
-    best_of: int | None = Field(None, ge=1, description="Only 1 (or null) is supported.")
-    decoder_input_details: bool | None = Field(False, description="Only false (or null) is supported.")
-    top_n_tokens: int | None = Field(None, ge=0, description="Only 0 (or null) is supported.")
-    typical_p: float | None = Field(None, gt=0, le=1, description="Only 1.0 (or null) is supported.")
-    frequency_penalty: float | None = Field(None, description="Only 0 (or null) is supported.")
     watermark: bool | None = Field(False, description="Only false (or null) is supported.")
     grammar: dict[str, Any] | None = Field(None, description="Only null is supported.")
     adapter_id: str | None = Field(None, description="Only null is supported.")
@@ -85,14 +104,37 @@ class PrefillToken(BaseModel):
     logprob: float | None = None
 
 
+class BestOfSequence(BaseModel):
+    """Another of the n-best answers (TGI's shape, with `score`, `source` and `index` added)."""
+
+    generated_text: str
+    finish_reason: FinishReason
+    generated_tokens: int = Field(..., description="Tokens generated, the end-of-sequence token included.")
+    seed: int | None = Field(
+        None, description="The request's seed (sampled candidates); candidate i drew from default_rng([seed, i])."
+    )
+    prefill: list[PrefillToken] = Field(default_factory=list)
+    tokens: list[Token] = Field(default_factory=list)
+    top_tokens: list[list[Token]] | None = None
+    score: float | None = Field(None, description="Mean log-probability of its generated tokens, end token included.")
+    source: Literal["model", "lexicon"] = Field("model", description="Where the answer came from.")
+    index: int | None = Field(None, description="Which sampled candidate (i of best_of) it was; null for beams.")
+
+
 class Details(BaseModel):
     finish_reason: FinishReason = Field(..., description="Why generation stopped.")
     generated_tokens: int = Field(..., description="Tokens generated, the end-of-sequence token included.")
     seed: int | None = Field(None, description="Seed a sampled request used (null for greedy).")
-    prefill: list[PrefillToken] = Field(default_factory=list, description="Always empty (decoder_input_details unsupported).")
+    prefill: list[PrefillToken] = Field(
+        default_factory=list, description="The decoder's input tokens when decoder_input_details."
+    )
     tokens: list[Token] = Field(default_factory=list, description="The generated tokens.")
-    top_tokens: list[list[Token]] | None = Field(None, description="Always null (top_n_tokens unsupported).")
-    best_of_sequences: list[dict[str, Any]] | None = Field(None, description="Always null (best_of unsupported).")
+    top_tokens: list[list[Token]] | None = Field(None, description="Per generated token, the top_n_tokens most likely ones.")
+    best_of_sequences: list[BestOfSequence] | None = Field(
+        None, description="The other n-best answers, best first (best_of > 1)."
+    )
+    score: float | None = Field(None, description="Extension: mean log-probability of the generated tokens, end token included.")
+    source: Literal["model", "lexicon"] = Field("model", description="Extension: where the answer came from.")
 
 
 class GenerateResponse(BaseModel):
@@ -112,7 +154,7 @@ class StreamResponse(BaseModel):
 
     index: int = Field(..., description="1-based position of this token in the output.")
     token: Token
-    top_tokens: list[Token] | None = None
+    top_tokens: list[Token] | None = Field(None, description="This step's top_n_tokens most likely tokens (when asked for).")
     generated_text: str | None = Field(None, description="The full text, on the last event only.")
     details: StreamDetails | None = Field(None, description="On the last event only, when `parameters.details` is true.")
 
@@ -151,5 +193,7 @@ class InfoResponse(BaseModel):
     max_input_tokens: int
     max_new_tokens: int
     max_stop_sequences: int = MAX_STOP_SEQUENCES
+    max_best_of: int = Field(..., description="Largest best_of / num_beams a request may ask for.")
+    max_top_n_tokens: int = Field(..., description="Largest top_n_tokens a request may ask for.")
     request_timeout_s: float
     version: str = Field(..., description="attnserve version.")

@@ -81,6 +81,10 @@ class Settings(BaseSettings):
         description="Largest `max_new_tokens` a request may ask for, and its value when a request does not say; "
         "default and ceiling: what the bundle can generate (`max_target_len`).",
     )
+    max_best_of: int = Field(
+        4, ge=1, description="Largest best_of / num_beams (n-best answers, beam width) a request may ask for."
+    )
+    max_top_n_tokens: int = Field(5, ge=0, description="Largest top_n_tokens (alternatives per step) a request may ask for.")
     request_timeout_s: float = Field(
         60.0, gt=0, description="A request that waits plus runs longer than this ends with 504 and frees its slot."
     )

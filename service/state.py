@@ -54,7 +54,14 @@ class Service:
         self.engine = engine
         self.keepalive_s = keepalive_s
         self.max_input_tokens, self.max_new_tokens = resolve_limits(settings, engine)
-        self.validator = Validator(engine, self.max_input_tokens, self.max_new_tokens)
+        self.validator = Validator(
+            engine,
+            self.max_input_tokens,
+            self.max_new_tokens,
+            max_best_of=settings.max_best_of,
+            max_top_n_tokens=settings.max_top_n_tokens,
+            max_batch_size=settings.max_batch_size,
+        )
         self.metrics = ServiceMetrics(engine.bundle.model_id)
         self.scheduler = Scheduler(
             engine,

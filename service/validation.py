@@ -10,7 +10,9 @@ generation route (/generate, /generate_stream, /, /explain) goes through
 A new parameter takes three steps: its field in `GenerateParameters`
 (schemas.py), its check here (`unsupported_parameters` while the engine
 cannot honour it, or a step in `Validator.validate`), and its place in
-`decoding_options`.
+`decoding_options`. The engine's `DecodingOptions` checks values (a 422 with
+its message); this module adds the server's limits (`max_best_of`,
+`max_top_n_tokens`, rows within `max_batch_size`) and what cannot be streamed.
 """
 
 from __future__ import annotations
@@ -28,16 +30,6 @@ def unsupported_parameters(p: GenerateParameters) -> list[str]:
     TGI's parameters are all accepted by the schema; unset (null, or TGI's neutral value) passes here.
     """
     bad = []
-    if p.best_of not in (None, 1):
-        bad.append(f"best_of={p.best_of} (only 1; send separate requests with different seeds)")
-    if p.decoder_input_details:
-        bad.append("decoder_input_details=true")
-    if p.top_n_tokens:
-        bad.append(f"top_n_tokens={p.top_n_tokens}")
-    if p.typical_p not in (None, 1.0):
-        bad.append(f"typical_p={p.typical_p}")
-    if p.frequency_penalty not in (None, 0.0):
-        bad.append(f"frequency_penalty={p.frequency_penalty}")
     if p.watermark:
         bad.append("watermark=true")
     if p.grammar is not None:
@@ -59,10 +51,21 @@ class ValidRequest:
 class Validator:
     """Checks requests against one engine's tokenizer and the server's limits."""
 
-    def __init__(self, engine: Engine, max_input_tokens: int, max_new_tokens: int):
+    def __init__(
+        self,
+        engine: Engine,
+        max_input_tokens: int,
+        max_new_tokens: int,
+        max_best_of: int = 4,
+        max_top_n_tokens: int = 5,
+        max_batch_size: int = 32,
+    ):
         self.engine = engine
         self.max_input_tokens = max_input_tokens
         self.max_new_tokens = max_new_tokens
+        self.max_best_of = max_best_of
+        self.max_top_n_tokens = max_top_n_tokens
+        self.max_batch_size = max_batch_size
 
     def validate(self, body: GenerateRequest, stream: bool) -> ValidRequest:
         """Raises APIError 422 with what to fix. `stream`: the answer is streamed (its tokens carry logprobs)."""
@@ -74,7 +77,31 @@ class Validator:
         n = self.max_new_tokens if p.max_new_tokens is None else p.max_new_tokens
         if not 1 <= n <= self.max_new_tokens:
             raise errors.validation(f"parameters.max_new_tokens must be between 1 and {self.max_new_tokens}, got {n}")
-        return ValidRequest(ids, self.decoding_options(p, n, stream), p)
+        self.check_n_best(p, stream)
+        options = self.decoding_options(p, n, stream)
+        if options.n_rows > self.max_batch_size:
+            raise errors.validation(
+                f"parameters: this request needs {options.n_rows} batch rows (best_of/num_beams); "
+                f"the server's max_batch_size is {self.max_batch_size}"
+            )
+        if stream and not options.streams:
+            what = "beam search (best_of or num_beams without sampling)" if options.beam_search else "best_of > 1"
+            raise errors.validation(
+                f"parameters: {what} cannot be streamed: its answer is known only when every candidate has finished; "
+                "use /generate (or stream: false)"
+            )
+        return ValidRequest(ids, options, p)
+
+    def check_n_best(self, p: GenerateParameters, stream: bool) -> None:
+        """The server's limits on n-best and alternatives (the engine checks the values themselves)."""
+        for name in ("best_of", "num_beams"):
+            value = getattr(p, name)
+            if value is not None and value > self.max_best_of:
+                raise errors.validation(f"parameters.{name} must be at most {self.max_best_of} on this server, got {value}")
+        if p.top_n_tokens is not None and p.top_n_tokens > self.max_top_n_tokens:
+            raise errors.validation(
+                f"parameters.top_n_tokens must be at most {self.max_top_n_tokens} on this server, got {p.top_n_tokens}"
+            )
 
     def source_ids(self, text: str, truncate: int | None) -> list[int]:
         """The input's source token ids, after TGI's `truncate`, within `max_input_tokens`."""
@@ -110,6 +137,11 @@ class Validator:
                 seed=p.seed,
                 stop=tuple(p.stop or ()),
                 logprobs=bool(p.details) or stream,  # TGI's tokens always carry a logprob where it shows them
+                typical_p=p.typical_p,
+                frequency_penalty=p.frequency_penalty,
+                best_of=p.best_of or 1,
+                num_beams=p.num_beams,
+                top_n_tokens=p.top_n_tokens or 0,
             )
         except InputError as e:
             raise errors.validation(f"parameters: {e}") from None

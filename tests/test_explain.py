@@ -200,7 +200,7 @@ BAD_REQUESTS = [
     {"inputs": "cat", "parameters": {"top_p": 1.5}},
     {"inputs": "cat", "parameters": {"top_k": -1}},
     {"inputs": "cat", "parameters": {"seed": -1}},
-    {"inputs": "cat", "parameters": {"best_of": 2}},
+    {"inputs": "cat", "parameters": {"best_of": 9}},
     {"inputs": 5},
     ["cat"],
 ]
@@ -317,3 +317,8 @@ def test_reference_engine_and_explain_choose_the_same_ids_through_the_shared_mod
             eos = [engine.eos_id] if explained.finish_reason == "eos_token" else []
             assert served == reference, (word, opts)
             assert explained.token_ids == [*reference, *eos], (word, opts)
+
+
+def test_explain_refuses_n_best_with_a_clear_message(url):
+    r = httpx.post(url + "/explain", json={"inputs": "cat", "parameters": {"best_of": 2}}, timeout=30)
+    assert r.status_code == 422 and "best_of" in r.json()["error"]

@@ -45,6 +45,8 @@ async def explain(svc: ServiceDep, body: GenerateRequest) -> ExplainResponse:
     if explainer is None:
         raise NOT_IMPLEMENTED
     valid = svc.validator.validate(body, stream=False)
+    if not valid.options.streams:
+        raise errors.validation("parameters: /explain decodes one answer; best_of and num_beams are for /generate")
     settings = svc.settings
     if explainer.in_flight >= settings.max_concurrent_requests:
         raise errors.overloaded(explainer.retry_after_s(explainer.in_flight))

@@ -68,16 +68,16 @@ async def generate_once(
         svc.metrics.request_done(route, "cancelled")
         return Response(status_code=499)  # nobody reads it: the client has gone
     results, finished = collected
-    answer = generate_response(ticket, results, finished, valid.parameters, body.inputs)
+    answer = generate_response(svc.engine, ticket, results, finished, valid.parameters, body.inputs)
     svc.metrics.request_done(route, "success")
     svc.metrics.request_duration.observe(time.perf_counter() - ticket.t_arrival)
-    response.headers.update(timing_headers(ticket, len(results)))
+    response.headers.update(timing_headers(ticket, ticket.n_tokens))
     return answer
 
 
 def stream(svc: Service, body: GenerateRequest, route: str) -> SSEResponse:
     ticket, valid = svc.admit(body, stream=True)
-    events = sse_events(ticket, valid.parameters, body.inputs, route, svc.metrics, svc.keepalive_s)
+    events = sse_events(svc.engine, ticket, valid.parameters, body.inputs, route, svc.metrics, svc.keepalive_s)
     return SSEResponse(events, headers=SSE_HEADERS)
 
 

@@ -48,6 +48,8 @@ async def info(svc: ServiceDep) -> InfoResponse:
         max_concurrent_requests=settings.max_concurrent_requests,
         max_input_tokens=svc.max_input_tokens,
         max_new_tokens=svc.max_new_tokens,
+        max_best_of=settings.max_best_of,
+        max_top_n_tokens=settings.max_top_n_tokens,
         request_timeout_s=settings.request_timeout_s,
         version=version(),
     )
