@@ -137,13 +137,4 @@ def _result(ticket: Ticket) -> GenerationResult:
             if isinstance(ev, Failed):
                 raise GenerationError(ev.error.message)
             if isinstance(ev, Finished):
-                gen = ticket.generation
-                return GenerationResult(
-                    token_ids=list(gen.token_ids),
-                    text=gen.text,
-                    finish_reason=ev.finish_reason,
-                    seed=gen.seed,
-                    logprobs=gen.logprobs,
-                    generated_tokens=gen.generated_tokens,
-                    hypotheses=gen.hypotheses,
-                )
+                return GenerationResult.of(ticket.generation)

@@ -224,9 +224,10 @@ class RowParams:
 
     @property
     def needs_processing(self) -> np.ndarray:
-        """[B] bool: rows whose token is chosen from processed logits: sampled and beam rows, and rows
-        with a penalty (min_new_tokens alone is handled on the in-graph argmax, see choose_tokens)."""
-        return (self.mode != GREEDY) | (self.repetition_penalty != 1.0) | (self.frequency_penalty != 0.0)
+        """[B] bool: rows whose token is chosen from processed logits: sampled rows and rows with a
+        penalty (min_new_tokens alone is handled on the in-graph argmax or, for beams, on the raw
+        log-probabilities; see choose_tokens)."""
+        return (self.mode == SAMPLE) | (self.repetition_penalty != 1.0) | (self.frequency_penalty != 0.0)
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
@@ -679,7 +680,8 @@ def choose_tokens(state: RowState, logits: np.ndarray, next_tokens: np.ndarray |
     heavy = active & params.needs_processing
     # A greedy row whose only processor is min_new_tokens keeps the in-graph argmax unless that is
     # the end token (the benchmark forces every length this way: no per-step processing for it).
-    fix = np.flatnonzero(active & ~heavy & (tokens == eos_id) & (state.n_generated < params.min_new_tokens))
+    greedy_rows = active & ~heavy & (params.mode == GREEDY)
+    fix = np.flatnonzero(greedy_rows & (tokens == eos_id) & (state.n_generated < params.min_new_tokens))
     if fix.size:
         x = np.array(logits[fix], dtype=np.float64)
         x[:, eos_id] = -np.inf
@@ -744,7 +746,15 @@ def choose_tokens(state: RowState, logits: np.ndarray, next_tokens: np.ndarray |
         position[proc_rows] = np.arange(proc_rows.size)
     for gen in beam_gens:  # each beam search: its W rows' candidates; then its rows follow the beams
         slots = np.asarray([r.slot for r in gen.rows], dtype=np.int64)
-        parents, beam_tokens = gen.search.update(log_softmax(processed[position[slots]]), raw[slots])
+        if heavy[slots[0]]:  # penalties: the processed distribution
+            search_lp = log_softmax(processed[position[slots]])
+        elif state.n_generated[slots[0]] < params.min_new_tokens[slots[0]]:  # only the end token is barred
+            search_lp = raw[slots].copy()
+            search_lp[:, eos_id] = -np.inf
+            search_lp = log_softmax(search_lp)
+        else:  # no processor: the search's distribution is the model's own
+            search_lp = raw[slots]
+        parents, beam_tokens = gen.search.update(search_lp, raw[slots])
         if gen.search.done:
             done.append(gen)
             leaving.extend(gen.rows)

@@ -82,6 +82,19 @@ class GenerationResult:
     generated_tokens: int  # token_ids plus the eos token when it ended the sequence
     hypotheses: list[Hypothesis] = field(default_factory=list)  # ranked, best first (n-best requests)
 
+    @classmethod
+    def of(cls, gen: Generation) -> GenerationResult:
+        """The result of a finished generation: its best hypothesis, and all of them."""
+        return cls(
+            token_ids=list(gen.token_ids),
+            text=gen.text,
+            finish_reason=gen.finish_reason or "length",
+            seed=gen.seed,
+            logprobs=gen.logprobs,
+            generated_tokens=gen.generated_tokens,
+            hypotheses=gen.hypotheses,
+        )
+
 
 def available_cpus() -> int:
     """CPUs this process may use: its affinity mask, capped by a cgroup v2/v1 CPU quota."""
@@ -320,18 +333,7 @@ class Engine:
                     gens[i] = g
                 batch.add([gens[i] for i in take])
             self.step(batch)
-        return [
-            GenerationResult(
-                token_ids=g.token_ids,
-                text=g.text,
-                finish_reason=g.finish_reason or "length",
-                seed=g.seed,
-                logprobs=g.logprobs,
-                generated_tokens=g.generated_tokens,
-                hypotheses=g.hypotheses,
-            )
-            for g in gens
-        ]
+        return [GenerationResult.of(g) for g in gens]
 
 
 class ActiveBatch:

@@ -21,6 +21,21 @@ from service_harness import ROOT, free_port, load_engine, metric, scrape
 from service.engine import DecodingOptions
 
 
+def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = 120) -> None:
+    """Until the served subprocess answers /ready with 200; fails at once if it exits."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if httpx.get(url + "/ready", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if proc.poll() is not None:
+            pytest.fail(f"attnserve-serve exited {proc.returncode}: {proc.stderr.read()[-2000:]}")
+        assert time.monotonic() < deadline, "server did not become ready"
+        time.sleep(0.1)
+
+
 def test_importing_the_service_does_not_import_torch():
     code = "import sys, service.app, service.cli, service.client, service.scheduler; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
@@ -106,17 +121,7 @@ def test_attnserve_serve_finds_the_default_model_from_another_directory(tmp_path
         text=True,
     )
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(url + "/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if proc.poll() is not None:
-                pytest.fail(f"attnserve-serve exited {proc.returncode}: {proc.stderr.read()[-2000:]}")
-            assert time.monotonic() < deadline, "server did not become ready"
-            time.sleep(0.1)
+        wait_ready(url, proc)
         r = httpx.post(url + "/generate", json={"inputs": "hello"}, timeout=30)
         assert r.status_code == 200 and r.json()["generated_text"], r.text
         assert httpx.get(url + "/info", timeout=10).json()["model_id"] == "g2p-en"
@@ -200,15 +205,7 @@ def test_sigterm_drains_in_flight_requests_then_exits_zero(tiny_bundle_dir):
         text=True,
     )
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(url + "/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, "server did not become ready"
-            time.sleep(0.1)
+        wait_ready(url, proc)
 
         body = {"inputs": "supercalifragilistic", "parameters": {"max_new_tokens": 48}}
         with ThreadPoolExecutor(6) as pool:
