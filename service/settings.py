@@ -14,7 +14,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from service.engine import available_cpus
+from service.runtime import available_cpus
 
 DEFAULT_BUNDLE = Path("models/g2p-en")
 

@@ -242,7 +242,7 @@ def test_fp16_and_int8_variants_run_in_the_engine(tiny_bundle_dir, engine):
 
 
 def test_service_modules_never_import_torch():
-    code = "import sys, service.engine, service.bundle, service.decoding; assert 'torch' not in sys.modules"
+    code = "import sys, service.engine, service.batch, service.bundle, service.decoding; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

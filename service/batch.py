@@ -1,0 +1,258 @@
+"""The rows decoding together and their KV cache, between the engine's decoder calls.
+
+Cache layout of an ActiveBatch (B rows, P past slots, S source slots):
+- self-attention cache `past.{i}.decoder.key/value` [B, H, P, Dh] is RIGHT-aligned:
+  every row writes its newest token into the same last slot at every step, so
+  a row that joined later (shorter real past) has 0-filled slots on its LEFT,
+  marked 0 in `decoder_attention_mask` [B, P+1]; `position_ids` [B, 1] carry
+  each row's own position. When rows leave, leading slots that no remaining row
+  uses are trimmed, so P is always the longest real past in the batch.
+- cross-attention K/V [B, H, S, Dh] are LEFT-aligned (as the encoder wrote them),
+  padded on the right to the longest source, with `encoder_attention_bias`
+  [B, 1, 1, S] = -1e9 on the padding.
+Padding keys get a -1e9 bias, so their softmax weight is exactly 0 in float32:
+batching does not change what a row computes.
+
+Between steps the cache stays in ONNX Runtime values (OrtValues bound through
+IOBinding): each step's `present` outputs are bound as the next step's `past`
+inputs without a numpy round trip (and stay on the GPU under CUDA). A leaving row
+leaves a free slot that the next joining row fills in place; only a compaction (too
+many free slots, a longer source, or CUDA) rebuilds the cache through numpy.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import onnxruntime as ort
+
+from service.decoding import Generation, Row, RowState
+
+if TYPE_CHECKING:
+    from service.engine import Engine
+
+NEG_INF = -1e9  # the bias value the graphs use for masked keys (never -inf)
+
+
+class ActiveBatch:
+    """The rows decoding together and their cache (layout: see the module docstring).
+
+    Array row i holds `rows[i]`, or None for a free slot: a row that left stays in the arrays
+    (it computes for nothing, masked, its position frozen) until a joining row takes its slot
+    in place or the batch is compacted. Filling a slot writes only that row (CPU: the numpy
+    buffers share memory with the bound OrtValues), where a rebuild copies the whole cache;
+    a busy server replaces rows at nearly every step, so this is what keeps joins cheap.
+
+    Per row it also keeps what token choice reads, as arrays: the processor parameters
+    (`params`), the generated-token counts for the penalties, and how many tokens it generated.
+    """
+
+    # Compact (rebuild) when more than this share of the computed rows is free, or when this
+    # share of the self-attention slots (at least MIN_DEAD_SLOTS) lies left of every live row.
+    MAX_FREE_SHARE = 0.25
+    MAX_DEAD_SLOT_SHARE = 0.5
+    MIN_DEAD_SLOTS = 8
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self.binding = engine.decoder.io_binding()
+        self._reset()
+
+    def _reset(self) -> None:
+        e = self.engine
+        self.state = RowState(e.vocab_size)  # who is in each row, and what token choice reads per row
+        self.past: list[ort.OrtValue] = []  # 2L x [B, H, P, Dh]
+        self.cross_np: list[np.ndarray] = [np.zeros((0, e.n_heads, 0, e.head_dim), e.kv_dtype)] * (2 * e.n_layers)
+        self.bias = np.zeros((0, 1, 1, 0), e.bias_dtype)  # [B, 1, 1, S]
+        self.mask = np.zeros((0, 0), np.int64)  # [B, P]
+        self.input_ids = np.zeros((0, 1), np.int64)  # [B, 1] the token each row feeds next
+        self.positions = np.zeros((0, 1), np.int64)  # [B, 1] that token's position
+        self.live = np.zeros((0, 1), np.int64)  # [B, 1] 1 for a row in use, 0 for a free slot
+        self.source_lens = np.zeros((0,), np.int64)
+        self.dirty = True
+        self.compaction_due = False
+
+    @property
+    def rows(self) -> list[Row | None]:
+        return self.state.rows
+
+    @property
+    def generations(self) -> list[Generation]:
+        """The generations with rows in the batch, in row order."""
+        return list(dict.fromkeys(r.generation for r in self.rows if r is not None))
+
+    def __len__(self) -> int:
+        return int(self.live.sum())
+
+    def _past_numpy(self) -> list[np.ndarray]:
+        e = self.engine
+        if not self.past:
+            return [np.zeros((len(self.rows), e.n_heads, 0, e.head_dim), e.kv_dtype)] * (2 * e.n_layers)
+        return [v.numpy() for v in self.past]
+
+    def _set(self, past: list[np.ndarray], cross: list[np.ndarray]) -> None:
+        e = self.engine
+        self.past_np = [np.ascontiguousarray(p) for p in past]  # kept alive: OrtValues may share their memory
+        self.past = [e._ortvalue(p) for p in self.past_np]
+        self.cross_np = [np.ascontiguousarray(c) for c in cross]
+        self.dirty = True
+
+    def bind_static(self) -> None:
+        """Bind what changes only with a rebuild: cross K/V, bias, and the id/position buffers."""
+        e, binding = self.engine, self.binding
+        self.cross_values = [e._ortvalue(c) for c in self.cross_np]
+        for name, value in zip(e.cross_names, self.cross_values):
+            binding.bind_ortvalue_input(name, value)
+        self.bias_value = e._ortvalue(self.bias)
+        binding.bind_ortvalue_input("encoder_attention_bias", self.bias_value)
+        self.bind_step_inputs()
+        self.dirty = False
+
+    def bind_step_inputs(self) -> None:
+        """input_ids/position_ids. On CPU an OrtValue shares the numpy buffer's memory, so the
+        in-place updates of each step need no rebinding; on CUDA they are copied: rebind per step."""
+        e = self.engine
+        self.ids_value = e._ortvalue(self.input_ids)
+        self.positions_value = e._ortvalue(self.positions)
+        self.binding.bind_ortvalue_input("input_ids", self.ids_value)
+        self.binding.bind_ortvalue_input("position_ids", self.positions_value)
+
+    def add(self, gens: list[Generation]) -> None:
+        """Join new generations (fresh from engine.start), all their rows, at a step boundary."""
+        self.update(add=gens)
+
+    def remove(self, gens: list[Generation]) -> None:
+        """Drop every row these generations still have in the batch (finished or cancelled)."""
+        self.update(remove=gens)
+
+    def free(self, rows: list[Row]) -> None:
+        """Rows leave: their slots become free (masked, position frozen) until reused or compacted."""
+        for q in rows:
+            i = self.state.free(q)
+            if i is None:
+                continue
+            self.live[i, 0] = 0
+            self.mask[i, :] = 0
+            self.positions[i, 0] = 0  # frozen while free (step adds `live`): stays in the position table
+        self.compaction_due = True
+        if not len(self):
+            self._reset()
+
+    def update(self, remove: list[Generation] = (), add: list[Generation] = ()) -> None:
+        """Generations leave and join at a step boundary. Joining rows take free slots in place when they
+        fit (CPU); otherwise the cache is rebuilt once for both changes. Whether free slots are
+        worth a compaction is decided at the next step, so rows that join in between (a server
+        removes finished rows after a step and adds waiting ones before the next) fill them first."""
+        leaving = [q for g in remove for q in g.rows if q.slot >= 0]
+        adding = [q for g in add for q in g.rows]
+        if leaving:
+            self.free(leaving)
+        if not adding:
+            return
+        active = [i for i, q in enumerate(self.rows) if q is not None]
+        free = [i for i, q in enumerate(self.rows) if q is None]
+        fits = (
+            self.engine.device == "cpu"
+            and bool(self.past)
+            and len(adding) <= len(free)
+            and all(q.generation.source_len <= self.bias.shape[3] for q in adding)
+        )
+        if not fits:
+            self._rebuild(active, adding)
+            return
+        for slot, q in zip(free, adding):
+            self._fill(slot, q)
+        self.compaction_due = True
+
+    def compact_if_wasteful(self) -> None:
+        """Called before a step runs: rebuild when free slots or dead leading self-attention
+        slots cost more than a copy would (see the class constants)."""
+        self.compaction_due = False
+        if self._wasteful() or (self.engine.device != "cpu" and len(self) < len(self.rows)):
+            self._rebuild([i for i, q in enumerate(self.rows) if q is not None], [])
+
+    def reorder(self, dest: np.ndarray, src: np.ndarray) -> None:
+        """Rows `dest` take the state of rows `src` (beam search: each beam continues from its
+        parent): self-attention cache, mask, positions, token counts. Whisper's
+        rearrange_kv_cache, on the rows of one request only."""
+        if np.array_equal(dest, src):
+            return
+        if self.engine.device == "cpu":
+            for a in self._past_numpy():  # views on the OrtValues: gathered in place
+                a[dest] = a[src]
+        else:  # device memory: round trip through numpy (beam search on CUDA pays a copy)
+            past = [a.copy() for a in self._past_numpy()]
+            for a in past:
+                a[dest] = a[src]
+            self.past_np = past
+            self.past = [self.engine._ortvalue(p) for p in past]
+        for a in (self.mask, self.positions):  # equal within a request's rows; gathered for generality
+            a[dest] = a[src]
+
+    def _fill(self, i: int, q: Row) -> None:
+        """Put a new row in free slot i, in place. Its past slots keep the old row's (finite)
+        values under a zero mask, so they need no clearing; its cross K/V and bias are written."""
+        g = q.generation
+        for j, c in enumerate(self.cross_np):
+            c[i, :, : g.source_len] = g.cross[j]
+        self.bias[i, 0, 0, :] = NEG_INF
+        self.bias[i, 0, 0, : g.source_len] = g.bias
+        self.mask[i, :] = 0
+        self.input_ids[i, 0] = self.engine.bos_id
+        self.positions[i, 0] = 0
+        self.live[i, 0] = 1
+        self.source_lens[i] = g.source_len
+        self.state.put(i, q)
+
+    def _wasteful(self) -> bool:
+        n_rows = len(self.rows)
+        n_free = n_rows - len(self)
+        if n_free > self.MAX_FREE_SHARE * n_rows:
+            return True
+        p = self.mask.shape[1]
+        used = np.flatnonzero(self.mask[self.live[:, 0] == 1].any(axis=0))
+        dead = int(used[0]) if used.size else p  # slots left of every live row
+        return dead >= max(self.MIN_DEAD_SLOTS, self.MAX_DEAD_SLOT_SHARE * p)
+
+    def _rebuild(self, keep: list[int], add: list[Row]) -> None:
+        """Copy the kept rows (in order) and the new ones into fresh arrays: free slots dropped,
+        leading self-attention slots no kept row uses trimmed, cross width = the longest source."""
+        e = self.engine
+        if not keep and not add:
+            self._reset()
+            return
+        idx = np.asarray(keep, dtype=np.int64)
+        k, n = len(keep), len(keep) + len(add)
+        mask = self.mask[idx]  # [k, P]
+        used = np.flatnonzero(mask.any(axis=0))
+        first = int(used[0]) if used.size else mask.shape[1]  # leading slots no kept row uses
+        p = mask.shape[1] - first
+        s = max([int(x) for x in self.source_lens[idx]] + [q.generation.source_len for q in add])
+        m = min(s, self.bias.shape[3])  # source slots carried over from the kept rows
+        h, dh = e.n_heads, e.head_dim
+        past = []
+        for a in self._past_numpy():
+            out = np.zeros((n, h, p, dh), e.kv_dtype)  # new rows: left padding only (finite, masked)
+            out[:k] = a[idx, :, first:]
+            past.append(out)
+        cross = []
+        for j, a in enumerate(self.cross_np):
+            out = np.zeros((n, h, s, dh), e.kv_dtype)
+            out[:k, :, :m] = a[idx, :, :m]
+            for r, q in enumerate(add):
+                g = q.generation
+                out[k + r, :, : g.source_len] = g.cross[j]
+            cross.append(out)
+        bias = np.full((n, 1, 1, s), NEG_INF, e.bias_dtype)
+        bias[:k, :, :, :m] = self.bias[idx, :, :, :m]
+        for r, q in enumerate(add):
+            bias[k + r, 0, 0, : q.generation.source_len] = q.generation.bias
+        self.bias = bias
+        self.mask = np.concatenate([mask[:, first:], np.zeros((len(add), p), np.int64)])
+        self.input_ids = np.concatenate([self.input_ids[idx], np.full((len(add), 1), e.bos_id, np.int64)])
+        self.positions = np.concatenate([self.positions[idx], np.zeros((len(add), 1), np.int64)])
+        self.live = np.ones((n, 1), np.int64)
+        self.source_lens = np.concatenate([self.source_lens[idx], [q.generation.source_len for q in add]]).astype(np.int64)
+        self.state.take(idx, add)
+        self._set(past, cross)
