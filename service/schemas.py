@@ -152,4 +152,5 @@ class InfoResponse(BaseModel):
     max_new_tokens: int
     max_stop_sequences: int = MAX_STOP_SEQUENCES
     request_timeout_s: float
+    keepalive_timeout_s: float = Field(..., description="Idle HTTP keep-alive connections are closed after this long.")
     version: str = Field(..., description="attnserve version.")

@@ -49,6 +49,7 @@ async def info(svc: ServiceDep) -> InfoResponse:
         max_input_tokens=svc.max_input_tokens,
         max_new_tokens=svc.max_new_tokens,
         request_timeout_s=settings.request_timeout_s,
+        keepalive_timeout_s=settings.keepalive_timeout_s,
         version=version(),
     )
 
