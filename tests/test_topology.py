@@ -285,7 +285,11 @@ def nginx_before_one_replica(tiny_bundle_dir, tmp_path):
 
 def test_no_request_is_lost_through_nginx_on_connections_idle_around_either_expiry(nginx_before_one_replica):
     """Clients reuse connections to nginx after idling just under httpx's 5 s, and nginx reuses its upstream
-    connections after idling around its own (scaled) upstream timeout: every request is answered."""
+    connections after idling around its own (scaled) upstream timeout: every request is answered.
+
+    With the order reversed (replica 2 s, nginx 3 s) this still passes: nginx resends a request whose cached
+    upstream connection failed (`proxy_next_upstream error ... non_idempotent`), so through this config the
+    timeouts' order is a second guard; test_deploy_static checks it."""
     from test_keepalive import HTTPX_EXPIRY_S, JUST_UNDER_HTTPX, Tally, httpx_connection, httpx_pool_after_bursts
 
     nginx, tally = nginx_before_one_replica, Tally()
