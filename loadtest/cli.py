@@ -1,4 +1,5 @@
-"""`attnserve-loadtest URL`: latency of a TGI-style streaming server under a concurrency sweep or fixed arrival rates."""
+"""`attnserve-loadtest URL`: latency of a TGI-style server (streaming, or not with --no-stream) under a
+concurrency sweep or fixed arrival rates."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ falls behind is not hidden by the client waiting (no coordinated omission).
 examples:
   attnserve-loadtest http://127.0.0.1:8000 --concurrency 1,4,16,64 --requests 200
   attnserve-loadtest http://127.0.0.1:8000 --rate 5,20,50 --duration 30 --slo ttft_ms=100,e2e_ms=500
+  attnserve-loadtest http://127.0.0.1:8000 --no-stream --concurrency 64 --requests 2000   # POST /generate
 """
 
 
@@ -95,7 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--api-key", help="sent as 'Authorization: Bearer KEY' (default: $ATTNSERVE_API_KEY)")
     p.add_argument("--timeout", type=_positive(float), default=60.0, help="seconds a request may take, from when it was due")
     p.add_argument("--slo", help="goodput counts requests meeting all of e.g. ttft_ms=200,itl_ms=50,e2e_ms=1000")
-    p.add_argument("--endpoint", default="/generate_stream", help="streaming route (default /generate_stream)")
+    p.add_argument(
+        "--no-stream",
+        action="store_true",
+        help="send non-streaming requests (default endpoint /generate): end-to-end latency only, no TTFT or ITL",
+    )
+    p.add_argument("--endpoint", help="generation route (default /generate_stream, or /generate with --no-stream)")
     p.add_argument("--no-metrics", action="store_true", help="do not scrape URL/metrics before and after each level")
     p.add_argument("--out", type=Path, help="directory for results.json, CSVs and plots (default loadtest-results/TIME)")
     p.add_argument("--no-plots", action="store_true")
@@ -149,12 +156,13 @@ async def run(args, levels: list[Level], inputs: list[str], slo: dict, result: d
         seed=args.seed if args.do_sample else None,
     )
     target = Target(
-        stream_url=base + args.endpoint,
+        url=base + args.endpoint,
         metrics_url=None if args.no_metrics else base + "/metrics",
         headers=headers,
         inputs=inputs,
         params=params,
         timeout_s=args.timeout,
+        stream=not args.no_stream,
     )
     result["config"]["parameters"] = params.payload("", 0)["parameters"]
     async with open_session(connect_timeout_s=min(args.timeout, 10.0)) as client:
@@ -199,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give --requests N or --duration S (or both): every level must stop by itself")
     if args.warmup is not None and args.warmup < 0:
         parser.error("--warmup must be >= 0")
+    if args.endpoint is None:
+        args.endpoint = "/generate" if args.no_stream else "/generate_stream"
     if not args.endpoint.startswith("/"):
         parser.error("--endpoint must start with '/'")
     if not args.url.startswith(("http://", "https://")):
@@ -238,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
             "n_inputs": len(inputs),
             "slo": slo or None,
             "endpoint": args.endpoint,
+            "stream": not args.no_stream,
         },
         "levels": [],
     }

@@ -1,9 +1,14 @@
-"""One streamed generation request against a TGI-style `/generate_stream`, timed per token.
+"""One generation request against a TGI-style server, timed: streamed (per token) or not.
 
-The server answers Server-Sent Events, one per generated token:
-`data:{"index", "token": {"id", "text", "logprob", "special"}, "top_tokens", "generated_text", "details"}`,
-the last one carrying `generated_text`. An error after the stream started
-arrives as an event with an `error` field.
+Streamed (`/generate_stream`): the server answers Server-Sent Events, one per
+generated token: `data:{"index", "token": {"id", "text", "logprob", "special"},
+"top_tokens", "generated_text", "details"}`, the last one carrying
+`generated_text`. An error after the stream started arrives as an event with an
+`error` field.
+
+Not streamed (`/generate`, `--no-stream`): one JSON answer `{"generated_text", ...}`
+(TGI's `/` answers a one-element list of it); only its end-to-end latency is
+measured, and its token count is TGI's `x-generated-tokens` header.
 """
 
 from __future__ import annotations
@@ -84,8 +89,8 @@ class RequestRecord:
 
     @property
     def itl_s(self) -> float | None:
-        """genai-perf's inter-token latency: (e2e - ttft) / (output_tokens - 1); None for one token."""
-        if not self.ok or self.output_tokens < 2:
+        """genai-perf's inter-token latency: (e2e - ttft) / (output_tokens - 1); None for one token or no TTFT."""
+        if not self.ok or self.output_tokens < 2 or self.ttft_s is None:
             return None
         return (self.e2e_s - self.ttft_s) / (self.output_tokens - 1)
 
@@ -185,4 +190,57 @@ async def stream_request(
         rec.e2e_s = final - due
     elif rec.error_kind is None:
         rec.error_kind, rec.error = "stream", "final event arrived without any token"
+    return rec
+
+
+async def generate_request(
+    client: aiohttp.ClientSession,
+    url: str,
+    payload: dict,
+    headers: dict[str, str],
+    *,
+    index: int,
+    due: float,
+    level_start: float,
+    timeout_s: float,
+) -> RequestRecord:
+    """POST `payload` to a non-streaming `url` (`/generate`) and time the whole answer.
+
+    Nothing arrives before the answer, so TTFT and ITL stay None. The token count
+    is the `x-generated-tokens` header (attnserve and TGI send it), else the
+    answer's `details.generated_tokens`, else 0. Times as in `stream_request`.
+    """
+    sent = time.perf_counter()
+    rec = RequestRecord(index=index, due_s=due - level_start, sent_s=sent - level_start, done_s=0.0, ok=False)
+    try:
+        async with asyncio.timeout(max(0.0, timeout_s - (sent - due))):
+            async with client.post(url, json=payload, headers=headers) as resp:
+                rec.status = resp.status
+                body = await resp.read()
+                if resp.status != 200:
+                    rec.error_kind = error_kind_for_status(resp.status)
+                    rec.error = _error_message(body)
+                else:
+                    answer = json.loads(body)
+                    if isinstance(answer, list) and len(answer) == 1:  # TGI's POST / answers [answer]
+                        answer = answer[0]
+                    if not isinstance(answer, dict) or not isinstance(answer.get("generated_text"), str):
+                        rec.error_kind, rec.error = "stream", "answer without generated_text"
+                    else:
+                        header = resp.headers.get("x-generated-tokens", "")
+                        details = answer.get("details") or {}
+                        rec.output_tokens = int(header) if header.isdigit() else int(details.get("generated_tokens") or 0)
+    except TimeoutError:
+        rec.error_kind, rec.error = "timeout", f"no complete answer within {timeout_s:g} s"
+    except aiohttp.ClientPayloadError as e:
+        rec.error_kind, rec.error = "stream", f"answer cut short: {e}"
+    except aiohttp.ClientError as e:
+        rec.error_kind, rec.error = "connection", f"{type(e).__name__}: {e}"
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        rec.error_kind, rec.error = "stream", f"answer is not JSON: {e}"
+    now = time.perf_counter()
+    rec.done_s = now - level_start
+    if rec.error_kind is None:
+        rec.ok = True
+        rec.e2e_s = now - due
     return rec

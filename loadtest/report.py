@@ -190,7 +190,7 @@ def write_plots(out_dir: Path, levels: list[dict]) -> list[Path] | str:
                 if vals:
                     ax.hist(vals, bins=edges, histtype="step", linewidth=1.5, label=label)
         if not plotted:
-            ax.text(0.5, 0.5, f"no {name} values (one-token answers)", ha="center", transform=ax.transAxes)
+            ax.text(0.5, 0.5, f"no {name} values (one-token or non-streamed answers)", ha="center", transform=ax.transAxes)
         ax.set_xlabel(f"{name} (ms)")
         ax.set_ylabel("requests")
         title = f"{name} distribution per level"

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import aiohttp
 import numpy as np
 
-from loadtest.client import GenerationParams, RequestRecord, stream_request
+from loadtest.client import GenerationParams, RequestRecord, generate_request, stream_request
 from loadtest.server_metrics import Scrape, scrape, server_figures
 
 
@@ -40,12 +40,13 @@ class Level:
 class Target:
     """Where and what to send."""
 
-    stream_url: str
+    url: str  # the generation route
     metrics_url: str | None
     headers: dict[str, str]
     inputs: list[str]
     params: GenerationParams
     timeout_s: float
+    stream: bool = True  # Server-Sent Events (timed per token), or one JSON answer (timed as a whole)
 
 
 class Sender:
@@ -64,8 +65,9 @@ class Sender:
     async def send(self, index: int, due: float, level_start: float) -> RequestRecord:
         t = self.target
         payload = t.params.payload(t.inputs[index % len(t.inputs)], index)
-        return await stream_request(
-            self.client, t.stream_url, payload, t.headers, index=index, due=due, level_start=level_start, timeout_s=t.timeout_s
+        send = stream_request if t.stream else generate_request
+        return await send(
+            self.client, t.url, payload, t.headers, index=index, due=due, level_start=level_start, timeout_s=t.timeout_s
         )
 
 

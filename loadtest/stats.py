@@ -52,7 +52,7 @@ def describe(values_s: list[float], scale: float = 1000.0) -> dict | None:
 def meets_slo(rec: RequestRecord, slo: dict[str, float]) -> bool:
     if not rec.ok:
         return False
-    if "ttft_ms" in slo and rec.ttft_s * 1000 > slo["ttft_ms"]:
+    if "ttft_ms" in slo and rec.ttft_s is not None and rec.ttft_s * 1000 > slo["ttft_ms"]:
         return False
     if "e2e_ms" in slo and rec.e2e_s * 1000 > slo["e2e_ms"]:
         return False
@@ -86,7 +86,7 @@ def summarize(records: list[RequestRecord], window_s: float, slo: dict[str, floa
         "output_tokens_per_s": tokens / window,
         "goodput_per_s": (sum(meets_slo(r, slo) for r in ok) / window) if slo else None,
         "slo": slo or None,
-        "ttft_ms": describe([r.ttft_s for r in ok]),
+        "ttft_ms": describe([r.ttft_s for r in ok if r.ttft_s is not None]),  # None when not streamed
         "itl_ms": describe([r.itl_s for r in ok if r.itl_s is not None]),
         "e2e_ms": describe([r.e2e_s for r in ok]),
         "output_tokens_per_request": describe([float(r.output_tokens) for r in ok], scale=1.0),

@@ -63,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-top-n-tokens", type=int, help="largest top_n_tokens a request may ask for (default: 5)")
     p.add_argument("--request-timeout-s", type=float, help="504 past this many seconds (default: 60)")
     p.add_argument("--drain-timeout-s", type=float, help="how long SIGTERM waits for in-flight requests (default: 30)")
+    p.add_argument(
+        "--keepalive-timeout-s", type=float, help="idle keep-alive connections close after this many seconds (default: 75)"
+    )
     p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on generation routes")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="(default: info)")
     return p
@@ -109,6 +112,7 @@ def serve(settings, engine=None, *, keepalive_s: float | None = None) -> int:
         access_log=False,  # the app logs each request with its id
         lifespan="on",
         timeout_graceful_shutdown=max(5.0, settings.drain_timeout_s),
+        timeout_keep_alive=settings.keepalive_timeout_s,  # uvicorn's 5 s equals httpx's idle expiry: see Settings
     )
     DrainingServer(config, app).run()  # a failed start-up exits 3 from inside uvicorn
     return 0

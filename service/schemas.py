@@ -196,4 +196,5 @@ class InfoResponse(BaseModel):
     max_best_of: int = Field(..., description="Largest best_of / num_beams a request may ask for.")
     max_top_n_tokens: int = Field(..., description="Largest top_n_tokens a request may ask for.")
     request_timeout_s: float
+    keepalive_timeout_s: float = Field(..., description="Idle HTTP keep-alive connections are closed after this long.")
     version: str = Field(..., description="attnserve version.")

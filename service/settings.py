@@ -91,6 +91,13 @@ class Settings(BaseSettings):
     drain_timeout_s: float = Field(
         30.0, ge=0, description="On SIGTERM, how long in-flight requests may take to finish before the process exits."
     )
+    keepalive_timeout_s: float = Field(
+        75.0,
+        gt=0,
+        description="How long an idle HTTP keep-alive connection stays open. Longer than any client or proxy in front "
+        "keeps its own idle connections (httpx 5 s, aiohttp 15 s, the nginx upstream 60 s): if the server closed first, "
+        "a request sent on the connection as it closes would be lost without an answer.",
+    )
     api_key: str | None = Field(
         None, description="When set, generation routes require `Authorization: Bearer <key>`; /health and /ready stay open."
     )

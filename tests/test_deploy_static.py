@@ -133,6 +133,19 @@ def test_prometheus_config_passes_promtool():
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def test_nginx_closes_idle_upstream_connections_before_the_service_does():
+    """The side that closes an idle kept-alive connection first can lose a request sent on it at that moment:
+    nginx's upstream idle timeout must be the shorter, in the config and in the Kubernetes settings."""
+    text = (REPO / "deploy" / "nginx" / "nginx.conf").read_text()
+    upstream = re.search(r"upstream attnserve \{(.*?)\n    \}", text, flags=re.S).group(1)
+    assert re.search(r"^\s*keepalive \d+;", upstream, flags=re.M), "the upstream keeps idle connections"
+    nginx_idle_s = float(re.search(r"^\s*keepalive_timeout (\d+)s;", upstream, flags=re.M).group(1))
+    service_default_s = Settings.model_fields["keepalive_timeout_s"].default
+    assert nginx_idle_s < service_default_s
+    config = yaml.safe_load((K8S_DIR / "configmap.yaml").read_text())["data"]
+    assert float(config.get("ATTNSERVE_KEEPALIVE_TIMEOUT_S", service_default_s)) > nginx_idle_s
+
+
 @pytest.mark.system
 def test_nginx_config_passes_nginx_t(tmp_path):
     # nginx resolves upstream names while testing; `attnserve` exists only on Compose's network, so

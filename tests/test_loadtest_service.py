@@ -92,3 +92,28 @@ def test_locustfile_runs_headless_against_the_real_server(tiny_bundle_dir, tmp_p
         assert int(stats[name]["Request Count"]) > 0, name
         assert int(stats[name]["Failure Count"]) == 0, name
     assert float(stats["TTFT"]["Average Response Time"]) <= float(stats["e2e"]["Average Response Time"])
+
+
+def test_no_stream_drives_generate_and_counts_the_same_tokens(tiny_bundle_dir, tmp_path):
+    with serving(tiny_bundle_dir, max_batch_size=8, max_concurrent_requests=64) as server:
+        args = ("--concurrency", "4", "--requests", "16", "--warmup", "0", "--max-new-tokens", "24", "--no-plots")
+        rc, plain = run_cli(tmp_path, "plain", server.url, "--no-stream", *args, "--slo", "e2e_ms=60000")
+        rc_streamed, streamed = run_cli(tmp_path, "streamed", server.url, *args)
+        rc_compat, compat = run_cli(tmp_path, "compat", server.url, "--no-stream", "--endpoint", "/", *args)
+        by_route = scrape(server.url)
+    assert rc == rc_streamed == rc_compat == 0
+    assert (plain["config"]["endpoint"], plain["config"]["stream"]) == ("/generate", False)
+    (lv,) = plain["levels"]
+    s, srv = lv["summary"], lv["server"]
+    assert s["ok"] == 16 and s["failed"] == 0
+    assert s["ttft_ms"] is None and s["itl_ms"] is None  # nothing arrives before the whole answer
+    assert 0 < s["e2e_ms"]["min"] <= s["e2e_ms"]["p50"] <= s["e2e_ms"]["max"]
+    assert s["goodput_per_s"] == s["requests_per_s"]
+    # greedy: the same inputs in the same order give the same answers, streamed or not
+    tokens = [r["output_tokens"] for r in lv["records"]]
+    assert sorted(tokens) == sorted(r["output_tokens"] for r in streamed["levels"][0]["records"])
+    assert min(tokens) >= 1 and srv["generated_tokens"]["sum"] == s["output_tokens"] == sum(tokens)
+    assert srv["requests_by_outcome"] == {"success": 16}
+    assert compat["levels"][0]["summary"]["output_tokens"] == s["output_tokens"]
+    assert metric(by_route, "attnserve_requests_total", route="/generate", outcome="success") == 16
+    assert metric(by_route, "attnserve_requests_total", route="/", outcome="success") == 16

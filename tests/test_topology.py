@@ -9,6 +9,7 @@ Load goes through nginx with `attnserve-loadtest`. Needs root and `make system-d
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import os
@@ -249,3 +250,57 @@ def successes(metrics_text: str) -> float:
     return sum(
         float(v) for v in re.findall(r'^attnserve_requests_total\{[^}]*outcome="success"[^}]*\} (\S+)$', metrics_text, re.M)
     )
+
+
+@pytest.fixture
+def nginx_before_one_replica(tiny_bundle_dir, tmp_path):
+    """One replica behind the repository's nginx.conf, with both idle timeouts scaled down (nginx's upstream
+    3 s, the replica's 4 s) in the config's order: nginx closes an idle upstream connection first."""
+    procs: dict[str, subprocess.Popen] = {}
+    replica_port, nginx_port = free_port(), free_port()
+    try:
+        log = tmp_path / "replica.log"
+        cmd = [sys.executable, "-m", "service", str(tiny_bundle_dir), "--port", str(replica_port), "--threads", "1"]
+        cmd += ["--max-concurrent-requests", "512", "--keepalive-timeout-s", "4", "--log-level", "warning"]
+        procs["replica"] = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+        wait_for(f"http://127.0.0.1:{replica_port}/ready", "replica", procs["replica"], log)
+
+        text, n = re.subn(
+            r"^(\s*)keepalive_timeout \d+s;$", r"\g<1>keepalive_timeout 3s;", nginx_config([replica_port], nginx_port), flags=re.M
+        )
+        assert n == 1, "deploy/nginx/nginx.conf changed shape: update this test's rewrite"
+        conf = tmp_path / "nginx.conf"
+        conf.write_text(text)
+        log = tmp_path / "nginx.log"
+        cmd = ["nginx", "-c", str(conf), "-p", str(tmp_path), "-g", f"daemon off; pid {tmp_path / 'nginx.pid'};"]
+        procs["nginx"] = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+        nginx = f"http://127.0.0.1:{nginx_port}"
+        wait_for(f"{nginx}/nginx-health", "nginx", procs["nginx"], log)
+        yield nginx
+    finally:
+        for name in ("nginx", "replica"):
+            if name in procs:
+                stop(procs[name])
+
+
+def test_no_request_is_lost_through_nginx_on_connections_idle_around_either_expiry(nginx_before_one_replica):
+    """Clients reuse connections to nginx after idling just under httpx's 5 s, and nginx reuses its upstream
+    connections after idling around its own (scaled) upstream timeout: every request is answered.
+
+    With the order reversed (replica 2 s, nginx 3 s) this still passes: nginx resends a request whose cached
+    upstream connection failed (`proxy_next_upstream error ... non_idempotent`), so through this config the
+    timeouts' order is a second guard; test_deploy_static checks it."""
+    from test_keepalive import HTTPX_EXPIRY_S, JUST_UNDER_HTTPX, Tally, httpx_connection, httpx_pool_after_bursts
+
+    nginx, tally = nginx_before_one_replica, Tally()
+
+    async def run() -> None:
+        await asyncio.gather(
+            *(httpx_connection(nginx, tally, 5, 4, JUST_UNDER_HTTPX) for _ in range(16)),
+            *(httpx_connection(nginx, tally, 8, 4, (2.9, 3.1)) for _ in range(16)),  # around nginx's upstream expiry
+            httpx_pool_after_bursts(nginx, tally, 4, 300, (HTTPX_EXPIRY_S - 0.1, HTTPX_EXPIRY_S + 0.05)),
+        )
+
+    asyncio.run(run())
+    assert not tally.lost, f"{sum(tally.lost.values())} of {tally.sent} requests lost: {tally.lost.most_common(5)}"
+    assert tally.sent >= 1500

@@ -16,6 +16,7 @@ from service.responses import (
     SSE_RESPONSE,
     SSEResponse,
     generate_response,
+    json_response,
     sse_events,
     timing_headers,
 )
@@ -27,8 +28,8 @@ router = APIRouter(dependencies=GENERATION_GUARDS, responses=ERROR_RESPONSES)
 
 
 @router.post("/generate", response_model=GenerateResponse, summary="Generate text for one input")
-async def generate(svc: ServiceDep, request: Request, body: GenerateRequest, response: Response) -> Response | GenerateResponse:
-    return await generate_once(svc, request, body, "/generate", response)
+async def generate(svc: ServiceDep, request: Request, body: GenerateRequest) -> Response:
+    return await generate_once(svc, request, body, "/generate")
 
 
 @router.post(
@@ -52,16 +53,14 @@ async def generate_stream_route(svc: ServiceDep, body: GenerateRequest) -> SSERe
     },
     summary="TGI's compatibility route (what huggingface_hub's InferenceClient calls)",
 )
-async def compat(svc: ServiceDep, request: Request, body: CompatGenerateRequest, response: Response):
+async def compat(svc: ServiceDep, request: Request, body: CompatGenerateRequest) -> Response:
     if body.stream:
         return stream(svc, body, "/")
-    out = await generate_once(svc, request, body, "/", response)
-    return out if isinstance(out, Response) else [out]
+    return await generate_once(svc, request, body, "/", as_list=True)
 
 
-async def generate_once(
-    svc: Service, request: Request, body: GenerateRequest, route: str, response: Response
-) -> Response | GenerateResponse:
+async def generate_once(svc: Service, request: Request, body: GenerateRequest, route: str, as_list: bool = False) -> Response:
+    """Admit, wait for every token, answer GenerateResponse (TGI's `/` answers a one-element list of it)."""
     ticket, valid = svc.admit(body, stream=False)
     collected = await collect(request, ticket)
     if collected is None:
@@ -71,8 +70,7 @@ async def generate_once(
     answer = generate_response(svc.engine, ticket, results, finished, valid.parameters, body.inputs)
     svc.metrics.request_done(route, "success")
     svc.metrics.request_duration.observe(time.perf_counter() - ticket.t_arrival)
-    response.headers.update(timing_headers(ticket, ticket.n_tokens))
-    return answer
+    return json_response([answer] if as_list else answer, timing_headers(ticket, ticket.n_tokens))
 
 
 def stream(svc: Service, body: GenerateRequest, route: str) -> SSEResponse:

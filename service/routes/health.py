@@ -51,6 +51,7 @@ async def info(svc: ServiceDep) -> InfoResponse:
         max_best_of=settings.max_best_of,
         max_top_n_tokens=settings.max_top_n_tokens,
         request_timeout_s=settings.request_timeout_s,
+        keepalive_timeout_s=settings.keepalive_timeout_s,
         version=version(),
     )
 
