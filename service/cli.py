@@ -61,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", type=int, help="largest max_new_tokens (default: the bundle's max_target_len)")
     p.add_argument("--max-best-of", type=int, help="largest best_of / num_beams a request may ask for (default: 4)")
     p.add_argument("--max-top-n-tokens", type=int, help="largest top_n_tokens a request may ask for (default: 5)")
+    p.add_argument("--lexicon", type=Path, metavar="FILE.tsv", help="an operator's lexicon that adds or overrides entries")
+    p.add_argument("--max-text-chars", type=int, help="longest running text per request, in characters (default: 1000)")
+    p.add_argument("--max-words", type=int, help="most words per request, numbers spelt out (default: 100)")
     p.add_argument("--request-timeout-s", type=float, help="504 past this many seconds (default: 60)")
     p.add_argument("--drain-timeout-s", type=float, help="how long SIGTERM waits for in-flight requests (default: 30)")
     p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on generation routes")
@@ -89,18 +92,20 @@ def serve(settings, engine=None, *, keepalive_s: float | None = None) -> int:
     from service.app import create_app
     from service.bundle import BundleError
     from service.engine import EngineError
+    from service.lexicon import LexiconError
     from service.logs import configure_logging
     from service.settings import ConfigError
-    from service.state import SSE_KEEPALIVE_S, load_engine, resolve_limits
+    from service.state import SSE_KEEPALIVE_S, load_engine, load_lexicon, resolve_limits
 
     configure_logging(settings.log_level)
     try:
         if engine is None:
             engine = load_engine(settings)
         resolve_limits(settings, engine)
-    except (BundleError, EngineError, ConfigError) as e:
+        lexicon = load_lexicon(settings, engine)  # a bad override line stops here, before the port opens
+    except (BundleError, EngineError, ConfigError, LexiconError) as e:
         return _fail(str(e))
-    app = create_app(settings, engine, keepalive_s=SSE_KEEPALIVE_S if keepalive_s is None else keepalive_s)
+    app = create_app(settings, engine, keepalive_s=SSE_KEEPALIVE_S if keepalive_s is None else keepalive_s, lexicon=lexicon)
     config = uvicorn.Config(
         app,
         host=settings.host,
