@@ -194,6 +194,37 @@ def test_info_shows_the_lexicon_the_word_level_flag_and_the_text_limits(url, cmu
     assert (info["max_text_chars"], info["max_words"]) == (1000, 100)
 
 
+# ---- attnserve-generate ------------------------------------------------------------------------
+def test_attnserve_generate_reads_running_text_and_writes_each_answers_source(tmp_path, cmudict):
+    from service.cli import generate_main
+
+    src = tmp_path / "lines.txt"
+    src.write_text(f"hello\n{SENTENCE}\n{OOV}\n")
+    out = tmp_path / "out.tsv"
+    base = [str(src), "-o", str(out), "--bundle", str(DEFAULT_BUNDLE), "--threads", "1", "--no-progress"]
+
+    def rows() -> list[list[str]]:
+        return [line.split("\t") for line in out.read_text().splitlines()]
+
+    assert generate_main(base) == 0
+    assert rows()[:2] == [["hello", cmudict["hello"][0]], [SENTENCE, WORD_SEPARATOR.join(cmudict[w][0] for w in SENTENCE_WORDS)]]
+
+    assert generate_main(base + ["--best-of", "3"]) == 0
+    by_input = {}
+    for r in rows():
+        by_input.setdefault(r[0], []).append(r[1:])
+    hello = by_input["hello"]
+    assert [(rank, text, score, source) for rank, text, score, source in hello[:2]] == [
+        ("1", cmudict["hello"][0], "", "lexicon"),
+        ("2", cmudict["hello"][1], "", "lexicon"),
+    ]
+    assert hello[2][0] == "3" and hello[2][3] == "model" and float(hello[2][2]) < 0
+    assert {r[3] for r in by_input[OOV]} == {"model"} and len(by_input[OOV]) == 3
+
+    assert generate_main(base + ["--no-lexicon"]) == 0
+    assert rows()[0][1] != cmudict["hello"][0]  # the model's own answer
+
+
 # ---- bundles without a lexicon, or without the word-level flag --------------------------------
 def test_words_of_a_text_count_toward_the_request_bound(tiny_bundle_dir):
     with serving(tiny_bundle_dir, max_concurrent_requests=2) as s:
