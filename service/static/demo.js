@@ -242,6 +242,12 @@ const last = { inputs: null, requests: {}, streamed: {} }; // what the heatmap c
 async function explainSelected() {
   const which = $("#attn-output").value;
   const request = last.requests[which];
+  if (request && /\s/.test(last.inputs.trim())) {
+    // running text is answered word by word; the attention map is the model's over one input
+    attention.reset("The attention map shows one word at a time: enter a single word to see it.");
+    attention.state = "idle";
+    return;
+  }
   if (!request) {
     attention.reset(`No ${which} output to explain yet.`);
     attention.state = "idle";
