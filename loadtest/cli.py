@@ -94,6 +94,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=_positive(int))
     p.add_argument("--top-p", type=_positive(float))
     p.add_argument("--seed", type=int, default=0, help="request i sends seed+i when sampling; also seeds the arrivals")
+    p.add_argument(
+        "--allow-lexicon",
+        action="store_true",
+        help="let the bundle's lexicon answer known inputs (default: send lexicon=false, so the model answers every one)",
+    )
     p.add_argument("--api-key", help="sent as 'Authorization: Bearer KEY' (default: $ATTNSERVE_API_KEY)")
     p.add_argument("--timeout", type=_positive(float), default=60.0, help="seconds a request may take, from when it was due")
     p.add_argument("--slo", help="goodput counts requests meeting all of e.g. ttft_ms=200,itl_ms=50,e2e_ms=1000")
@@ -154,6 +159,7 @@ async def run(args, levels: list[Level], inputs: list[str], slo: dict, result: d
         top_k=args.top_k,
         top_p=args.top_p,
         seed=args.seed if args.do_sample else None,
+        lexicon=args.allow_lexicon,
     )
     target = Target(
         url=base + args.endpoint,

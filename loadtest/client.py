@@ -54,9 +54,14 @@ class GenerationParams:
     top_k: int | None = None
     top_p: float | None = None
     seed: int | None = None  # base seed: request i sends seed + i, so a run is reproducible
+    # False sends `"lexicon": false`: the model answers every input, so speed figures measure the model
+    # path and stay comparable whatever the bundle's lexicon knows (a dictionary lookup costs no decoding)
+    lexicon: bool = False
 
     def payload(self, text: str, index: int) -> dict:
         params: dict = {"do_sample": self.do_sample}
+        if not self.lexicon:
+            params["lexicon"] = False
         for name in ("max_new_tokens", "temperature", "top_k", "top_p"):
             value = getattr(self, name)
             if value is not None:

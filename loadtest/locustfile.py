@@ -36,6 +36,9 @@ def _add_options(parser) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=0, help="TGI max_new_tokens (0: the server's default)")
     parser.add_argument("--do-sample", action="store_true", default=False, help="sample instead of greedy decoding")
     parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0: the server's default)")
+    parser.add_argument(
+        "--allow-lexicon", action="store_true", default=False, help="let the lexicon answer (default: lexicon=false)"
+    )
     parser.add_argument("--api-key", default="", env_var="ATTNSERVE_API_KEY", help="sent as 'Authorization: Bearer KEY'")
     parser.add_argument("--endpoint", default="/generate_stream", help="streaming route")
 
@@ -55,6 +58,8 @@ class GenerateStreamUser(HttpUser):
     def on_start(self) -> None:
         opts = self.environment.parsed_options
         params: dict = {"do_sample": bool(opts.do_sample)}
+        if not opts.allow_lexicon:
+            params["lexicon"] = False  # measure the model path, as attnserve-loadtest does
         if opts.max_new_tokens:
             params["max_new_tokens"] = opts.max_new_tokens
         if opts.temperature:

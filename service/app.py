@@ -36,11 +36,12 @@ from starlette.types import Scope
 
 from service import errors
 from service.engine import Engine
+from service.lexicon import Lexicon
 from service.middleware import RequestContext
 from service.routes import docs, explain, generate, health
 from service.schemas import StreamResponse
 from service.settings import Settings
-from service.state import SSE_KEEPALIVE_S, Service, load_engine, warm_up
+from service.state import SSE_KEEPALIVE_S, Service, load_engine, load_lexicon, warm_up
 from service.version import version
 
 log = logging.getLogger("attnserve.service")
@@ -48,15 +49,19 @@ log = logging.getLogger("attnserve.service")
 GENERATION_ROUTES = ("/generate", "/generate_stream", "/", explain.ROUTE)  # their errors count in the metrics
 
 
-def create_app(settings: Settings, engine: Engine | None = None, *, keepalive_s: float = SSE_KEEPALIVE_S) -> FastAPI:
+def create_app(
+    settings: Settings, engine: Engine | None = None, *, keepalive_s: float = SSE_KEEPALIVE_S, lexicon: Lexicon | None = None
+) -> FastAPI:
     """The FastAPI app. `engine`: one already loaded (attnserve-serve loads it first, so a bad bundle
-    stops start-up before the port opens); None: the lifespan loads `settings.bundle`.
+    stops start-up before the port opens); None: the lifespan loads `settings.bundle`. `lexicon`: the
+    bundle's lexicon with the operator's file, already loaded (None: the lifespan loads it, if any).
     `keepalive_s`: how often a quiet stream sends a keep-alive comment."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         eng = engine if engine is not None else await asyncio.to_thread(load_engine, settings)
-        svc = Service(settings, eng, keepalive_s)
+        lex = lexicon if lexicon is not None else await asyncio.to_thread(load_lexicon, settings, eng)
+        svc = Service(settings, eng, keepalive_s, lexicon=lex)
         svc.loop = asyncio.get_running_loop()
         await asyncio.to_thread(warm_up, eng)
         svc.scheduler.start()
@@ -70,6 +75,8 @@ def create_app(settings: Settings, engine: Engine | None = None, *, keepalive_s:
                 "provider": eng.provider,
                 "threads": eng.threads,
                 "max_batch_size": settings.max_batch_size,
+                "lexicon_sources": len(lex) if lex is not None else 0,
+                "word_level_source": eng.bundle.word_level_source,
             },
         )
         try:

@@ -61,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-new-tokens", type=int, help="largest max_new_tokens (default: the bundle's max_target_len)")
     p.add_argument("--max-best-of", type=int, help="largest best_of / num_beams a request may ask for (default: 4)")
     p.add_argument("--max-top-n-tokens", type=int, help="largest top_n_tokens a request may ask for (default: 5)")
+    p.add_argument("--lexicon", type=Path, metavar="FILE.tsv", help="an operator's lexicon that adds or overrides entries")
+    p.add_argument("--max-text-chars", type=int, help="longest running text per request, in characters (default: 1000)")
+    p.add_argument("--max-words", type=int, help="most words per request, numbers spelt out (default: 100)")
     p.add_argument("--request-timeout-s", type=float, help="504 past this many seconds (default: 60)")
     p.add_argument("--drain-timeout-s", type=float, help="how long SIGTERM waits for in-flight requests (default: 30)")
     p.add_argument(
@@ -92,18 +95,20 @@ def serve(settings, engine=None, *, keepalive_s: float | None = None) -> int:
     from service.app import create_app
     from service.bundle import BundleError
     from service.engine import EngineError
+    from service.lexicon import LexiconError
     from service.logs import configure_logging
     from service.settings import ConfigError
-    from service.state import SSE_KEEPALIVE_S, load_engine, resolve_limits
+    from service.state import SSE_KEEPALIVE_S, load_engine, load_lexicon, resolve_limits
 
     configure_logging(settings.log_level)
     try:
         if engine is None:
             engine = load_engine(settings)
         resolve_limits(settings, engine)
-    except (BundleError, EngineError, ConfigError) as e:
+        lexicon = load_lexicon(settings, engine)  # a bad override line stops here, before the port opens
+    except (BundleError, EngineError, ConfigError, LexiconError) as e:
         return _fail(str(e))
-    app = create_app(settings, engine, keepalive_s=SSE_KEEPALIVE_S if keepalive_s is None else keepalive_s)
+    app = create_app(settings, engine, keepalive_s=SSE_KEEPALIVE_S if keepalive_s is None else keepalive_s, lexicon=lexicon)
     config = uvicorn.Config(
         app,
         host=settings.host,
@@ -148,12 +153,14 @@ class DrainingServer(uvicorn.Server):
 
 def generate_main(argv: list[str] | None = None) -> int:
     """Bulk generation: one input per line in, `input<TAB>output` lines out (for G2P: a lexicon);
-    with --best-of N, N ranked rows per input: `input<TAB>rank<TAB>output<TAB>score<TAB>source`."""
+    with --best-of N, N ranked rows per input: `input<TAB>rank<TAB>output<TAB>score<TAB>source`.
+    Answered as the server answers: the lexicon first (unless --no-lexicon), and for a word-level
+    bundle each line is running text whose words' answers are joined by " | "."""
     p = argparse.ArgumentParser(
         prog="attnserve-generate",
         description="Generate for every line of a file with the server's engine and batching, in-process.",
     )
-    p.add_argument("input", type=Path, help="text file, one input per line ('-': stdin)")
+    p.add_argument("input", type=Path, help="text file, one input (a word, or running text) per line ('-': stdin)")
     p.add_argument("-o", "--output", type=Path, help="TSV to write (default: stdout)")
     p.add_argument(
         "--bundle", type=Path, help="model bundle (default: ATTNSERVE_BUNDLE, else models/g2p-en here or the source checkout's)"
@@ -176,6 +183,8 @@ def generate_main(argv: list[str] | None = None) -> int:
         "writes input, rank, output, score (mean log-probability), source",
     )
     p.add_argument("--num-beams", type=int, help="beam width when larger than --best-of")
+    p.add_argument("--no-lexicon", action="store_true", help="the model answers every word, even those the lexicon knows")
+    p.add_argument("--lexicon", type=Path, metavar="FILE.tsv", help="an operator's lexicon over the bundle's (as the server's)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     args = p.parse_args(argv)
 
@@ -184,6 +193,7 @@ def generate_main(argv: list[str] | None = None) -> int:
     from service.bundle import BundleError
     from service.client import Generator
     from service.engine import EngineError, InputError
+    from service.lexicon import LexiconError
     from service.settings import Settings
 
     overrides = {
@@ -208,6 +218,8 @@ def generate_main(argv: list[str] | None = None) -> int:
         if getattr(args, k) is not None
     }
     params["do_sample"] = args.do_sample
+    ranked = args.best_of is not None or args.num_beams is not None
+    params["logprobs"] = ranked  # the score column
     try:
         gen = Generator(
             settings.bundle,
@@ -215,21 +227,24 @@ def generate_main(argv: list[str] | None = None) -> int:
             provider=settings.provider,
             threads=settings.threads,
             max_batch_size=settings.max_batch_size,
+            lexicon_file=args.lexicon,
         )
-    except (BundleError, EngineError) as e:
+    except (BundleError, EngineError, LexiconError) as e:
         return _fail(str(e))
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     failed = 0
     try:
         gen.options(**params)  # bad parameters stop here with their message, before any work
         bar = tqdm(total=len(inputs), unit="line", disable=args.no_progress or None, file=sys.stderr)
-        for (n, text), result in zip(inputs, gen.generate_many([t for _, t in inputs], **params)):
+        results = gen.generate_text_many([t for _, t in inputs], lexicon=not args.no_lexicon, **params)
+        for (n, text), result in zip(inputs, results):
             if isinstance(result, InputError):
                 failed += 1
                 tqdm.write(f"line {n}: {result}", file=sys.stderr)
-            elif args.best_of is not None or args.num_beams is not None:
-                for rank, h in enumerate(result.hypotheses, 1):
-                    out.write(f"{text}\t{rank}\t{h.text}\t{h.score:.6f}\tmodel\n")
+            elif ranked:
+                for rank, a in enumerate(result.ranked(), 1):
+                    score = "" if a.score is None else f"{a.score:.6f}"  # a lexicon answer has no score
+                    out.write(f"{text}\t{rank}\t{a.text}\t{score}\t{a.source}\n")
             else:
                 out.write(f"{text}\t{result.text}\n")
             bar.update(1)

@@ -5,9 +5,9 @@ Also the error responses every route documents in /docs.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 import orjson
 from fastapi.responses import Response, StreamingResponse
@@ -15,16 +15,11 @@ from fastapi.responses import Response, StreamingResponse
 from service import errors
 from service.engine import Engine, Hypothesis, StepResult
 from service.metrics import ServiceMetrics
-from service.scheduler import Failed, Finished, Ticket
-from service.schemas import (
-    BestOfSequence,
-    Details,
-    ErrorResponse,
-    GenerateParameters,
-    GenerateResponse,
-    PrefillToken,
-    Token,
-)
+from service.scheduler import Failed
+from service.schemas import ErrorResponse, GenerateParameters, GenerateResponse, PrefillToken
+
+if TYPE_CHECKING:  # the request type uses this module's token helpers
+    from service.text_requests import TextRequest
 
 ERROR_RESPONSES = {
     code: {"model": ErrorResponse, "description": text}
@@ -85,59 +80,15 @@ def prefill(engine: Engine, params: GenerateParameters) -> list[PrefillToken]:
     return [PrefillToken(id=engine.bos_id, text="", logprob=None)] if params.decoder_input_details else []
 
 
-def timing_headers(ticket: Ticket, n_tokens: int) -> dict[str, str]:
-    """TGI's per-response timing headers, in milliseconds."""
-    t = ticket.timings()
+def timing_headers(timings: dict[str, float], n_tokens: int) -> dict[str, str]:
+    """TGI's per-response timing headers, in milliseconds, from a request's timings in seconds."""
     return {
-        "x-total-time": str(round(t["total"] * 1000)),
-        "x-queue-time": str(round(t["queue"] * 1000)),
-        "x-inference-time": str(round(t["inference"] * 1000)),
-        "x-time-per-token": str(round(t["per_token"] * 1000)),
+        "x-total-time": str(round(timings["total"] * 1000)),
+        "x-queue-time": str(round(timings["queue"] * 1000)),
+        "x-inference-time": str(round(timings["inference"] * 1000)),
+        "x-time-per-token": str(round(timings["per_token"] * 1000)),
         "x-generated-tokens": str(n_tokens),
     }
-
-
-def generate_response(
-    engine: Engine, ticket: Ticket, results: list[StepResult], finished: Finished, params: GenerateParameters, inputs: str
-) -> GenerateResponse:
-    """The /generate body of a finished ticket: its text (after the input with return_full_text), details on request."""
-    gen = ticket.generation
-    text = gen.text if gen is not None else ""
-    if params.return_full_text:
-        text = inputs + text
-    details = None
-    if params.details and gen is not None:
-        best = gen.hypotheses[0]
-        if gen.streams:  # one row, decided token by token: the step results are its tokens
-            tokens = [Token(**token_dict(r)) for r in results]
-            top = [top_token_dicts(engine, r.top_tokens) for r in results] if gen.options.top_n_tokens else None
-        else:
-            tokens = [Token(**t) for t in hypothesis_tokens(engine, best)]
-            top = None
-        others = [
-            BestOfSequence(
-                generated_text=(inputs if params.return_full_text else "") + h.text,
-                finish_reason=h.finish_reason,
-                generated_tokens=h.generated_tokens,
-                seed=h.seed,
-                prefill=prefill(engine, params),
-                tokens=[Token(**t) for t in hypothesis_tokens(engine, h)],
-                score=h.score,
-                index=h.index if gen.options.sampling else None,
-            )
-            for h in gen.hypotheses[1:]
-        ]
-        details = Details(
-            finish_reason=finished.finish_reason,
-            generated_tokens=best.generated_tokens,
-            seed=ticket.seed,
-            prefill=prefill(engine, params),
-            tokens=tokens,
-            top_tokens=top,
-            best_of_sequences=others if gen.options.n_best > 1 else None,
-            score=best.score if best.logprobs or best.eos_logprob is not None else None,
-        )
-    return GenerateResponse(generated_text=text, details=details)
 
 
 class JSONBytesResponse(Response):
@@ -156,62 +107,40 @@ def json_response(answer: GenerateResponse | list[GenerateResponse], headers: di
     return JSONBytesResponse(body, headers=headers)
 
 
-async def sse_events(
-    engine: Engine,
-    ticket: Ticket,
-    params: GenerateParameters,
-    inputs: str,
-    route: str,
-    metrics: ServiceMetrics,
-    keepalive_s: float,
-) -> AsyncIterator[bytes]:
-    """The body of a stream: `data:{event}` per token, keep-alive comments while quiet, an error event on failure.
+async def sse_events(job: TextRequest, route: str, metrics: ServiceMetrics, keepalive_s: float) -> AsyncIterator[bytes]:
+    """The body of a stream: `data:{event}` per token (in text order, for running text), keep-alive
+    comments while quiet, an error event on failure.
 
     If the client disconnects, Starlette cancels this generator at its await;
-    the `finally` then cancels the ticket, so the row leaves the batch at the
-    next step and stops generating.
+    the `finally` then cancels the request's tickets, so their rows leave the
+    batch at the next step and stop generating.
     """
     outcome = "cancelled"
     index = 0
     try:
-        while True:
-            try:
-                async with asyncio.timeout(keepalive_s):  # a timer, not a task per wait as asyncio.wait_for makes
-                    events = await ticket.next_events()
-            except TimeoutError:
+        async for item in job.stream_items(keepalive_s):
+            if item is None:
                 yield b": keep-alive\n\n"
                 continue
-            chunks, last = [], False  # the events that arrived together go out in one write
-            for ev in events:
-                if isinstance(ev, Finished):
-                    last = True
-                    break
-                if isinstance(ev, Failed):
-                    outcome = ev.error.error_type
-                    chunks.append(b"data:" + _json(errors.error_body(ev.error.error_type, ev.error.message)) + b"\n\n")
-                    last = True
-                    break
-                index += 1
-                top = top_token_dicts(engine, ev.top_tokens)
-                event = {"index": index, "token": token_dict(ev), "top_tokens": top, "generated_text": None, "details": None}
-                if ev.finish_reason is not None:
-                    text = ticket.generation.text
-                    event["generated_text"] = inputs + text if params.return_full_text else text
-                    if params.details:
-                        event["details"] = {
-                            "finish_reason": ev.finish_reason,
-                            "generated_tokens": index,
-                            "seed": ticket.seed,
-                            "input_length": len(ticket.source_ids),
-                        }
-                    outcome = "success"
-                    metrics.request_duration.observe(time.perf_counter() - ticket.t_arrival)
-                chunks.append(b"data:" + _json(event) + b"\n\n")
-            if chunks:
-                yield b"".join(chunks)
-            if last:
+            if isinstance(item, Failed):
+                outcome = item.error.error_type
+                yield b"data:" + _json(errors.error_body(item.error.error_type, item.error.message)) + b"\n\n"
                 return
+            index += 1
+            event = {"index": index, "token": item.token, "top_tokens": item.top_tokens, "generated_text": None, "details": None}
+            if item.last:
+                event["generated_text"] = job.generated_text()
+                if job.params.details:
+                    event["details"] = {
+                        "finish_reason": item.finish_reason,
+                        "generated_tokens": index,
+                        "seed": job.seed,
+                        "input_length": job.input_length,
+                    }
+                outcome = "success"
+                metrics.request_duration.observe(time.perf_counter() - job.t_arrival)
+            yield b"data:" + _json(event) + b"\n\n"
     finally:
-        if outcome == "cancelled":
-            ticket.cancel()
+        if outcome != "success":
+            job.cancel()
         metrics.request_done(route, outcome)

@@ -179,21 +179,31 @@ class Scheduler:
     def submit(self, source_ids: list[int], options: DecodingOptions, loop: asyncio.AbstractEventLoop | None = None) -> Ticket:
         """Queue a request; raises APIError 429 (bound reached), 503 (stopping / engine dead), or 422
         when it needs more batch rows (beams, best_of samples) than the batch holds: it could never join."""
-        if options.n_rows > self.max_batch_size:
-            raise errors.validation(
-                f"this request needs {options.n_rows} batch rows (best_of/num_beams) but a batch holds {self.max_batch_size}"
-            )
-        ticket = Ticket(source_ids, options, time.perf_counter() + self.request_timeout_s, loop)
+        return self.submit_many([(source_ids, options)], loop)[0]
+
+    def submit_many(
+        self, requests: list[tuple[list[int], DecodingOptions]], loop: asyncio.AbstractEventLoop | None = None
+    ) -> list[Ticket]:
+        """Queue several requests at once (the words of one text), all or none: each counts toward
+        `max_concurrent_requests`, and they are queued together, so they join the batch at the same step
+        boundary (as far as `max_batch_size` allows) and share its decoder steps. Errors as `submit`."""
+        for _, options in requests:
+            if options.n_rows > self.max_batch_size:
+                raise errors.validation(
+                    f"this request needs {options.n_rows} batch rows (best_of/num_beams) but a batch holds {self.max_batch_size}"
+                )
+        deadline = time.perf_counter() + self.request_timeout_s
+        tickets = [Ticket(ids, options, deadline, loop) for ids, options in requests]
         with self._cv:
             if self._stopping or not self.alive:
                 raise errors.unavailable(self.unavailable_reason())
-            if self._in_flight >= self.max_concurrent_requests:
+            if self._in_flight + len(tickets) > self.max_concurrent_requests:
                 raise errors.overloaded(self.retry_after_s())
-            self._in_flight += 1
-            self._waiting.append(ticket)
+            self._in_flight += len(tickets)
+            self._waiting.extend(tickets)
             self.metrics.queue_size.set(len(self._waiting))
             self._cv.notify()
-        return ticket
+        return tickets
 
     def unavailable_reason(self) -> str:
         """Why requests are refused with 503 once the engine loop has stopped (or is stopping): what a client may read."""

@@ -121,6 +121,27 @@ class BestOfSequence(BaseModel):
     index: int | None = Field(None, description="Which sampled candidate (i of best_of) it was; null for beams.")
 
 
+class WordAlternative(BaseModel):
+    """Another answer for one word of running text (best_of), best first."""
+
+    text: str
+    source: Literal["model", "lexicon"]
+    score: float | None = Field(None, description="The model's mean log-probability; null for a lexicon answer.")
+
+
+class WordDetails(BaseModel):
+    """One word of running text (word-level bundles): how it was read and how it was answered."""
+
+    word: str = Field(..., description="The word as read: accents and case folded, numbers spelt out.", examples=["two"])
+    start: int = Field(..., description='Where in `inputs` it came from: inputs[start:end] ("2" for "two").')
+    end: int
+    text: str = Field(..., description="Its answer (for G2P, its pronunciation).", examples=["T UW1"])
+    source: Literal["model", "lexicon"] = Field(..., description="Where the answer came from.")
+    score: float | None = Field(None, description="The model's mean log-probability; null for a lexicon answer.")
+    finish_reason: FinishReason
+    alternatives: list[WordAlternative] | None = Field(None, description="With best_of: its other answers, best first.")
+
+
 class Details(BaseModel):
     finish_reason: FinishReason = Field(..., description="Why generation stopped.")
     generated_tokens: int = Field(..., description="Tokens generated, the end-of-sequence token included.")
@@ -134,7 +155,13 @@ class Details(BaseModel):
         None, description="The other n-best answers, best first (best_of > 1)."
     )
     score: float | None = Field(None, description="Extension: mean log-probability of the generated tokens, end token included.")
-    source: Literal["model", "lexicon"] = Field("model", description="Extension: where the answer came from.")
+    source: Literal["model", "lexicon"] = Field(
+        "model",
+        description="Extension: where the answer came from; for running text, `lexicon` only when every word's did.",
+    )
+    words: list[WordDetails] | None = Field(
+        None, description="Extension, word-level bundles: per word of the input, as read, its answer and source."
+    )
 
 
 class GenerateResponse(BaseModel):
@@ -176,6 +203,14 @@ class ReadyResponse(BaseModel):
     status: Literal["ready"] = "ready"
 
 
+class LexiconInfo(BaseModel):
+    sources: int = Field(..., description="Entries (distinct sources) in the lexicon.")
+    targets: int = Field(..., description="Answers in all (a source may have several, best first).")
+    bundle_file: str | None = Field(None, description="The bundle's lexicon file, if it has one.")
+    override_file: str | None = Field(None, description="Name of the operator's file (ATTNSERVE_LEXICON), if any.")
+    overridden_sources: int = Field(0, description="Sources the operator's file added or replaced.")
+
+
 class InfoResponse(BaseModel):
     model_id: str = Field(..., description="The bundle's model_id (also the `model` label of every metric).")
     model_sha: str = Field(..., description="sha256 of the bundle's bundle.json: identifies the exact bundle.")
@@ -195,6 +230,12 @@ class InfoResponse(BaseModel):
     max_stop_sequences: int = MAX_STOP_SEQUENCES
     max_best_of: int = Field(..., description="Largest best_of / num_beams a request may ask for.")
     max_top_n_tokens: int = Field(..., description="Largest top_n_tokens a request may ask for.")
+    word_level_source: bool = Field(
+        ..., description="The bundle reads one word at a time, so the server reads running text word by word."
+    )
+    lexicon: LexiconInfo | None = Field(None, description="The lexicon answering known inputs first; null: none loaded.")
+    max_text_chars: int = Field(..., description="Longest running text per request, in characters (word-level bundles).")
+    max_words: int = Field(..., description="Most words per request, numbers spelt out (word-level bundles).")
     request_timeout_s: float
     keepalive_timeout_s: float = Field(..., description="Idle HTTP keep-alive connections are closed after this long.")
     version: str = Field(..., description="attnserve version.")

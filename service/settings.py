@@ -15,6 +15,7 @@ from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from service.runtime import available_cpus
+from service.text import MAX_TEXT_CHARS, MAX_WORDS
 
 DEFAULT_BUNDLE = Path("models/g2p-en")
 
@@ -85,6 +86,20 @@ class Settings(BaseSettings):
         4, ge=1, description="Largest best_of / num_beams (n-best answers, beam width) a request may ask for."
     )
     max_top_n_tokens: int = Field(5, ge=0, description="Largest top_n_tokens (alternatives per step) a request may ask for.")
+    lexicon: Path | None = Field(
+        None,
+        description="An operator's lexicon (TSV, `source<TAB>target` per line, best first; blank lines and # comments "
+        "allowed): adds entries to the bundle's lexicon, and a source listed here replaces all of the bundle's targets "
+        "for it. A bad line stops start-up with FILE:LINE.",
+    )
+    max_text_chars: int = Field(
+        MAX_TEXT_CHARS, ge=1, description="Longest running text read in one request, in characters (word-level bundles)."
+    )
+    max_words: int = Field(
+        MAX_WORDS,
+        ge=1,
+        description="Most words read in one request, counted after numbers are spelt out (word-level bundles).",
+    )
     request_timeout_s: float = Field(
         60.0, gt=0, description="A request that waits plus runs longer than this ends with 504 and frees its slot."
     )

@@ -11,11 +11,14 @@ from service import errors
 from service.bundle import load_bundle
 from service.engine import DecodingOptions, Engine
 from service.explain import Explainer
+from service.lexicon import Lexicon
 from service.metrics import ServiceMetrics
-from service.scheduler import Scheduler, Ticket
+from service.scheduler import Scheduler
 from service.schemas import GenerateRequest
 from service.settings import ConfigError, Settings
-from service.validation import Validator, ValidRequest
+from service.text import TextReader
+from service.text_requests import TextRequest
+from service.validation import Validator
 
 SSE_KEEPALIVE_S = 15.0  # a comment line this often on a quiet stream keeps proxies from closing it
 
@@ -36,6 +39,12 @@ def resolve_limits(settings: Settings, engine: Engine) -> tuple[int, int]:
     return max_input, max_new
 
 
+def load_lexicon(settings: Settings, engine: Engine) -> Lexicon | None:
+    """The bundle's lexicon with the operator's file (`settings.lexicon`) on top; None when there is neither.
+    Raises LexiconError (one line: FILE:LINE and what is wrong) on a bad override line."""
+    return Lexicon.load(engine.bundle, settings.lexicon, engine.src_tokenizer, engine.tgt_tokenizer)
+
+
 def warm_up(engine: Engine) -> None:
     """One greedy and one sampled generation over rows of different lengths, so the first real
     request does not pay for ONNX Runtime's first-run allocations and kernel choices."""
@@ -49,11 +58,24 @@ class Service:
     """Everything the routes share: settings, engine, validator, scheduler, metrics, explainer, and the
     readiness and drain flags. `loop` is the event loop the scheduler wakes (set by the lifespan)."""
 
-    def __init__(self, settings: Settings, engine: Engine, keepalive_s: float = SSE_KEEPALIVE_S):
+    def __init__(self, settings: Settings, engine: Engine, keepalive_s: float = SSE_KEEPALIVE_S, lexicon: Lexicon | None = None):
         self.settings = settings
         self.engine = engine
         self.keepalive_s = keepalive_s
         self.max_input_tokens, self.max_new_tokens = resolve_limits(settings, engine)
+        self.lexicon = lexicon  # known answers before the model (service/lexicon.py); None: the model answers all
+        # a word-level bundle reads running text word by word (service/text.py); None: inputs are read whole
+        self.reader = (
+            TextReader(
+                engine.src_tokenizer,
+                engine.tgt_tokenizer,
+                self.max_input_tokens,
+                max_chars=settings.max_text_chars,
+                max_words=settings.max_words,
+            )
+            if engine.bundle.word_level_source
+            else None
+        )
         self.validator = Validator(
             engine,
             self.max_input_tokens,
@@ -75,10 +97,9 @@ class Service:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.explainer = Explainer.for_engine(engine)  # POST /explain's graphs; None when the bundle has none
 
-    def admit(self, body: GenerateRequest, stream: bool) -> tuple[Ticket, ValidRequest]:
-        """Validate and queue a generation request; APIError 503 (draining), 422, 429 or 503 (engine stopped)."""
+    def admit(self, body: GenerateRequest, stream: bool) -> TextRequest:
+        """Validate a generation request, answer what the lexicon knows and queue the rest for the engine;
+        APIError 503 (draining), 422, 429 or 503 (engine stopped)."""
         if self.draining:
             raise errors.draining()
-        valid = self.validator.validate(body, stream)
-        ticket = self.scheduler.submit(valid.source_ids, valid.options, self.loop)
-        return ticket, valid
+        return TextRequest.admit(self, body, stream)

@@ -96,7 +96,12 @@ def split_words(text: str, max_chars: int = MAX_TEXT_CHARS, max_words: int = MAX
     words: list[Word] = []
     for m in _TOKENS.finditer(folded):
         start, end = origin[m.start()], origin[m.end() - 1] + 1
-        for spoken in _read(m):
+        try:
+            spoken_words = _read(m)
+        except (OverflowError, ValueError, ArithmeticError):  # num2words stops at 10**600 and the like
+            number = text[start:end] if end - start <= 24 else text[start : start + 20] + "..."
+            raise TextError(f"number {number!r} is too large to read; write it in words") from None
+        for spoken in spoken_words:
             words.append(Word(spoken, start, end))
         if len(words) > max_words:
             raise TextError(f"input has more than {max_words} words; at most {max_words} are read per request")

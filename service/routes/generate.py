@@ -1,26 +1,26 @@
-"""Generation: POST /generate, POST /generate_stream and TGI's POST / (what huggingface_hub calls)."""
+"""Generation: POST /generate, POST /generate_stream and TGI's POST / (what huggingface_hub calls).
+
+What a request becomes (the lexicon's answers, running text's words, the engine's tickets) is
+service/text_requests.py's; these handlers only wait and answer.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 from fastapi import APIRouter, Request, Response
 
 from service.dependencies import GENERATION_GUARDS, ServiceDep
-from service.engine import StepResult
 from service.responses import (
     ERROR_RESPONSES,
     SSE_CONTENT,
     SSE_HEADERS,
     SSE_RESPONSE,
     SSEResponse,
-    generate_response,
     json_response,
     sse_events,
     timing_headers,
 )
-from service.scheduler import Failed, Finished, Ticket
 from service.schemas import CompatGenerateRequest, GenerateRequest, GenerateResponse
 from service.state import Service
 
@@ -61,53 +61,16 @@ async def compat(svc: ServiceDep, request: Request, body: CompatGenerateRequest)
 
 async def generate_once(svc: Service, request: Request, body: GenerateRequest, route: str, as_list: bool = False) -> Response:
     """Admit, wait for every token, answer GenerateResponse (TGI's `/` answers a one-element list of it)."""
-    ticket, valid = svc.admit(body, stream=False)
-    collected = await collect(request, ticket)
-    if collected is None:
+    job = svc.admit(body, stream=False)
+    if not await job.collect(request):
         svc.metrics.request_done(route, "cancelled")
         return Response(status_code=499)  # nobody reads it: the client has gone
-    results, finished = collected
-    answer = generate_response(svc.engine, ticket, results, finished, valid.parameters, body.inputs)
+    answer = job.response()
     svc.metrics.request_done(route, "success")
-    svc.metrics.request_duration.observe(time.perf_counter() - ticket.t_arrival)
-    return json_response([answer] if as_list else answer, timing_headers(ticket, ticket.n_tokens))
+    svc.metrics.request_duration.observe(time.perf_counter() - job.t_arrival)
+    return json_response([answer] if as_list else answer, timing_headers(job.timings(), job.n_tokens()))
 
 
 def stream(svc: Service, body: GenerateRequest, route: str) -> SSEResponse:
-    ticket, valid = svc.admit(body, stream=True)
-    events = sse_events(svc.engine, ticket, valid.parameters, body.inputs, route, svc.metrics, svc.keepalive_s)
-    return SSEResponse(events, headers=SSE_HEADERS)
-
-
-async def collect(request: Request, ticket: Ticket) -> tuple[list[StepResult], Finished] | None:
-    """All of a ticket's tokens; None if the client went away first (the row is then cancelled)."""
-
-    async def tokens() -> tuple[list[StepResult], Finished]:
-        got: list[StepResult] = []
-        while True:
-            for ev in await ticket.next_events():
-                if isinstance(ev, Failed):
-                    raise ev.error
-                if isinstance(ev, Finished):
-                    return got, ev
-                got.append(ev)
-
-    work = asyncio.ensure_future(tokens())
-    gone = asyncio.ensure_future(_client_gone(request))
-    try:
-        await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        gone.cancel()
-        finished = work.done()
-        if not finished:  # the client went away (or this handler was cancelled): free the row
-            work.cancel()
-            ticket.cancel()
-    return work.result() if finished else None
-
-
-async def _client_gone(request: Request) -> None:
-    """Returns when the client disconnects (the body has been read, so the next message is the disconnect)."""
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return
+    job = svc.admit(body, stream=True)
+    return SSEResponse(sse_events(job, route, svc.metrics, svc.keepalive_s), headers=SSE_HEADERS)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 from fastapi import APIRouter, Response
 
 from service import errors
 from service.bundle import VARIANT_WEIGHT_DTYPES
 from service.dependencies import ServiceDep
+from service.lexicon import Lexicon
 from service.metrics import CONTENT_TYPE
-from service.schemas import ErrorResponse, HealthResponse, InfoResponse, ReadyResponse
+from service.schemas import ErrorResponse, HealthResponse, InfoResponse, LexiconInfo, ReadyResponse
 from service.version import version
 
 router = APIRouter()
@@ -50,10 +53,24 @@ async def info(svc: ServiceDep) -> InfoResponse:
         max_new_tokens=svc.max_new_tokens,
         max_best_of=settings.max_best_of,
         max_top_n_tokens=settings.max_top_n_tokens,
+        word_level_source=eng.bundle.word_level_source,
+        lexicon=lexicon_info(svc.lexicon),
+        max_text_chars=settings.max_text_chars,
+        max_words=settings.max_words,
         request_timeout_s=settings.request_timeout_s,
         keepalive_timeout_s=settings.keepalive_timeout_s,
         version=version(),
     )
+
+
+def lexicon_info(lexicon: Lexicon | None) -> LexiconInfo | None:
+    """What /info shows of the lexicon: counts and file names (no directories)."""
+    if lexicon is None:
+        return None
+    info = lexicon.info()
+    if info["override_file"] is not None:
+        info["override_file"] = Path(info["override_file"]).name
+    return LexiconInfo(**info)
 
 
 @router.get("/metrics", response_class=Response, summary="Prometheus metrics", responses={200: {"content": {CONTENT_TYPE: {}}}})

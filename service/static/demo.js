@@ -183,7 +183,7 @@ const attention = {
     err.hidden = false;
     this.state = "error";
   },
-  show(data, streamedIds) {
+  show(data, streamedIds, fromLexicon) {
     this.data = data;
     const layer = $("#layer");
     const head = $("#head");
@@ -197,7 +197,9 @@ const attention = {
     layer.value = keepLayer;
     head.value = keepHead;
     const same = streamedIds && streamedIds.length === data.tokens.length && streamedIds.every((id, i) => id === data.tokens[i].id);
-    $(".note", this.root).textContent = same
+    $(".note", this.root).textContent = fromLexicon
+      ? `The output came from the lexicon; this map shows the model's own answer. Weights from ${data.graph}.`
+      : same
       ? `Same tokens as the streamed output. Weights from ${data.graph}.`
       : `Weights from ${data.graph}; this server serves the ${data.serving_variant} variant, whose tokens differ here.`;
     this.render();
@@ -237,11 +239,17 @@ const attention = {
 
 // ---- wiring ---------------------------------------------------------------------------------------
 const panels = { greedy: new Panel("greedy"), sampled: new Panel("sampled") };
-const last = { inputs: null, requests: {}, streamed: {} }; // what the heatmap can explain
+const last = { inputs: null, requests: {}, streamed: {}, fromLexicon: {} }; // what the heatmap can explain
 
 async function explainSelected() {
   const which = $("#attn-output").value;
   const request = last.requests[which];
+  if (request && /\s/.test(last.inputs.trim())) {
+    // running text is answered word by word; the attention map is the model's over one input
+    attention.reset("The attention map shows one word at a time: enter a single word to see it.");
+    attention.state = "idle";
+    return;
+  }
   if (!request) {
     attention.reset(`No ${which} output to explain yet.`);
     attention.state = "idle";
@@ -260,7 +268,7 @@ async function explainSelected() {
     attention.fail(await errorText(resp));
     return;
   }
-  attention.show(await resp.json(), last.streamed[which]);
+  attention.show(await resp.json(), last.streamed[which], last.fromLexicon[which]);
 }
 
 async function run(event) {
@@ -291,6 +299,8 @@ async function run(event) {
     last.inputs = inputs;
     last.requests = { greedy: g ? greedy : null, sampled: s ? { ...sampled, seed: s.seed } : null };
     last.streamed = { greedy: g && g.ids, sampled: s && s.ids };
+    // a lexicon answer's tokens carry no probability: /explain then shows the model's own tokens
+    last.fromLexicon = { greedy: g !== null && panels.greedy.tokens.some((t) => !t.special && t.logprob === null) };
     await explainSelected();
   } finally {
     button.disabled = false;
