@@ -1,4 +1,5 @@
-"""`attnserve-export build RUN --out BUNDLE` and `attnserve-export verify BUNDLE [--run RUN]`."""
+"""`attnserve-export build RUN --out BUNDLE`, `attnserve-export requantize BUNDLE` and
+`attnserve-export verify BUNDLE [--run RUN]`."""
 
 from __future__ import annotations
 
@@ -20,6 +21,13 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads (default: the CPUs this process may use)")
     b.add_argument("--dataset", help="dataset for the parity corpus and dev evaluation (default: the run's)")
     b.add_argument("--no-fp16", action="store_true", help="leave the fp16 variant (a CUDA extra) out: a smaller bundle")
+    r = sub.add_parser(
+        "requantize", help="rewrite a bundle's int8 graphs from its fp32 graphs and re-run the int8 gate (no run needed)"
+    )
+    r.add_argument("bundle", type=Path)
+    r.add_argument("--eval-limit", type=int, help="dev examples for the gate (default: as many as the bundle recorded)")
+    r.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads (default: the CPUs this process may use)")
+    r.add_argument("--dataset", help="dataset for the dev evaluation (default: the bundle's)")
     v = sub.add_parser("verify", help="run the parity suite on a bundle; exit 1 on any failure")
     v.add_argument("bundle", type=Path)
     v.add_argument("--run", type=Path, help="the run it came from: recompute the PyTorch reference and compare numerically")
@@ -47,6 +55,12 @@ def main(argv: list[str] | None = None) -> int:
                 fp16=not args.no_fp16,
             )
             return 0
+        if args.command == "requantize":
+            from export.bundle import requantize
+
+            meta = requantize(args.bundle, args.eval_limit, args.threads, _log, args.dataset)
+            print(json.dumps(meta["int8_gate"], indent=2))
+            return 0 if meta["default_variant"]["cpu"] == "int8" else 1
         from export.verify import run_parity
 
         model = None
