@@ -59,8 +59,8 @@ def main(argv: list[str] | None = None) -> int:
             from export.bundle import requantize
 
             meta = requantize(args.bundle, args.eval_limit, args.threads, _log, args.dataset)
-            print(json.dumps(meta["int8_gate"], indent=2))
-            return 0 if meta["default_variant"]["cpu"] == "int8" else 1
+            print(json.dumps(meta["int8_gate"], indent=2))  # whether int8 is now the CPU default, and why
+            return 0
         from export.verify import run_parity
 
         model = None

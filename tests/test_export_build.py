@@ -187,3 +187,34 @@ def test_build_without_fp16_leaves_it_out_and_records_why(tiny_run_dir, tmp_path
     assert meta["default_variant"]["cuda"] == "fp32"
     assert not list(out.glob("*fp16*"))
     assert load_bundle(out).variants.keys() == {"fp32", "int8"}
+
+
+def test_requantize_rewrites_a_bundles_int8_from_its_fp32_graphs(tiny_bundle_dir, tmp_path, capsys):
+    """A bundle whose int8 is ONNX Runtime's dynamic quantization (as bundles built before were)
+    gets the batch-invariant int8 and a re-run gate, without its run directory."""
+    import shutil
+
+    from export.bundle import write_manifest
+    from export.cli import main
+    from export.variants import INT8_QUANTIZATION, quantize_int8_dynamic
+    from service.bundle import load_bundle
+
+    bundle = tmp_path / "old"
+    shutil.copytree(tiny_bundle_dir, bundle)
+    meta = json.loads((bundle / "bundle.json").read_text())
+    for graph in ("encoder", "decoder"):
+        quantize_int8_dynamic(bundle / f"{graph}.onnx", bundle / f"{graph}.int8.onnx")
+    meta["variants"]["int8"]["quantization"] = "onnxruntime dynamic, MatMul weights int8"
+    del meta["int8_gate"]["batch_invariant"]
+    write_manifest(bundle, meta)
+
+    assert main(["requantize", str(bundle), "--eval-limit", "100", "--threads", "1"]) == 0
+    capsys.readouterr()
+    meta = load_bundle(bundle).meta  # every hash verifies
+    assert meta["variants"]["int8"]["quantization"] == INT8_QUANTIZATION
+    gate = meta["int8_gate"]
+    assert gate["batch_invariant"] and gate["invariance"]["max_abs_diff"] == 0.0
+    assert meta["variants"]["int8"]["eval"]["dev"]["words"] == 100
+    expected = "int8" if gate["accurate_enough"] and gate["faster"] else "fp32"
+    assert meta["default_variant"]["cpu"] == expected
+    assert not (tmp_path / "old.partial").exists()
