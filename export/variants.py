@@ -27,12 +27,19 @@ FP16_KEEP_FP32_OPS = ["LayerNormalization", "Softmax"]
 
 INT8_QUANTIZATION = (
     "int8 per row: activations quantized in the graph per row (symmetric, scale max|x|/127, uint8 with zero "
-    "point 128), MatMul weights int8 per output channel, MatMulIntegerToFloat; attention's softmax sum and "
+    "point 128), MatMul weights int8 per output channel in [-63, 63] (no uint8 x int8 saturation without "
+    "VNNI), MatMulIntegerToFloat; attention's softmax sum and "
     "weighted sum in an order-exact form, so a row's outputs are bitwise the same whatever else is in the batch"
 )
 DYNAMIC_QUANTIZATION = "onnxruntime dynamic, MatMul weights int8"  # the int8 of bundles built before
 
-_MS_DOMAIN = "com.microsoft"  # MatMulIntegerToFloat and FusedMatMul are ONNX Runtime contrib ops
+# Weights use 7 bits of the int8 range. On x86 without VNNI, ONNX Runtime's uint8 x int8 kernel
+# adds pairs of products in int16 (vpmaddubsw) and saturates: 255 * 127 * 2 > 32767. Measured on
+# this project's AVX2 machine with full-range weights, a 256-wide MatMul was off its exact integer
+# result by several units; with |w| <= 63 (255 * 63 * 2 < 32767) it is exact. (int8 x int8
+# activations avoid it too but ran 3-10x slower there.) ONNX Runtime's own remedy, reduce_range.
+WEIGHT_LEVELS = 63
+_MS_DOMAIN = "com.microsoft"  # MatMulIntegerToFloat is an ONNX Runtime contrib op
 
 
 def quantize_int8(src: Path, dst: Path, exact_attention: bool = True, keep_fp32: tuple[str, ...] = ()) -> dict:
@@ -44,7 +51,7 @@ def quantize_int8(src: Path, dst: Path, exact_attention: bool = True, keep_fp32:
 
         amax = ReduceMax(Abs(x), last axis)                  # [B, T, 1], this row's own range
         xq   = QuantizeLinear(x / amax, 1/127, 128)          # uint8, symmetric around 128
-        y    = MatMulIntegerToFloat(xq, Wq, 1, ws / 127, 128) * amax   # Wq int8 per output channel
+        y    = MatMulIntegerToFloat(xq, Wq, 1, ws / 127, 128) * amax   # Wq per output channel, |Wq| <= 63
 
     MatMuls that read the same x (Q/K/V) share one quantization. A row whose amax is 0 gives y = 0.
     Integer accumulation is exact, so with the row's own scale the product is bitwise independent
@@ -122,9 +129,9 @@ def _quantize_matmuls_per_row(graph: onnx.GraphProto, keep_fp32: set[str]) -> tu
         ]
         for mm in matmuls:
             w = numpy_helper.to_array(inits[mm.input[1]]).astype(np.float32)  # [K, N]
-            scale = np.abs(w).max(axis=0) / 127.0  # per output channel
+            scale = np.abs(w).max(axis=0) / WEIGHT_LEVELS  # per output channel
             scale = np.where(scale > 0, scale, 1.0).astype(np.float32)
-            wq = np.clip(np.rint(w / scale), -127, 127).astype(np.int8)
+            wq = np.clip(np.rint(w / scale), -WEIGHT_LEVELS, WEIGHT_LEVELS).astype(np.int8)
             q = f"int8row/{mm.name or mm.output[0]}"
             added += [
                 numpy_helper.from_array(wq, f"{q}/weight_int8"),

@@ -196,7 +196,7 @@ def test_requantize_rewrites_a_bundles_int8_from_its_fp32_graphs(tiny_bundle_dir
 
     from export.bundle import write_manifest
     from export.cli import main
-    from export.variants import INT8_QUANTIZATION, quantize_int8_dynamic
+    from export.variants import DYNAMIC_QUANTIZATION, INT8_QUANTIZATION, quantize_int8_dynamic
     from service.bundle import load_bundle
 
     bundle = tmp_path / "old"
@@ -204,7 +204,7 @@ def test_requantize_rewrites_a_bundles_int8_from_its_fp32_graphs(tiny_bundle_dir
     meta = json.loads((bundle / "bundle.json").read_text())
     for graph in ("encoder", "decoder"):
         quantize_int8_dynamic(bundle / f"{graph}.onnx", bundle / f"{graph}.int8.onnx")
-    meta["variants"]["int8"]["quantization"] = "onnxruntime dynamic, MatMul weights int8"
+    meta["variants"]["int8"]["quantization"] = DYNAMIC_QUANTIZATION
     del meta["int8_gate"]["batch_invariant"]
     write_manifest(bundle, meta)
 
