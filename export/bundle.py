@@ -23,7 +23,7 @@ import torch
 from export.explain import add_explain_graph
 from export.lexicon import with_fields_after, write_lexicon
 from export.onnx import OPSET, export_decoder, export_encoder, external_data_files, graph_io, share_initializers
-from export.variants import FP16_KEEP_FP32_OPS, FP32_BOUNDARY, convert_fp16, quantize_int8
+from export.variants import FP16_KEEP_FP32_OPS, FP32_BOUNDARY, INT8_QUANTIZATION, convert_fp16, quantize_int8
 from service.bundle import FORMAT_VERSION, bounded_length, load_bundle, sha256_file
 from training.run import load_model, load_run_tokenizers
 
@@ -38,6 +38,9 @@ VARIANT_FILES = {
 }
 INT8_MAX_WER_LOSS = 0.5  # percentage points of dev WER int8 may lose against fp32
 INT8_MIN_SPEEDUP = 1.05  # and it must be at least this much faster, at batch 1 and at batch 32
+# and a row's outputs must be the same alone and in padded batches of 32 (export/invariance.py): exactly,
+# since any difference, however small, can flip an int8 rounding step and grow to 1e-2 in the logits
+INT8_MAX_INVARIANCE_DIFF = 0.0
 LENGTH_MARGIN = 3  # tokens beyond the longest training target of the same source length
 
 
@@ -172,7 +175,7 @@ def build(
         "decoder_extra_outputs": ["next_token"],  # [B] int64: in-graph argmax of logits
         "variants": {
             "fp32": dict(VARIANT_FILES["fp32"]),
-            "int8": {**VARIANT_FILES["int8"], "quantization": "onnxruntime dynamic, MatMul weights int8"},
+            "int8": {**VARIANT_FILES["int8"], "quantization": INT8_QUANTIZATION},
             "fp16": {
                 **VARIANT_FILES["fp16"],
                 "precision": f"float16; {', '.join(FP16_KEEP_FP32_OPS)} and the logits projection in float32; "
@@ -255,13 +258,66 @@ def build(
     return meta
 
 
+def requantize(
+    bundle_dir: Path, eval_limit: int | None = None, threads: int | None = None, log=print, dataset: str | None = None
+) -> dict:
+    """Rewrite a bundle's int8 graphs from its own fp32 graphs (`quantize_int8`) and re-run the int8
+    gate; returns the new bundle.json. No run directory needed: how an existing bundle gets a new
+    quantization. `eval_limit` defaults to the dev size the bundle recorded. Works in
+    `BUNDLE.partial` and replaces the bundle only when everything passed. A test-split figure
+    measured on the old int8 is dropped (re-run `attnserve-eval BUNDLE --split test --record`)."""
+    from export.verify import int8_agreement
+
+    bundle_dir = Path(bundle_dir)
+    meta = load_bundle(bundle_dir).meta  # every hash checked before anything is derived from it
+    if "int8" not in meta["variants"]:
+        raise BuildError(f"{bundle_dir}: the bundle has no int8 variant to rewrite")
+    work = bundle_dir.with_name(bundle_dir.name + ".partial")
+    if work.exists():
+        shutil.rmtree(work)
+    shutil.copytree(bundle_dir, work)
+    fp32, int8 = meta["variants"]["fp32"], meta["variants"]["int8"]
+    for graph in ("encoder", "decoder"):
+        counts = quantize_int8(work / fp32[graph], work / int8[graph])
+        log(f"[requantize] {int8[graph]}: {counts}")
+    meta["variants"]["int8"] = {"encoder": int8["encoder"], "decoder": int8["decoder"], "quantization": INT8_QUANTIZATION}
+    write_manifest(work, meta)
+    corpus = json.loads((work / meta.get("parity_corpus", PARITY_CORPUS)).read_text())
+    parity = {**meta.get("parity", {}), "int8": int8_agreement(load_bundle(work), corpus, threads)}
+    limit = eval_limit if eval_limit is not None else meta.get("eval", {}).get("dev", {}).get("words", 2000)
+    train_cfg = {"dataset": dataset or meta.get("dataset"), "strip_stress": meta.get("strip_stress", False)}
+    log(f"[requantize] dev evaluation of fp32 and int8 (limit {limit}), speed and batch invariance")
+    gate = int8_gate(work, train_cfg, limit, threads, log)
+    evals = {k: v for k, v in meta.get("eval", {}).items() if not (k != "dev" and v.get("variant") == "int8")}
+    if evals.keys() != meta.get("eval", {}).keys():
+        log("[requantize] test figures of the old int8 dropped: run attnserve-eval BUNDLE --split test --record")
+    meta = update_manifest(
+        work,
+        parity=parity,
+        eval={**evals, "dev": gate["fp32_dev"]},
+        default_variant={**meta["default_variant"], "cpu": "int8" if gate["int8_is_cpu_default"] else "fp32"},
+        int8_gate=gate["decision"],
+        variants={
+            **meta["variants"],
+            "int8": {**meta["variants"]["int8"], "eval": {"dev": gate["int8_dev"]}, "speed": gate["speed"]},
+        },
+    )
+    load_bundle(work)
+    shutil.rmtree(bundle_dir)
+    work.rename(bundle_dir)
+    log(f"[requantize] {bundle_dir} rewritten (default cpu variant: {meta['default_variant']['cpu']})")
+    return meta
+
+
 def int8_gate(bundle_dir: Path, train_cfg: dict, eval_limit: int, threads: int | None, log=print) -> dict:
-    """Dev WER of fp32 and int8 through the engine, and their speed at batch 1 and 32.
+    """Dev WER of fp32 and int8 through the engine, their speed at batch 1 and 32, and int8's batch
+    invariance on the parity corpus.
 
     int8 becomes the CPU default only if it loses at most INT8_MAX_WER_LOSS WER points AND is
     at least INT8_MIN_SPEEDUP times faster at both batch sizes (int8 is not always faster for
-    small matrices; measure, don't assume).
+    small matrices; measure, don't assume) AND a row's outputs do not depend on its batch.
     """
+    from export.invariance import batch_invariance
     from export.verify import bench_engine_speed
     from service.engine import Engine
     from training.evaluate import evaluate_engine
@@ -276,7 +332,11 @@ def int8_gate(bundle_dir: Path, train_cfg: dict, eval_limit: int, threads: int |
         dev[v].pop("by_length", None)
         log(f"[export] dev {v}: " + ", ".join(f"{k}={x:.2f}" for k, x in dev[v].items() if isinstance(x, float)))
     speed = bench_engine_speed(engines, dataset, train_cfg.get("strip_stress", False))
-    decision = int8_decision(bundle.meta["task"], dev["fp32"], dev["int8"], speed)
+    corpus = json.loads((bundle.dir / bundle.meta.get("parity_corpus", PARITY_CORPUS)).read_text())
+    enc, dec = bundle.graph_paths("int8")
+    cfg = bundle.config
+    invariance = batch_invariance(enc, dec, corpus["source_ids"], bundle.n_layers, int(cfg["tgt_vocab_size"]), cfg["pad_id"])
+    decision = int8_decision(bundle.meta["task"], dev["fp32"], dev["int8"], speed, invariance)
     decision["threads"] = engines["fp32"].threads
     log(f"[export] int8 gate: {decision}")
     return {
@@ -284,13 +344,17 @@ def int8_gate(bundle_dir: Path, train_cfg: dict, eval_limit: int, threads: int |
         "int8_dev": dev["int8"],
         "speed": speed,
         "decision": decision,
-        "int8_is_cpu_default": decision["accurate_enough"] and decision["faster"],
+        "int8_is_cpu_default": decision["accurate_enough"] and decision["faster"] and decision["batch_invariant"],
     }
 
 
-def int8_decision(task: str, fp32_dev: dict, int8_dev: dict, speed: dict[str, dict[str, float]]) -> dict:
+def int8_decision(
+    task: str, fp32_dev: dict, int8_dev: dict, speed: dict[str, dict[str, float]], invariance: dict | None = None
+) -> dict:
     """The gate itself: int8 may lose at most INT8_MAX_WER_LOSS points of the task's metric (WER for
-    G2P, exact match otherwise) and must be INT8_MIN_SPEEDUP times faster at EVERY measured batch size."""
+    G2P, exact match otherwise), must be INT8_MIN_SPEEDUP times faster at EVERY measured batch size,
+    and its rows must differ alone and batched by at most INT8_MAX_INVARIANCE_DIFF (`invariance`:
+    export/invariance.py's figures; without them int8 is not invariant)."""
     metric, higher_better = ("wer", False) if task == "g2p" else ("exact_match", True)
     loss = (fp32_dev[metric] - int8_dev[metric]) if higher_better else (int8_dev[metric] - fp32_dev[metric])
     speedups = {b: speed["int8"][b] / speed["fp32"][b] for b in speed["fp32"]}
@@ -302,4 +366,7 @@ def int8_decision(task: str, fp32_dev: dict, int8_dev: dict, speed: dict[str, di
         "min_speedup": INT8_MIN_SPEEDUP,
         "accurate_enough": loss <= INT8_MAX_WER_LOSS,
         "faster": all(x >= INT8_MIN_SPEEDUP for x in speedups.values()),
+        "batch_invariant": invariance is not None and invariance["max_abs_diff"] <= INT8_MAX_INVARIANCE_DIFF,
+        "invariance": invariance,
+        "max_invariance_diff": INT8_MAX_INVARIANCE_DIFF,
     }

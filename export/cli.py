@@ -1,5 +1,5 @@
-"""`attnserve-export build RUN --out BUNDLE`, `attnserve-export verify BUNDLE [--run RUN]` and
-`attnserve-export add-lexicon BUNDLE`."""
+"""`attnserve-export build RUN --out BUNDLE`, `attnserve-export verify BUNDLE [--run RUN]`,
+`attnserve-export requantize BUNDLE` and `attnserve-export add-lexicon BUNDLE`."""
 
 from __future__ import annotations
 
@@ -33,6 +33,13 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("bundle", type=Path)
     a.add_argument("--dataset", help="dictionary to ship (default: the dataset bundle.json records)")
     a.add_argument("--word-level-source", action=argparse.BooleanOptionalAction, help="default: true for a G2P bundle")
+    r = sub.add_parser(
+        "requantize", help="rewrite a bundle's int8 graphs from its fp32 graphs and re-run the int8 gate (no run needed)"
+    )
+    r.add_argument("bundle", type=Path)
+    r.add_argument("--eval-limit", type=int, help="dev examples for the gate (default: as many as the bundle recorded)")
+    r.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads (default: the CPUs this process may use)")
+    r.add_argument("--dataset", help="dataset for the dev evaluation (default: the bundle's)")
     v = sub.add_parser("verify", help="run the parity suite on a bundle; exit 1 on any failure")
     v.add_argument("bundle", type=Path)
     v.add_argument("--run", type=Path, help="the run it came from: recompute the PyTorch reference and compare numerically")
@@ -66,6 +73,12 @@ def main(argv: list[str] | None = None) -> int:
             from export.lexicon import add_lexicon
 
             add_lexicon(args.bundle, args.dataset, args.word_level_source, _log)
+            return 0
+        if args.command == "requantize":
+            from export.bundle import requantize
+
+            meta = requantize(args.bundle, args.eval_limit, args.threads, _log, args.dataset)
+            print(json.dumps(meta["int8_gate"], indent=2))  # whether int8 is now the CPU default, and why
             return 0
         from export.verify import run_parity
 

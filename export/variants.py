@@ -1,8 +1,9 @@
 """The int8 and fp16 variants: the same graphs under other names (Contract 2).
 
-- int8: ONNX Runtime's dynamic quantization of the MatMul weights (activations
-  quantized per batch at run time). Whether it becomes the CPU default is
-  decided by the gate in bundle.py, on measured WER and speed.
+- int8: MatMul weights int8 per output channel, activations quantized per row
+  inside the graph, so a row's outputs never depend on the rest of its batch
+  (`quantize_int8`). Whether it becomes the CPU default is decided by the gate
+  in bundle.py, on measured WER, speed and batch invariance.
 - fp16: for CUDA. Weights and activations in float16, but LayerNorm and
   softmax computed in float32, and the float inputs/outputs that carry the
   attention bias and the logits stay float32 at the graph boundary (so -1e9
@@ -15,6 +16,7 @@ import logging
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import onnx
 
 from export.onnx import MAX_IR_VERSION
@@ -23,7 +25,63 @@ FP32_BOUNDARY = ("encoder_attention_bias", "logits")  # stay float32 in the fp16
 FP16_KEEP_FP32_OPS = ["LayerNormalization", "Softmax"]
 
 
-def quantize_int8(src: Path, dst: Path) -> None:
+INT8_QUANTIZATION = (
+    "int8 per row: activations quantized in the graph per row (symmetric, scale max|x|/127, uint8 with zero "
+    "point 128), MatMul weights int8 per output channel in [-63, 63] (no uint8 x int8 saturation without "
+    "VNNI), MatMulIntegerToFloat; attention's softmax sum and "
+    "weighted sum in an order-exact form, so a row's outputs are bitwise the same whatever else is in the batch"
+)
+DYNAMIC_QUANTIZATION = "onnxruntime dynamic, MatMul weights int8"  # the int8 of bundles built before
+
+# Weights use 7 bits of the int8 range. On x86 without VNNI, ONNX Runtime's uint8 x int8 kernel
+# adds pairs of products in int16 (vpmaddubsw) and saturates: 255 * 127 * 2 > 32767. Measured on
+# this project's AVX2 machine with full-range weights, a 256-wide MatMul was off its exact integer
+# result by several units; with |w| <= 63 (255 * 63 * 2 < 32767) it is exact. (int8 x int8
+# activations avoid it too but ran 3-10x slower there.) ONNX Runtime's own remedy, reduce_range.
+WEIGHT_LEVELS = 63
+_MS_DOMAIN = "com.microsoft"  # MatMulIntegerToFloat is an ONNX Runtime contrib op
+
+
+def quantize_int8(src: Path, dst: Path, exact_attention: bool = True, keep_fp32: tuple[str, ...] = ()) -> dict:
+    """The int8 variant of a graph, batch-invariant by construction; returns node counts.
+
+    ONNX Runtime's dynamic quantization (`quantize_int8_dynamic`) takes ONE activation scale for the
+    whole [B, T, K] tensor, so a row's logits depend on the other rows of its step. Here every MatMul
+    with a constant 2-D weight [K, N] becomes:
+
+        amax = ReduceMax(Abs(x), last axis)                  # [B, T, 1], this row's own range
+        xq   = QuantizeLinear(x / amax, 1/127, 128)          # uint8, symmetric around 128
+        y    = MatMulIntegerToFloat(xq, Wq, 1, ws / 127, 128) * amax   # Wq per output channel, |Wq| <= 63
+
+    MatMuls that read the same x (Q/K/V) share one quantization. A row whose amax is 0 gives y = 0.
+    Integer accumulation is exact, so with the row's own scale the product is bitwise independent
+    of the batch. The float attention around it is not, under padding: ONNX Runtime's one-row MatMul
+    kernel and Softmax sum a padded length in a different order, a 1e-6 difference that an int8
+    rounding step can turn into 1e-2. `exact_attention` rewrites each Softmax -> MatMul(p, V) into
+    a form whose sums run in order over the padded axis (see `_exact_attention`), making the whole
+    graph bitwise invariant to padding as well. MatMuls named in `keep_fp32` stay float32.
+    """
+    m = onnx.load(str(src))  # external data (decoder.onnx.data) is read in
+    before = len(m.graph.node)
+    quantized, shared = _quantize_matmuls_per_row(m.graph, set(keep_fp32))
+    attention = _exact_attention(m.graph) if exact_attention else 0
+    if not any(o.domain == _MS_DOMAIN for o in m.opset_import):
+        m.opset_import.append(onnx.helper.make_opsetid(_MS_DOMAIN, 1))
+    m.ir_version = min(m.ir_version, MAX_IR_VERSION)
+    onnx.checker.check_model(m)
+    onnx.save(m, str(dst))
+    return {
+        "nodes_before": before,
+        "nodes": len(m.graph.node),
+        "matmuls": quantized,
+        "quantizations": shared,
+        "attentions": attention,
+    }
+
+
+def quantize_int8_dynamic(src: Path, dst: Path) -> None:
+    """ONNX Runtime's dynamic quantization (one activation scale per tensor, so NOT batch-invariant):
+    kept for comparison (docs/bench/int8_invariant.py)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     root = logging.getLogger()
@@ -40,6 +98,131 @@ def quantize_int8(src: Path, dst: Path) -> None:
     m.ir_version = min(m.ir_version, MAX_IR_VERSION)
     onnx.checker.check_model(m)
     onnx.save(m, str(dst))
+
+
+def _quantize_matmuls_per_row(graph: onnx.GraphProto, keep_fp32: set[str]) -> tuple[int, int]:
+    """Rewrite MatMul(x, W const [K, N]) as in `quantize_int8`; returns (MatMuls, quantizations)."""
+    from onnx import helper, numpy_helper
+
+    inits = {t.name: t for t in graph.initializer}
+    groups: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        w = inits.get(node.input[1]) if node.op_type == "MatMul" and node.name not in keep_fp32 else None
+        if w is not None and len(w.dims) == 2 and w.data_type == onnx.TensorProto.FLOAT:
+            groups.setdefault(node.input[0], []).append(node)
+    added = [
+        numpy_helper.from_array(np.array(1.0, np.float32), "int8row/one"),
+        numpy_helper.from_array(np.array(1 / 127, np.float32), "int8row/inv127"),
+        numpy_helper.from_array(np.array(128, np.uint8), "int8row/zero_point"),
+    ]
+    replace: dict[int, list[onnx.NodeProto]] = {}
+    replaced_weights = set()
+    for g, (x, matmuls) in enumerate(groups.items()):
+        p = f"int8row/q{g}"
+        nodes = [
+            helper.make_node("Abs", [x], [f"{p}/abs"], name=f"{p}/Abs"),
+            helper.make_node("ReduceMax", [f"{p}/abs"], [f"{p}/amax"], name=f"{p}/ReduceMax", axes=[-1], keepdims=1),
+            helper.make_node("Div", [x, f"{p}/amax"], [f"{p}/x_unit"], name=f"{p}/Div"),
+            helper.make_node(
+                "QuantizeLinear", [f"{p}/x_unit", "int8row/inv127", "int8row/zero_point"], [f"{p}/xq"], name=f"{p}/Quantize"
+            ),
+        ]
+        for mm in matmuls:
+            w = numpy_helper.to_array(inits[mm.input[1]]).astype(np.float32)  # [K, N]
+            scale = np.abs(w).max(axis=0) / WEIGHT_LEVELS  # per output channel
+            scale = np.where(scale > 0, scale, 1.0).astype(np.float32)
+            wq = np.clip(np.rint(w / scale), -WEIGHT_LEVELS, WEIGHT_LEVELS).astype(np.int8)
+            q = f"int8row/{mm.name or mm.output[0]}"
+            added += [
+                numpy_helper.from_array(wq, f"{q}/weight_int8"),
+                # x = amax * xq / 127: the 1/127 of the activation goes with the weight scale
+                numpy_helper.from_array((scale / np.float32(127)).astype(np.float32), f"{q}/weight_scale"),
+            ]
+            nodes += [
+                helper.make_node(
+                    "MatMulIntegerToFloat",
+                    [f"{p}/xq", f"{q}/weight_int8", "int8row/one", f"{q}/weight_scale", "int8row/zero_point"],
+                    [f"{q}/y_unit"],
+                    name=f"{q}/MatMulIntegerToFloat",
+                    domain=_MS_DOMAIN,
+                ),
+                helper.make_node("Mul", [f"{q}/y_unit", f"{p}/amax"], [mm.output[0]], name=f"{q}/RowScale"),
+            ]
+            replace[id(mm)] = nodes
+            nodes = []
+            replaced_weights.add(mm.input[1])
+    _replace_nodes(graph, replace)
+    still_used = {i for node in graph.node for i in node.input}
+    kept = [t for t in graph.initializer if t.name not in replaced_weights or t.name in still_used]
+    del graph.initializer[:]
+    graph.initializer.extend(kept + added)
+    return len(replace), len(groups)
+
+
+def _exact_attention(graph: onnx.GraphProto) -> int:
+    """Rewrite Softmax(s) -> MatMul(p, V) [B,H,T,S] x [B,H,S,Dh] as
+
+        e = Exp(s - ReduceMax(s))                       # exact per element
+        o = MatMul(Concat(e, e), Pad(V, ones column))   # [B,H,2T,Dh+1]
+        out = o[:T, :Dh] / o[:T, Dh]                     # numerator and softmax sum from one MatMul
+
+    ONNX Runtime's MatMul kernel for several rows sums K in order, so zero weights of padded keys
+    (left or right) leave the sums bitwise unchanged; its one-row kernel (T = 1, every decoder step)
+    and Softmax's vectorised sum do not, hence the duplicated row. Returns the attentions rewritten."""
+    from onnx import helper, numpy_helper
+
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    outputs = {o.name for o in graph.output}
+    replace: dict[int, list[onnx.NodeProto]] = {}
+    for sm in graph.node:
+        users = consumers.get(sm.output[0], []) if sm.op_type == "Softmax" else []
+        axis = next((a.i for a in sm.attribute if a.name == "axis"), -1)
+        if axis != -1 or len(users) != 1 or users[0].op_type != "MatMul" or users[0].input[0] != sm.output[0]:
+            continue
+        if sm.output[0] in outputs:  # the explain graph returns the probabilities themselves
+            continue
+        mm, p = users[0], f"int8row/attention{len(replace) // 2}"
+        replace[id(sm)] = [
+            helper.make_node("ReduceMax", [sm.input[0]], [f"{p}/max"], name=f"{p}/ReduceMax", axes=[-1], keepdims=1),
+            helper.make_node("Sub", [sm.input[0], f"{p}/max"], [f"{p}/shifted"], name=f"{p}/Sub"),
+            helper.make_node("Exp", [f"{p}/shifted"], [f"{p}/e"], name=f"{p}/Exp"),
+            helper.make_node("Concat", [f"{p}/e", f"{p}/e"], [f"{p}/e2"], name=f"{p}/Concat", axis=-2),
+        ]
+        replace[id(mm)] = [
+            helper.make_node("Pad", [mm.input[1], "int8row/pad_ones", "int8row/one"], [f"{p}/v1"], name=f"{p}/Pad"),
+            helper.make_node("MatMul", [f"{p}/e2", f"{p}/v1"], [f"{p}/o2"], name=f"{p}/MatMul"),
+            helper.make_node("Split", [f"{p}/o2"], [f"{p}/o", f"{p}/o_copy"], name=f"{p}/Split", axis=-2),
+            helper.make_node(
+                "Slice", [f"{p}/o", "int8row/zero", "int8row/minus_one", "int8row/last_axis"], [f"{p}/num"], name=f"{p}/Num"
+            ),
+            helper.make_node(
+                "Slice", [f"{p}/o", "int8row/minus_one", "int8row/end", "int8row/last_axis"], [f"{p}/sum"], name=f"{p}/Sum"
+            ),
+            helper.make_node("Div", [f"{p}/num", f"{p}/sum"], [mm.output[0]], name=f"{p}/Div"),
+        ]
+    if replace:
+        graph.initializer.extend(
+            [
+                numpy_helper.from_array(np.array([0, 0, 0, 0, 0, 0, 0, 1], np.int64), "int8row/pad_ones"),
+                numpy_helper.from_array(np.array([0], np.int64), "int8row/zero"),
+                numpy_helper.from_array(np.array([-1], np.int64), "int8row/minus_one"),
+                numpy_helper.from_array(np.array([np.iinfo(np.int64).max], np.int64), "int8row/end"),
+                numpy_helper.from_array(np.array([-1], np.int64), "int8row/last_axis"),
+            ]
+        )
+        if not any(t.name == "int8row/one" for t in graph.initializer):
+            graph.initializer.append(numpy_helper.from_array(np.array(1.0, np.float32), "int8row/one"))
+    _replace_nodes(graph, replace)
+    return len(replace) // 2
+
+
+def _replace_nodes(graph: onnx.GraphProto, replace: dict[int, list[onnx.NodeProto]]) -> None:
+    nodes = [new for node in graph.node for new in replace.get(id(node), [node])]
+    del graph.node[:]
+    graph.node.extend(nodes)
 
 
 def convert_fp16(src: Path, dst: Path) -> None:

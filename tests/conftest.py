@@ -8,6 +8,7 @@ parity suite requires (about 6.4 and 255 here); training takes ~25 s and the exp
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -54,6 +55,19 @@ def tiny_bundle_dir(tiny_run_dir, tmp_path_factory) -> Path:
     meta = json.loads(meta_path.read_text())
     meta["int8_gate"]["built_cpu_default"] = meta["default_variant"]["cpu"]  # what the gate chose
     meta["default_variant"] = {**meta["default_variant"], "cpu": "fp32"}
+    meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_int8_bundle_dir(tiny_bundle_dir, tmp_path_factory) -> Path:
+    """The tiny bundle serving int8 on CPU, as the default model does: whatever the server serves by
+    default must pass the service's promises too (the same answer whatever else is in the batch)."""
+    out = tmp_path_factory.mktemp("tiny_int8_bundle") / "g2p-tiny-int8"
+    shutil.copytree(tiny_bundle_dir, out)
+    meta_path = out / "bundle.json"
+    meta = json.loads(meta_path.read_text())
+    meta["default_variant"] = {**meta["default_variant"], "cpu": "int8"}
     meta_path.write_text(json.dumps(meta, indent=2) + "\n")
     return out
 

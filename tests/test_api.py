@@ -304,6 +304,26 @@ def test_concurrent_mixed_lengths_match_one_by_one_and_batch(url, paced):
     assert batches_larger_than_one(before, after) > 0
 
 
+def test_int8_served_by_default_answers_under_load_as_alone(tiny_int8_bundle_dir):
+    """The default model serves int8 on CPU: 60 words (dictionary and pseudo-words), greedy and
+    seeded sampling, answer exactly as they do alone when sent by 16 concurrent clients."""
+    import random
+
+    rng = random.Random(3)
+    words = WORDS + ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 12))) for _ in range(50)]
+    with serving(tiny_int8_bundle_dir, max_batch_size=16, max_concurrent_requests=64) as server:
+        assert server.service.engine.variant == "int8"
+        for params in ({}, {"do_sample": True, "seed": 11, "temperature": 1.3}):
+            alone = [token_ids(generate(server.url, w, **params)) for w in words]
+            server.service.engine.step_delay_s = 0.002
+            before = scrape(server.url)
+            with ThreadPoolExecutor(16) as pool:
+                together = list(pool.map(lambda w, p=params: token_ids(generate(server.url, w, **p)), words))
+            server.service.engine.step_delay_s = 0.0
+            assert together == alone, params
+            assert batches_larger_than_one(before, scrape(server.url)) > 0
+
+
 def test_short_request_sent_while_a_long_one_runs_finishes_first(url, paced):
     paced(0.03)
     done = {}

@@ -76,3 +76,19 @@ def test_recorded_test_wer_holds_on_a_fixed_500_word_sample(engine):
     p = recorded / 100
     sigma = 100 * math.sqrt(p * (1 - p) / 500)
     assert abs(wer - recorded) <= 3 * sigma + 0.5, f"sample WER {wer:.1f} vs recorded {recorded:.1f} (3 sigma {3 * sigma:.1f})"
+
+
+def test_served_int8_rows_are_bitwise_the_same_alone_and_in_padded_batches():
+    """The variant served on CPU by default is int8: 256 test-split words, each alone and in shuffled
+    batches of 32 with extra source and past padding, give bitwise the same encoder outputs, logits
+    and cache (export/invariance.py)."""
+    import json
+
+    from export.invariance import batch_invariance
+
+    bundle = load_bundle(BUNDLE_DIR)
+    assert bundle.default_variant["cpu"] == "int8" and bundle.meta["int8_gate"]["batch_invariant"]
+    corpus = json.loads((BUNDLE_DIR / bundle.meta["parity_corpus"]).read_text())
+    enc, dec = bundle.graph_paths("int8")
+    figures = batch_invariance(enc, dec, corpus["source_ids"], bundle.n_layers, int(bundle.config["tgt_vocab_size"]))
+    assert figures["rows"] == 256 and figures["max_abs_diff"] == 0.0, figures

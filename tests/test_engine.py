@@ -18,6 +18,12 @@ def engine(tiny_bundle_dir):
     return Engine(load_bundle(tiny_bundle_dir), variant="fp32", provider="cpu", threads=1)
 
 
+@pytest.fixture(scope="module", params=["fp32", "int8"])
+def cpu_engine(request, tiny_bundle_dir):
+    """Each variant the server may choose on CPU: batching promises hold for every one of them."""
+    return Engine(load_bundle(tiny_bundle_dir), variant=request.param, provider="cpu", threads=1)
+
+
 def greedy(n=48):
     return DecodingOptions(max_new_tokens=n)
 
@@ -42,64 +48,64 @@ def test_greedy_matches_pytorch_reference(engine, tiny_run_dir):
     assert results[0].text == engine.decode_ids(expected[0]) and results[0].text
 
 
-def test_rows_joining_and_leaving_at_different_steps_change_nothing(engine):
+def test_rows_joining_and_leaving_at_different_steps_change_nothing(cpu_engine):
     """Continuous batching by hand: rows join with different source and past lengths and leave early."""
-    alone = {w: engine.generate([w], greedy())[0].token_ids for w in WORDS}
-    batch = engine.new_batch()
+    alone = {w: cpu_engine.generate([w], greedy())[0].token_ids for w in WORDS}
+    batch = cpu_engine.new_batch()
     pending = list(WORDS)
     seqs = {}
     step = 0
     while pending or len(batch):
         if pending and step % 2 == 0:  # one new row every other step
             w = pending.pop(0)
-            (seq,) = engine.start([(engine.encode_text(w), greedy())])
+            (seq,) = cpu_engine.start([(cpu_engine.encode_text(w), greedy())])
             seqs[w] = seq
             batch.add([seq])
-        results = engine.step(batch)
+        results = cpu_engine.step(batch)
         batch.remove([r.generation for r in results if r.finish_reason])
         step += 1
         assert step < 500
     assert {w: s.token_ids for w, s in seqs.items()} == alone
 
 
-def test_leaving_and_joining_in_one_update_changes_nothing(engine):
+def test_leaving_and_joining_in_one_update_changes_nothing(cpu_engine):
     """update(remove=..., add=...) rebuilds the cache once; outputs equal decoding alone."""
-    alone = {w: engine.generate([w], greedy())[0].token_ids for w in WORDS}
-    batch, pending, seqs, finished = engine.new_batch(), list(WORDS), {}, []
+    alone = {w: cpu_engine.generate([w], greedy())[0].token_ids for w in WORDS}
+    batch, pending, seqs, finished = cpu_engine.new_batch(), list(WORDS), {}, []
     for _ in range(500):
         joining = []
         if pending and (finished or not len(batch)):  # a new row takes each finished row's place
             for w in pending[: max(1, len(finished))]:
-                (q,) = engine.start([(engine.encode_text(w), greedy())])
+                (q,) = cpu_engine.start([(cpu_engine.encode_text(w), greedy())])
                 seqs[w] = q
                 joining.append(q)
             pending = pending[len(joining) :]
         batch.update(remove=finished, add=joining)
         if not len(batch):
             break
-        finished = [r.generation for r in engine.step(batch) if r.finish_reason]
+        finished = [r.generation for r in cpu_engine.step(batch) if r.finish_reason]
     assert {w: q.token_ids for w, q in seqs.items()} == alone
 
 
-def test_a_joining_row_takes_a_free_slot_in_place(engine):
+def test_a_joining_row_takes_a_free_slot_in_place(cpu_engine):
     """Leaving frees a slot without copying the cache; the next row to join fills it in place."""
     words = WORDS[:6]
-    alone = {w: engine.generate([w], greedy())[0].token_ids for w in [*words, "zebra"]}
-    batch = engine.new_batch()
-    seqs = dict(zip(words, engine.start([(engine.encode_text(w), greedy()) for w in words])))
+    alone = {w: cpu_engine.generate([w], greedy())[0].token_ids for w in [*words, "zebra"]}
+    batch = cpu_engine.new_batch()
+    seqs = dict(zip(words, cpu_engine.start([(cpu_engine.encode_text(w), greedy()) for w in words])))
     batch.add(list(seqs.values()))
-    engine.step(batch)
-    engine.step(batch)
+    cpu_engine.step(batch)
+    cpu_engine.step(batch)
     past_before = batch.past[0]
     batch.remove([seqs["hello"]])  # 1 of 6 free: kept as a slot, no rebuild
     assert len(batch) == 5 and len(batch.rows) == 6 and batch.past[0] is past_before
-    (late,) = engine.start([(engine.encode_text("zebra"), greedy())])
+    (late,) = cpu_engine.start([(cpu_engine.encode_text("zebra"), greedy())])
     batch.add([late])  # fills hello's slot in place
     assert len(batch) == 6 and batch.rows.index(late.rows[0]) == words.index("hello") and batch.past[0] is past_before
     seqs.pop("hello")
     seqs["zebra"] = late
     while len(batch):
-        batch.remove([r.generation for r in engine.step(batch) if r.finish_reason])
+        batch.remove([r.generation for r in cpu_engine.step(batch) if r.finish_reason])
     for w, q in seqs.items():
         assert q.token_ids == alone[w], w
 
@@ -178,15 +184,15 @@ def test_logprobs_are_log_probabilities_of_the_chosen_tokens(engine):
     assert plain.logprobs is None and plain.token_ids == r.token_ids
 
 
-def test_same_seed_same_ids_whatever_the_batch_and_seed_is_returned(engine):
+def test_same_seed_same_ids_whatever_the_batch_and_seed_is_returned(cpu_engine):
     opts = DecodingOptions(max_new_tokens=48, do_sample=True, temperature=1.3, seed=42)
-    alone = engine.generate(["phonetics"], opts)[0]
+    alone = cpu_engine.generate(["phonetics"], opts)[0]
     inputs = WORDS[:3] + ["phonetics"] + WORDS[3:]
-    mixed = engine.generate(inputs, [greedy()] * 3 + [opts] + [greedy()] * 7, batch_size=5, refill=True)
+    mixed = cpu_engine.generate(inputs, [greedy()] * 3 + [opts] + [greedy()] * 7, batch_size=5, refill=True)
     assert mixed[3].token_ids == alone.token_ids and mixed[3].seed == 42
-    picked = engine.generate(["phonetics"], DecodingOptions(max_new_tokens=48, do_sample=True))[0]
+    picked = cpu_engine.generate(["phonetics"], DecodingOptions(max_new_tokens=48, do_sample=True))[0]
     assert isinstance(picked.seed, int)
-    again = engine.generate(["phonetics"], DecodingOptions(max_new_tokens=48, do_sample=True, seed=picked.seed))[0]
+    again = cpu_engine.generate(["phonetics"], DecodingOptions(max_new_tokens=48, do_sample=True, seed=picked.seed))[0]
     assert again.token_ids == picked.token_ids
 
 
@@ -230,6 +236,40 @@ def test_bad_inputs_get_clear_errors(engine):
     with pytest.raises(InputError, match="max_new_tokens"):
         engine.start([([5, 6], DecodingOptions(max_new_tokens=engine.max_target_len + 1))])
     assert engine.encode_text("Hello") == engine.encode_text("hello")  # the tokenizer lower-cases
+
+
+def pseudo_words(n: int, seed: int = 0) -> list[str]:
+    """Letter strings no dictionary has (the model must still answer them the same way every time)."""
+    import random
+
+    rng = random.Random(seed)
+    return ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(1, 14))) for _ in range(n)]
+
+
+def test_ids_are_the_same_alone_batched_and_continuously_batched(cpu_engine, tiny_bundle_dir):
+    """Test-split words and pseudo-words, greedy and seeded sampling: alone (batch 1), in shuffled
+    batches of 32, and under continuous batching (rows join as others finish, so each step mixes
+    past and source lengths) give identical ids on every CPU variant, int8 included."""
+    import json
+    import random
+
+    corpus = json.loads((tiny_bundle_dir / "parity_corpus.json").read_text())
+    items = corpus["source_ids"][:160] + [cpu_engine.encode_text(w) for w in pseudo_words(80)]
+    order = list(range(len(items)))
+    random.Random(1).shuffle(order)
+    cases = {
+        "greedy": [greedy()] * len(items),
+        "seeded": [DecodingOptions(max_new_tokens=48, seed=i, temperature=1.2, top_k=20) for i in range(len(items))],
+    }
+    for case, opts in cases.items():
+        alone = [r.token_ids for r in cpu_engine.generate(items, opts, batch_size=1)]
+        shuffled = cpu_engine.generate([items[i] for i in order], [opts[i] for i in order], batch_size=32, sort=False)
+        batched = [None] * len(items)
+        for i, r in zip(order, shuffled):
+            batched[i] = r.token_ids
+        refill = [r.token_ids for r in cpu_engine.generate(items, opts, batch_size=32, refill=True, sort=False)]
+        assert batched == alone, (cpu_engine.variant, case, sum(a != b for a, b in zip(batched, alone)))
+        assert refill == alone, (cpu_engine.variant, case, sum(a != b for a, b in zip(refill, alone)))
 
 
 def test_fp16_and_int8_variants_run_in_the_engine(tiny_bundle_dir, engine):

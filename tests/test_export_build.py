@@ -88,7 +88,8 @@ def test_int8_gate_is_recorded_and_consistent(tiny_bundle_dir):
     gate = meta["int8_gate"]
     assert gate["max_loss_points"] == 0.5
     assert set(gate["speedup_vs_fp32"]) == {"batch_1", "batch_32"}
-    expected = "int8" if gate["accurate_enough"] and gate["faster"] else "fp32"
+    assert gate["batch_invariant"] and gate["invariance"]["max_abs_diff"] == 0.0
+    expected = "int8" if gate["accurate_enough"] and gate["faster"] and gate["batch_invariant"] else "fp32"
     # the fixture pins the test bundle to fp32 and keeps the gate's own choice beside it
     assert gate.get("built_cpu_default", meta["default_variant"]["cpu"]) == expected
 
@@ -111,13 +112,18 @@ def test_build_refuses_bad_arguments_with_one_line(tiny_run_dir, tmp_path, capsy
     assert (tmp_path / "busy" / "notes.txt").read_text() == "not a bundle"  # nothing was overwritten
 
 
-def test_int8_gate_needs_both_accuracy_and_speed_everywhere():
+def test_int8_gate_needs_accuracy_speed_everywhere_and_batch_invariance():
     from export.bundle import int8_decision
 
     fast = {"fp32": {"batch_1": 100.0, "batch_32": 1000.0}, "int8": {"batch_1": 150.0, "batch_32": 1300.0}}
     slow_at_1 = {"fp32": {"batch_1": 100.0, "batch_32": 1000.0}, "int8": {"batch_1": 95.0, "batch_32": 1300.0}}
-    ok = int8_decision("g2p", {"wer": 20.0}, {"wer": 20.4}, fast)
+    exact, leaky = {"max_abs_diff": 0.0}, {"max_abs_diff": 1e-6}
+    ok = int8_decision("g2p", {"wer": 20.0}, {"wer": 20.4}, fast, exact)
     assert ok["accurate_enough"] and ok["faster"] and ok["speedup_vs_fp32"] == {"batch_1": 1.5, "batch_32": 1.3}
+    assert ok["batch_invariant"] and ok["invariance"] == exact
+    # any difference between a row alone and batched fails it: an int8 rounding step can amplify it
+    assert not int8_decision("g2p", {"wer": 20.0}, {"wer": 20.0}, fast, leaky)["batch_invariant"]
+    assert not int8_decision("g2p", {"wer": 20.0}, {"wer": 20.0}, fast)["batch_invariant"]  # not measured
     assert not int8_decision("g2p", {"wer": 20.0}, {"wer": 20.6}, fast)["accurate_enough"]
     assert not int8_decision("g2p", {"wer": 20.0}, {"wer": 20.0}, slow_at_1)["faster"]
     # non-G2P tasks gate on exact match, where higher is better
@@ -201,3 +207,34 @@ def test_built_bundle_declares_word_level_source_and_add_lexicon_ships_the_dicti
     field = bundle.meta["lexicon"]
     assert field["targets"] + field["dropped"] == sum(len(p) for p in cmudict.values())  # every pronunciation
     assert [a.text for a in lexicon.lookup("hello")] == cmudict["hello"]
+
+
+def test_requantize_rewrites_a_bundles_int8_from_its_fp32_graphs(tiny_bundle_dir, tmp_path, capsys):
+    """A bundle whose int8 is ONNX Runtime's dynamic quantization (as bundles built before were)
+    gets the batch-invariant int8 and a re-run gate, without its run directory."""
+    import shutil
+
+    from export.bundle import write_manifest
+    from export.cli import main
+    from export.variants import DYNAMIC_QUANTIZATION, INT8_QUANTIZATION, quantize_int8_dynamic
+    from service.bundle import load_bundle
+
+    bundle = tmp_path / "old"
+    shutil.copytree(tiny_bundle_dir, bundle)
+    meta = json.loads((bundle / "bundle.json").read_text())
+    for graph in ("encoder", "decoder"):
+        quantize_int8_dynamic(bundle / f"{graph}.onnx", bundle / f"{graph}.int8.onnx")
+    meta["variants"]["int8"]["quantization"] = DYNAMIC_QUANTIZATION
+    del meta["int8_gate"]["batch_invariant"]
+    write_manifest(bundle, meta)
+
+    assert main(["requantize", str(bundle), "--eval-limit", "100", "--threads", "1"]) == 0
+    capsys.readouterr()
+    meta = load_bundle(bundle).meta  # every hash verifies
+    assert meta["variants"]["int8"]["quantization"] == INT8_QUANTIZATION
+    gate = meta["int8_gate"]
+    assert gate["batch_invariant"] and gate["invariance"]["max_abs_diff"] == 0.0
+    assert meta["variants"]["int8"]["eval"]["dev"]["words"] == 100
+    expected = "int8" if gate["accurate_enough"] and gate["faster"] else "fp32"
+    assert meta["default_variant"]["cpu"] == expected
+    assert not (tmp_path / "old.partial").exists()

@@ -236,11 +236,13 @@ def test_sigterm_drains_in_flight_requests_then_exits_zero(tiny_bundle_dir):
 
 
 # ---- the in-process API and bulk generation ---------------------------------------------------
-@pytest.fixture(scope="module")
-def generator(tiny_bundle_dir):
+@pytest.fixture(scope="module", params=["tiny_bundle_dir", "tiny_int8_bundle_dir"], ids=["fp32", "int8"])
+def generator(request):
+    """The in-process API over the tiny bundle serving fp32, then serving int8."""
     from service.client import Generator
 
-    with Generator(tiny_bundle_dir, engine=load_engine(tiny_bundle_dir), max_batch_size=2) as g:
+    bundle_dir = request.getfixturevalue(request.param)
+    with Generator(bundle_dir, engine=load_engine(bundle_dir), max_batch_size=2) as g:
         yield g
 
 
@@ -298,7 +300,8 @@ def test_generator_reports_input_the_model_cannot_read(generator):
     assert isinstance(results[1], InputError) and results[0].text and results[2].text
 
 
-def test_attnserve_generate_writes_a_tsv_in_input_order(tiny_bundle_dir, tmp_path, generator):
+def test_attnserve_generate_writes_a_tsv_in_input_order(tmp_path, generator):
+    tiny_bundle_dir = generator.engine.bundle.dir
     from service.cli import generate_main
 
     src = tmp_path / "words.txt"
