@@ -19,6 +19,12 @@ def test_verify_against_the_run_passes(tiny_bundle_dir, tiny_run_dir):
     figures = json.loads(proc.stdout)
     assert figures["passed"] and figures["reference"].startswith("pytorch")
     assert figures["graphs"]["decoder_present_max_abs_diff"] <= 1e-4
+    # beam search (width 4) through ONNX Runtime = the PyTorch reference beam search, on every corpus
+    # input alone and on every third inside continuous batches of greedy and sampled rows
+    beam = figures["beam"]
+    assert beam["inputs"] >= 256 and beam["width"] == 4
+    assert beam["mismatches_alone"] == 0 and beam["mismatches_continuous_batching_mixed"] == 0
+    assert beam["score_max_abs_diff_alone"] <= 1e-4 and beam["score_max_abs_diff_continuous_batching_mixed"] <= 1e-4
 
 
 def test_verify_fails_when_outputs_differ_from_the_recorded_reference(tiny_bundle_dir, tmp_path):
