@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -92,3 +93,30 @@ def test_served_int8_rows_are_bitwise_the_same_alone_and_in_padded_batches():
     enc, dec = bundle.graph_paths("int8")
     figures = batch_invariance(enc, dec, corpus["source_ids"], bundle.n_layers, int(bundle.config["tgt_vocab_size"]))
     assert figures["rows"] == 256 and figures["max_abs_diff"] == 0.0, figures
+
+
+def test_default_bundle_as_served_answers_300_words_under_load_as_alone():
+    """What users get: the default bundle on its default CPU variant (int8) behind HTTP. 300 words
+    (150 test-split words, 150 pseudo-words; `lexicon: false`, so the model answers) sent by 32
+    concurrent clients answer exactly as each does alone, greedy and with a seed."""
+    import httpx
+    from service_harness import serving
+
+    rng = random.Random(5)
+    dictionary = [e.source for e in load_examples("cmudict", "test", limit=150)]
+    pseudo = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 12))) for _ in range(150)]
+    words = dictionary + pseudo
+
+    def ids(url: str, word: str, params: dict) -> list[int]:
+        body = {"inputs": word, "parameters": {"details": True, "lexicon": False, "max_new_tokens": 32, **params}}
+        r = httpx.post(url + "/generate", json=body, timeout=120)
+        assert r.status_code == 200, r.text
+        return [t["id"] for t in r.json()["details"]["tokens"]]
+
+    with serving(BUNDLE_DIR, max_batch_size=32, max_concurrent_requests=128) as server:
+        assert server.service.engine.variant == server.service.engine.bundle.default_variant["cpu"] == "int8"
+        for params in ({}, {"do_sample": True, "seed": 7, "temperature": 1.2}):
+            alone = [ids(server.url, w, params) for w in words]
+            with ThreadPoolExecutor(32) as pool:
+                together = list(pool.map(lambda w, p=params: ids(server.url, w, p), words))
+            assert together == alone, params
