@@ -282,19 +282,23 @@ def test_container_serves_the_default_model(container, tmp_path):
 
     _, url = container
     texts = []
-    for word in WORDS:
-        r = httpx.post(f"{url}/generate", json={"inputs": word}, timeout=30)
+    for word in WORDS:  # the model's own answer: the bundle's lexicon would answer dictionary words
+        r = httpx.post(f"{url}/generate", json={"inputs": word, "parameters": {"lexicon": False}}, timeout=30)
         assert r.status_code == 200, r.text
         texts.append(r.json()["generated_text"])
     # The image serves the very bundle baked from models/g2p-en: greedy output equals the host's engine on it.
     with Generator(REPO / "models" / "g2p-en", threads=1) as reference:
         assert texts == [result.text for result in reference.generate_many(WORDS)]
     assert all(texts)
+    # ... with its lexicon: a dictionary word answers CMUdict's first pronunciation, and says so
+    r = httpx.post(f"{url}/generate", json={"inputs": "Hello", "parameters": {"details": True}}, timeout=30)
+    assert r.json()["generated_text"] == "HH AH0 L OW1" and r.json()["details"]["source"] == "lexicon", r.text
 
 
 def test_container_metrics_scrape(container):
     _, url = container
-    httpx.post(f"{url}/generate", json={"inputs": "metrics"}, timeout=30).raise_for_status()
+    body = {"inputs": "metrics", "parameters": {"lexicon": False}}  # through the engine, so its metrics move
+    httpx.post(f"{url}/generate", json=body, timeout=30).raise_for_status()
     samples = scrape(url)
     model_id = json.loads((REPO / "models" / "g2p-en" / "bundle.json").read_text())["model_id"]
     done = [s for s in samples["attnserve_requests_total"] if s.labels["outcome"] == "success"]

@@ -14,7 +14,9 @@ from service import errors
 from service.dependencies import GENERATION_GUARDS, ServiceDep
 from service.explain import DeadlinePassed, ExplainResponse, explanation_response
 from service.responses import ERROR_RESPONSES
-from service.schemas import ErrorResponse, GenerateRequest
+from service.schemas import ErrorResponse, GenerateParameters, GenerateRequest
+from service.text_requests import read_words, source_ids
+from service.validation import ValidRequest
 
 ROUTE = "/explain"
 STATIC_DIR = Path(__file__).resolve().parents[1] / "static"
@@ -44,9 +46,7 @@ async def explain(svc: ServiceDep, body: GenerateRequest) -> ExplainResponse:
     explainer = svc.explainer
     if explainer is None:
         raise NOT_IMPLEMENTED
-    valid = svc.validator.validate(body, stream=False)
-    if not valid.options.streams:
-        raise errors.validation("parameters: /explain decodes one answer; best_of and num_beams are for /generate")
+    valid = explain_request(svc, body)
     settings = svc.settings
     if explainer.in_flight >= settings.max_concurrent_requests:
         raise errors.overloaded(explainer.retry_after_s(explainer.in_flight))
@@ -80,3 +80,20 @@ PAGE_HEADERS = {"content-security-policy": DEMO_CSP, "cache-control": "no-cache"
 def static_files() -> StaticFiles:
     """The demo page's script and style, mounted at STATIC_URL (a router cannot carry a mount)."""
     return StaticFiles(directory=STATIC_DIR)
+
+
+def explain_request(svc, body: GenerateRequest) -> ValidRequest:
+    """/generate's validation, for one answer: a word-level bundle reads the text as /generate does
+    (same messages) and explains one word; best_of and num_beams are refused."""
+    if svc.reader is None:
+        valid = svc.validator.validate(body, stream=False)
+    else:
+        params = body.parameters or GenerateParameters()
+        svc.validator.check_supported(params)
+        words = read_words(svc, body.inputs, params.truncate)
+        if len(words) != 1:
+            raise errors.validation(f"inputs: /explain shows one word's attention; this text has {len(words)} words")
+        valid = ValidRequest(source_ids(svc.engine, words[0].text), svc.validator.options(params, False), params)
+    if not valid.options.streams:
+        raise errors.validation("parameters: /explain decodes one answer; best_of and num_beams are for /generate")
+    return valid
