@@ -38,6 +38,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -106,7 +107,7 @@ class DecodingOptions:
         if not _is_int(self.top_n_tokens) or self.top_n_tokens < 0:
             raise InputError(f"top_n_tokens must be a non-negative integer, got {self.top_n_tokens!r}")
 
-    @property
+    @cached_property  # read every step for every row: computed once (the options are frozen)
     def sampling(self) -> bool:
         """TGI semantics: sample iff asked to, or any sampling parameter is set (top_k 0 = off)."""
         return bool(
@@ -117,26 +118,26 @@ class DecodingOptions:
             or (self.typical_p is not None and self.typical_p < 1.0)
         )
 
-    @property
+    @cached_property  # read every step for every row: computed once (the options are frozen)
     def beam_search(self) -> bool:
         """Beam search: not sampling, and best_of > 1 or num_beams given (num_beams=1 is beam search of width 1)."""
         return not self.sampling and (self.best_of > 1 or self.num_beams is not None)
 
-    @property
+    @cached_property  # read every step for every row: computed once (the options are frozen)
     def beam_width(self) -> int:
         return max(self.best_of, self.num_beams or 1)
 
-    @property
+    @cached_property  # read every step for every row: computed once (the options are frozen)
     def n_rows(self) -> int:
         """Batch rows the request owns: its beams, its best_of samples, or 1."""
         return self.beam_width if self.beam_search else (self.best_of if self.sampling else 1)
 
-    @property
+    @cached_property  # read every step for every row: computed once (the options are frozen)
     def n_best(self) -> int:
         """Hypotheses returned, best first."""
         return self.best_of
 
-    @property
+    @cached_property  # read every step for every row: computed once (the options are frozen)
     def streams(self) -> bool:
         """Whether its tokens can be streamed as they come: one row, decided token by token."""
         return self.n_rows == 1 and not self.beam_search
@@ -182,6 +183,7 @@ class RowParams:
     def __init__(self, n: int = 0):
         for name, (dtype, neutral) in self.FIELDS.items():
             setattr(self, name, np.full(n, neutral, dtype))
+        self._needs_processing: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.mode)
@@ -207,6 +209,7 @@ class RowParams:
     def set_row(self, i: int, options: DecodingOptions) -> None:
         for name, value in self.values(options).items():
             getattr(self, name)[i] = value
+        self._needs_processing = None
 
     def take(self, idx: np.ndarray, add: Sequence[DecodingOptions] = ()) -> RowParams:
         """The rows `idx` (in order), then one row per option in `add`."""
@@ -221,13 +224,16 @@ class RowParams:
         for name in self.FIELDS:
             a = getattr(self, name)
             a[dest] = a[src]
+        self._needs_processing = None
 
     @property
     def needs_processing(self) -> np.ndarray:
         """[B] bool: rows whose token is chosen from processed logits: sampled rows and rows with a
         penalty (min_new_tokens alone is handled on the in-graph argmax or, for beams, on the raw
-        log-probabilities; see choose_tokens)."""
-        return (self.mode == SAMPLE) | (self.repetition_penalty != 1.0) | (self.frequency_penalty != 0.0)
+        log-probabilities; see choose_tokens). Kept until a row changes."""
+        if self._needs_processing is None:
+            self._needs_processing = (self.mode == SAMPLE) | (self.repetition_penalty != 1.0) | (self.frequency_penalty != 0.0)
+        return self._needs_processing
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
@@ -681,12 +687,12 @@ def choose_tokens(state: RowState, logits: np.ndarray, next_tokens: np.ndarray |
     # A greedy row whose only processor is min_new_tokens keeps the in-graph argmax unless that is
     # the end token (the benchmark forces every length this way: no per-step processing for it).
     greedy_rows = active & ~heavy & (params.mode == GREEDY)
-    fix = np.flatnonzero(greedy_rows & (tokens == eos_id) & (state.n_generated < params.min_new_tokens))
+    fix = (greedy_rows & (tokens == eos_id) & (state.n_generated < params.min_new_tokens)).nonzero()[0]
     if fix.size:
         x = np.array(logits[fix], dtype=np.float64)
         x[:, eos_id] = -np.inf
         tokens[fix] = greedy_tokens(x)
-    proc_rows = np.flatnonzero(heavy)
+    proc_rows = heavy.nonzero()[0]
     processed = None
     if proc_rows.size:
         sub = params.take(proc_rows)
@@ -704,7 +710,7 @@ def choose_tokens(state: RowState, logits: np.ndarray, next_tokens: np.ndarray |
     leaving: list[Row] = []
     done: list[Generation] = []
     beam_gens: list[Generation] = []
-    for i in np.flatnonzero(active):
+    for i in active.nonzero()[0]:
         row = rows[i]
         gen = row.generation
         if gen.search is not None:
