@@ -236,6 +236,7 @@ def generate_main(argv: list[str] | None = None) -> int:
     try:
         gen.options(**params)  # bad parameters stop here with their message, before any work
         bar = tqdm(total=len(inputs), unit="line", disable=args.no_progress or None, file=sys.stderr)
+        t0 = time.perf_counter()  # after start-up (bundle, sessions, warm-up): what decoding alone takes
         results = gen.generate_text_many([t for _, t in inputs], lexicon=not args.no_lexicon, **params)
         for (n, text), result in zip(inputs, results):
             if isinstance(result, InputError):
@@ -249,6 +250,12 @@ def generate_main(argv: list[str] | None = None) -> int:
                 out.write(f"{text}\t{result.text}\n")
             bar.update(1)
         bar.close()
+        seconds = time.perf_counter() - t0
+        out.flush()  # the answers first, then the figure, in a terminal that shows both streams
+        print(
+            f"{len(inputs)} lines in {seconds:.2f} s after start-up: {len(inputs) / max(seconds, 1e-9):.1f} lines/s",
+            file=sys.stderr,
+        )
     except InputError as e:
         return _fail(str(e))
     finally:
