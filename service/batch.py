@@ -173,11 +173,9 @@ class ActiveBatch:
             self._rebuild([i for i, q in enumerate(self.rows) if q is not None], [])
 
     def reorder(self, dest: np.ndarray, src: np.ndarray) -> None:
-        """Rows `dest` take the state of rows `src` (beam search: each beam continues from its
-        parent): self-attention cache, mask, positions, token counts. Whisper's
-        rearrange_kv_cache, on the rows of one request only."""
-        if np.array_equal(dest, src):
-            return
+        """Rows `dest` take the self-attention cache of rows `src` (beam search: each beam continues
+        from its parent). Whisper's rearrange_kv_cache, on the rows of one request only: those rows
+        joined together and step together, so their mask and positions are already equal."""
         if self.engine.device == "cpu":
             for a in self._past_numpy():  # views on the OrtValues: gathered in place
                 a[dest] = a[src]
@@ -187,8 +185,6 @@ class ActiveBatch:
                 a[dest] = a[src]
             self.past_np = past
             self.past = [self.engine._ortvalue(p) for p in past]
-        for a in (self.mask, self.positions):  # equal within a request's rows; gathered for generality
-            a[dest] = a[src]
 
     def _fill(self, i: int, q: Row) -> None:
         """Put a new row in free slot i, in place. Its past slots keep the old row's (finite)

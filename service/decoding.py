@@ -185,9 +185,6 @@ class RowParams:
             setattr(self, name, np.full(n, neutral, dtype))
         self._needs_processing: np.ndarray | None = None
 
-    def __len__(self) -> int:
-        return len(self.mode)
-
     @staticmethod
     def values(options: DecodingOptions) -> dict[str, object]:
         mode = BEAM if options.beam_search else SAMPLE if options.sampling else GREEDY
@@ -219,12 +216,6 @@ class RowParams:
             kept = getattr(self, name)[idx]
             setattr(out, name, np.concatenate([kept, np.asarray([e[name] for e in extra], dtype)]).astype(dtype))
         return out
-
-    def gather(self, dest: np.ndarray, src: np.ndarray) -> None:
-        for name in self.FIELDS:
-            a = getattr(self, name)
-            a[dest] = a[src]
-        self._needs_processing = None
 
     @property
     def needs_processing(self) -> np.ndarray:

@@ -37,6 +37,7 @@ route exists, this deployment's model cannot do it (rebuild the bundle).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 import time
@@ -47,7 +48,7 @@ import onnxruntime as ort
 from pydantic import BaseModel, Field
 
 from service.bundle import BundleError, LoadedBundle
-from service.decoding import RowState, choose_tokens, log_softmax, new_generation
+from service.decoding import RowState, choose_tokens, new_generation
 from service.engine import DecodingOptions, Engine
 from service.schemas import FinishReason
 
@@ -185,6 +186,7 @@ class Explainer:
             s_past = [np.zeros((1, e.n_heads, 0, e.head_dim), s_cross[0].dtype)] * (2 * e.n_layers)  # fp16: fp16 cache
             s_outputs = ["logits", *(f"present.{i}.decoder.{kv}" for i in range(e.n_layers) for kv in ("key", "value"))]
             served = (s_decoder, s_feeds, s_outputs)
+        options = dataclasses.replace(options, logprobs=True)  # every token's log-probability is shown
         gen = new_generation(source_ids, options, e.bundle.length_bound(s), e.eos_id, e.decode_ids)
         if gen.search is not None or len(gen.rows) != 1:
             raise ValueError("explain decodes one row: best_of and num_beams are refused before this")
@@ -213,7 +215,7 @@ class Explainer:
             (result,) = choose_tokens(state, logits, None, e.eos_id, e.decode_ids).results
             token = result.token_id
             rows.append([a[0, :, 0, :s] for a in attn])
-            logprobs.append(float(log_softmax(logits[0])[token]))  # as the engine reports it: the model's distribution
+            logprobs.append(result.logprob)  # as the engine reports it: the model's raw distribution
             texts.append(result.text)
             special.append(result.special)
             if result.finish_reason is not None:
