@@ -98,7 +98,8 @@ def test_served_int8_rows_are_bitwise_the_same_alone_and_in_padded_batches():
 def test_default_bundle_as_served_answers_300_words_under_load_as_alone():
     """What users get: the default bundle on its default CPU variant (int8) behind HTTP. 300 words
     (150 test-split words, 150 pseudo-words; `lexicon: false`, so the model answers) sent by 32
-    concurrent clients answer exactly as each does alone, greedy and with a seed."""
+    concurrent clients answer exactly as each does alone, greedy and with a seed; and 60 of them with
+    best_of 3, beam search and seeded sampling, every hypothesis the same."""
     import httpx
     from service_harness import serving
 
@@ -113,10 +114,23 @@ def test_default_bundle_as_served_answers_300_words_under_load_as_alone():
         assert r.status_code == 200, r.text
         return [t["id"] for t in r.json()["details"]["tokens"]]
 
+    def nbest(url: str, word: str, params: dict) -> list[list[int]]:
+        body = {"inputs": word, "parameters": {"details": True, "lexicon": False, "max_new_tokens": 32, **params}}
+        r = httpx.post(url + "/generate", json=body, timeout=120)
+        assert r.status_code == 200, r.text
+        d = r.json()["details"]
+        return [[t["id"] for t in seq["tokens"]] for seq in [d, *d["best_of_sequences"]]]
+
     with serving(BUNDLE_DIR, max_batch_size=32, max_concurrent_requests=128) as server:
         assert server.service.engine.variant == server.service.engine.bundle.default_variant["cpu"] == "int8"
         for params in ({}, {"do_sample": True, "seed": 7, "temperature": 1.2}):
             alone = [ids(server.url, w, params) for w in words]
             with ThreadPoolExecutor(32) as pool:
                 together = list(pool.map(lambda w, p=params: ids(server.url, w, p), words))
+            assert together == alone, params
+        # n-best on the served variant: beam search (best_of 3) and seeded best_of sampling, 60 words
+        for params in ({"best_of": 3}, {"best_of": 3, "do_sample": True, "seed": 9}):
+            alone = [nbest(server.url, w, params) for w in words[::5]]
+            with ThreadPoolExecutor(32) as pool:
+                together = list(pool.map(lambda w, p=params: nbest(server.url, w, p), words[::5]))
             assert together == alone, params

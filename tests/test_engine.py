@@ -287,18 +287,18 @@ def test_service_modules_never_import_torch():
 
 
 # ---- n-best: beam search and best_of through the engine -----------------------------------------
-def test_beam_width_one_equals_greedy_exactly(engine):
+def test_beam_width_one_equals_greedy_exactly(cpu_engine):
     words = WORDS * 3
-    greedy_ids = [r.token_ids for r in engine.generate(words, greedy())]
-    beam_ids = [r.token_ids for r in engine.generate(words, DecodingOptions(max_new_tokens=48, num_beams=1))]
+    greedy_ids = [r.token_ids for r in cpu_engine.generate(words, greedy())]
+    beam_ids = [r.token_ids for r in cpu_engine.generate(words, DecodingOptions(max_new_tokens=48, num_beams=1))]
     assert beam_ids == greedy_ids
 
 
-def test_beam_hypotheses_are_distinct_sorted_and_the_same_in_any_batch(engine):
+def test_beam_hypotheses_are_distinct_sorted_and_the_same_in_any_batch(cpu_engine):
     opts = DecodingOptions(max_new_tokens=48, best_of=3, num_beams=4)
-    alone = [engine.generate([w], opts)[0] for w in WORDS]
+    alone = [cpu_engine.generate([w], opts)[0] for w in WORDS]
     mixed_opts = [opts if i % 2 == 0 else DecodingOptions(max_new_tokens=48, do_sample=True, seed=i) for i in range(len(WORDS))]
-    mixed = engine.generate(WORDS, mixed_opts, batch_size=9, refill=True, sort=False)
+    mixed = cpu_engine.generate(WORDS, mixed_opts, batch_size=9, refill=True, sort=False)
     for i, a in enumerate(alone):
         hyps = a.hypotheses
         assert len(hyps) == 3 and len({tuple(h.token_ids) for h in hyps}) == 3
@@ -323,10 +323,10 @@ def test_beam_search_matches_the_pytorch_reference(engine, tiny_run_dir):
         assert np.allclose([h.score for h in g.hypotheses], [h.score for h in r.hypotheses], atol=1e-4)
 
 
-def test_seeded_best_of_sampling_is_reproducible_in_any_batch(engine):
+def test_seeded_best_of_sampling_is_reproducible_in_any_batch(cpu_engine):
     opts = DecodingOptions(max_new_tokens=48, do_sample=True, seed=11, best_of=3)
-    alone = engine.generate(["phonetics"], opts)[0]
-    crowd = engine.generate(WORDS[:3] + ["phonetics"] + WORDS[3:], opts, batch_size=7, refill=True, sort=False)[3]
+    alone = cpu_engine.generate(["phonetics"], opts)[0]
+    crowd = cpu_engine.generate(WORDS[:3] + ["phonetics"] + WORDS[3:], opts, batch_size=7, refill=True, sort=False)[3]
     assert [h.token_ids for h in crowd.hypotheses] == [h.token_ids for h in alone.hypotheses]
     assert {h.index for h in alone.hypotheses} == {0, 1, 2} and alone.seed == 11
 
