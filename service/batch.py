@@ -25,7 +25,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
-import onnxruntime as ort
 
 from service.decoding import Generation, Row, RowState
 
@@ -56,13 +55,14 @@ class ActiveBatch:
 
     def __init__(self, engine: Engine):
         self.engine = engine
-        self.binding = engine.decoder.io_binding()
+        self.binding = engine.decoder.io_binding() if engine.device != "cpu" else None
+        self.feeds: dict[str, object] = {}  # CPU: the decoder call's inputs (C OrtValues), see bind_static
         self._reset()
 
     def _reset(self) -> None:
         e = self.engine
         self.state = RowState(e.vocab_size)  # who is in each row, and what token choice reads per row
-        self.past: list[ort.OrtValue] = []  # 2L x [B, H, P, Dh]
+        self.past: list = []  # 2L x [B, H, P, Dh] OrtValues (CPU: ONNX Runtime's C values, see Engine.cache_value)
         self.cross_np: list[np.ndarray] = [np.zeros((0, e.n_heads, 0, e.head_dim), e.kv_dtype)] * (2 * e.n_layers)
         self.bias = np.zeros((0, 1, 1, 0), e.bias_dtype)  # [B, 1, 1, S]
         self.mask = np.zeros((0, 0), np.int64)  # [B, P]
@@ -70,6 +70,7 @@ class ActiveBatch:
         self.positions = np.zeros((0, 1), np.int64)  # [B, 1] that token's position
         self.live = np.zeros((0, 1), np.int64)  # [B, 1] 1 for a row in use, 0 for a free slot
         self.source_lens = np.zeros((0,), np.int64)
+        self.n_live = 0  # rows in use (live.sum(), kept as a count: the decode loop asks every step)
         self.dirty = True
         self.compaction_due = False
 
@@ -83,7 +84,7 @@ class ActiveBatch:
         return list(dict.fromkeys(r.generation for r in self.rows if r is not None))
 
     def __len__(self) -> int:
-        return int(self.live.sum())
+        return self.n_live
 
     def _past_numpy(self) -> list[np.ndarray]:
         e = self.engine
@@ -94,24 +95,30 @@ class ActiveBatch:
     def _set(self, past: list[np.ndarray], cross: list[np.ndarray]) -> None:
         e = self.engine
         self.past_np = [np.ascontiguousarray(p) for p in past]  # kept alive: OrtValues may share their memory
-        self.past = [e._ortvalue(p) for p in self.past_np]
+        self.past = [e.cache_value(p) for p in self.past_np]
         self.cross_np = [np.ascontiguousarray(c) for c in cross]
         self.dirty = True
 
     def bind_static(self) -> None:
-        """Bind what changes only with a rebuild: cross K/V, bias, and the id/position buffers."""
-        e, binding = self.engine, self.binding
-        self.cross_values = [e._ortvalue(c) for c in self.cross_np]
-        for name, value in zip(e.cross_names, self.cross_values):
-            binding.bind_ortvalue_input(name, value)
-        self.bias_value = e._ortvalue(self.bias)
-        binding.bind_ortvalue_input("encoder_attention_bias", self.bias_value)
-        self.bind_step_inputs()
+        """Bind what changes only with a rebuild: cross K/V, bias, and the id/position buffers.
+        On CPU they go into `feeds`, the decoder call's inputs, as OrtValues sharing the numpy
+        buffers' memory (the arrays stay referenced here), so in-place updates need no rebinding."""
+        e = self.engine
+        if e.device == "cpu":
+            values = [*self.cross_np, self.bias, self.input_ids, self.positions]
+            names = [*e.cross_names, "encoder_attention_bias", "input_ids", "position_ids"]
+            self.feeds = {name: e._ortvalue(a)._ortvalue for name, a in zip(names, values)}
+        else:
+            binding = self.binding
+            self.cross_values = [e._ortvalue(c) for c in self.cross_np]
+            for name, value in zip(e.cross_names, self.cross_values):
+                binding.bind_ortvalue_input(name, value)
+            self.bias_value = e._ortvalue(self.bias)
+            binding.bind_ortvalue_input("encoder_attention_bias", self.bias_value)
         self.dirty = False
 
     def bind_step_inputs(self) -> None:
-        """input_ids/position_ids. On CPU an OrtValue shares the numpy buffer's memory, so the
-        in-place updates of each step need no rebinding; on CUDA they are copied: rebind per step."""
+        """input_ids/position_ids on a device: they are copied there, so they are bound every step."""
         e = self.engine
         self.ids_value = e._ortvalue(self.input_ids)
         self.positions_value = e._ortvalue(self.positions)
@@ -133,6 +140,7 @@ class ActiveBatch:
             if i is None:
                 continue
             self.live[i, 0] = 0
+            self.n_live -= 1
             self.mask[i, :] = 0
             self.positions[i, 0] = 0  # frozen while free (step adds `live`): stays in the position table
         self.compaction_due = True
@@ -184,7 +192,7 @@ class ActiveBatch:
             for a in past:
                 a[dest] = a[src]
             self.past_np = past
-            self.past = [self.engine._ortvalue(p) for p in past]
+            self.past = [self.engine.cache_value(p) for p in past]
 
     def _fill(self, i: int, q: Row) -> None:
         """Put a new row in free slot i, in place. Its past slots keep the old row's (finite)
@@ -198,6 +206,7 @@ class ActiveBatch:
         self.input_ids[i, 0] = self.engine.bos_id
         self.positions[i, 0] = 0
         self.live[i, 0] = 1
+        self.n_live += 1
         self.source_lens[i] = g.source_len
         self.state.put(i, q)
 
@@ -249,6 +258,7 @@ class ActiveBatch:
         self.input_ids = np.concatenate([self.input_ids[idx], np.full((len(add), 1), e.bos_id, np.int64)])
         self.positions = np.concatenate([self.positions[idx], np.zeros((len(add), 1), np.int64)])
         self.live = np.ones((n, 1), np.int64)
+        self.n_live = n
         self.source_lens = np.concatenate([self.source_lens[idx], [q.generation.source_len for q in add]]).astype(np.int64)
         self.state.take(idx, add)
         self._set(past, cross)

@@ -601,9 +601,23 @@ class RowState:
         self.counts = np.zeros((0, vocab_size), np.int32)  # [B, V]
         self.n_generated = np.zeros(0, np.int64)  # [B]
         self.penalised = False  # whether any row has a penalty: only then are token counts kept (only such rows read them)
+        self._summary: StepSummary | None = None
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    @property
+    def summary(self) -> StepSummary:
+        """What the active rows need from a step, kept until a row joins or leaves: a step whose rows
+        need nothing beyond the in-graph argmax skips every array operation of the general path."""
+        if self._summary is None:
+            active, params = self.active, self.params
+            self._summary = StepSummary(
+                logprobs=bool((params.logprobs & active).any()),
+                processing=bool((params.needs_processing & active).any()),
+                min_new_tokens=bool(((params.min_new_tokens > 0) & active & (params.mode == GREEDY)).any()),
+            )
+        return self._summary
 
     def put(self, i: int, row: Row) -> None:
         opts = row.generation.options
@@ -614,6 +628,7 @@ class RowState:
         self.active[i] = True
         row.slot = i
         self.rows[i] = row
+        self._summary = None
 
     def free(self, row: Row) -> int | None:
         """The row leaves; returns its slot (None if it was not here)."""
@@ -623,6 +638,7 @@ class RowState:
         self.rows[i] = None
         self.active[i] = False
         row.slot = -1
+        self._summary = None
         return i
 
     def take(self, keep: np.ndarray, add: Sequence[Row]) -> None:
@@ -641,6 +657,7 @@ class RowState:
         for i, q in enumerate(self.rows):
             if q is not None:
                 q.slot = i
+        self._summary = None
 
     def gather(self, dest: np.ndarray, src: np.ndarray) -> None:
         """Rows `dest` continue from rows `src` (beams from their parents)."""
@@ -652,7 +669,17 @@ class RowState:
         if self.penalised:
             idx = np.flatnonzero(self.active)
             self.counts[idx, tokens[idx]] += 1
-        self.n_generated += self.active
+        np.add(self.n_generated, self.active, out=self.n_generated, casting="unsafe")
+
+
+@dataclass(frozen=True)
+class StepSummary:
+    """Whether any active row reports log-probabilities, has its logits processed, or is a greedy
+    row still under its min_new_tokens."""
+
+    logprobs: bool
+    processing: bool
+    min_new_tokens: bool
 
 
 @dataclass
@@ -663,6 +690,9 @@ class StepChoice:
     results: list[StepResult]
 
 
+_NO_ROWS = np.zeros(0, dtype=np.int64)  # no row needs processing
+
+
 def choose_tokens(state: RowState, logits: np.ndarray, next_tokens: np.ndarray | None, eos_id: int, decode) -> StepChoice:
     """One step's token choice for every row of a batch, and what follows from it.
 
@@ -671,19 +701,20 @@ def choose_tokens(state: RowState, logits: np.ndarray, next_tokens: np.ndarray |
     rows, the searches and `state` (counts, and the gathers of beam rows); the caller applies
     `reorders` to its cache, feeds `tokens`, and frees `leaving` from its cache and from `state`.
     """
-    rows, params, active = state.rows, state.params, state.active
+    rows, params, active, summary = state.rows, state.params, state.active, state.summary
     tokens = np.array(next_tokens, dtype=np.int64) if next_tokens is not None else greedy_tokens(logits)
-    raw = log_softmax(logits) if (params.logprobs & active).any() else None  # [B, V] the model's own log-probs
-    heavy = active & params.needs_processing
+    raw = log_softmax(logits) if summary.logprobs else None  # [B, V] the model's own log-probs
+    heavy = active & params.needs_processing if summary.processing else None
     # A greedy row whose only processor is min_new_tokens keeps the in-graph argmax unless that is
     # the end token (the benchmark forces every length this way: no per-step processing for it).
-    greedy_rows = active & ~heavy & (params.mode == GREEDY)
-    fix = (greedy_rows & (tokens == eos_id) & (state.n_generated < params.min_new_tokens)).nonzero()[0]
-    if fix.size:
-        x = np.array(logits[fix], dtype=np.float64)
-        x[:, eos_id] = -np.inf
-        tokens[fix] = greedy_tokens(x)
-    proc_rows = heavy.nonzero()[0]
+    if summary.min_new_tokens:
+        greedy_rows = active & ~params.needs_processing & (params.mode == GREEDY)
+        fix = (greedy_rows & (tokens == eos_id) & (state.n_generated < params.min_new_tokens)).nonzero()[0]
+        if fix.size:
+            x = np.array(logits[fix], dtype=np.float64)
+            x[:, eos_id] = -np.inf
+            tokens[fix] = greedy_tokens(x)
+    proc_rows = heavy.nonzero()[0] if summary.processing else _NO_ROWS
     processed = None
     if proc_rows.size:
         sub = params.take(proc_rows)
@@ -701,15 +732,18 @@ def choose_tokens(state: RowState, logits: np.ndarray, next_tokens: np.ndarray |
     leaving: list[Row] = []
     done: list[Generation] = []
     beam_gens: list[Generation] = []
-    for i in active.nonzero()[0]:
+    # Python ints and bools for the per-row work below (indexing numpy arrays per row costs more)
+    token_list = tokens.tolist()
+    wants_logprob = params.logprobs.tolist() if raw is not None else None
+    for i in np.flatnonzero(active).tolist():
         row = rows[i]
         gen = row.generation
         if gen.search is not None:
             if row.index == 0:
                 beam_gens.append(gen)
             continue
-        tok = int(tokens[i])
-        lp = float(raw[i, tok]) if params.logprobs[i] else None  # only where asked for: the same alone or batched
+        tok = token_list[i]
+        lp = float(raw[i, tok]) if wants_logprob and wants_logprob[i] else None  # only where asked for: the same alone or batched
         top = top_tokens(raw[i], gen.options.top_n_tokens) if gen.options.top_n_tokens else None
         if tok == eos_id:
             row.finish_reason, row.eos_logprob = "eos_token", lp
@@ -743,7 +777,7 @@ def choose_tokens(state: RowState, logits: np.ndarray, next_tokens: np.ndarray |
         position[proc_rows] = np.arange(proc_rows.size)
     for gen in beam_gens:  # each beam search: its W rows' candidates; then its rows follow the beams
         slots = np.asarray([r.slot for r in gen.rows], dtype=np.int64)
-        if heavy[slots[0]]:  # penalties: the processed distribution
+        if summary.processing and heavy[slots[0]]:  # penalties: the processed distribution
             search_lp = log_softmax(processed[position[slots]])
         elif state.n_generated[slots[0]] < params.min_new_tokens[slots[0]]:  # only the end token is barred
             search_lp = raw[slots].copy()

@@ -139,6 +139,12 @@ class Engine:
         if self.has_next_token:
             self.output_names.append("next_token")
         self.encoder_output_names = [o.name for o in self.encoder.get_outputs()]
+        self.n_outputs = len(self.output_names)
+        self.past_slice = range(1, 1 + 2 * self.n_layers)
+        # The C++ session's run over OrtValues, without the Python wrapper's per-call checks and
+        # per-output wrapping (ONNX Runtime's public `run_with_ort_values` is this call plus those):
+        # the decode step's one call on CPU. Takes {name: C OrtValue}; returns C OrtValues.
+        self.run_decoder = self.decoder._sess.run_with_ort_values
 
         # ---- text -------------------------------------------------------------------------
         self.vocab_size = int(bundle.config["tgt_vocab_size"])
@@ -201,32 +207,48 @@ class Engine:
     def _ortvalue(self, array: np.ndarray) -> ort.OrtValue:
         return ort.OrtValue.ortvalue_from_numpy(array, self.device, 0)
 
+    def cache_value(self, array: np.ndarray):
+        """An OrtValue for a cache array, in the form the step feeds it: on CPU the C value that
+        `run_decoder` takes (and returns), on a device the wrapper IOBinding binds."""
+        value = self._ortvalue(array)
+        return value._ortvalue if self.device == "cpu" else value
+
     def run_step(self, batch: ActiveBatch) -> tuple[np.ndarray, np.ndarray | None]:
         """ONE decoder call for every row of the batch: (logits [B, V] float32, in-graph argmax [B] or None)."""
         if batch.compaction_due:
             batch.compact_if_wasteful()
-        binding = batch.binding
         b = len(batch.rows)
         # The mask gains this step's slot; it is the only input whose shape changes every step.
         mask = np.empty((b, batch.mask.shape[1] + 1), dtype=np.int64)
         mask[:, :-1] = batch.mask
         mask[:, -1] = 1
-        batch.mask = mask
+        batch.mask = mask  # also keeps the array alive: the OrtValue below shares its memory
         if batch.dirty:
             batch.bind_static()
-        elif self.device != "cpu":
+        if self.device == "cpu":
+            # One call with every input as an OrtValue: the cache, cross K/V, bias, ids and positions
+            # already are (ids/positions share numpy buffers updated in place), the mask becomes one.
+            # An IOBinding costs a Python-to-C++ call per bound name and per output, 16 per step here
+            # (docs/BENCHMARKS.md, the engine's Python per step); this is one.
+            feeds = batch.feeds
+            feeds["decoder_attention_mask"] = ort.OrtValue.ortvalue_from_numpy(mask)._ortvalue
+            for name, value in zip(self.past_names, batch.past):
+                feeds[name] = value
+            outs = self.run_decoder(feeds, self.output_names, None)
+        else:  # device memory: IOBinding keeps the cache on the device between steps
+            binding = batch.binding
             batch.bind_step_inputs()
-        binding.bind_cpu_input("decoder_attention_mask", mask)
-        for name, value in zip(self.past_names, batch.past):
-            binding.bind_ortvalue_input(name, value)
-        binding.clear_binding_outputs()
-        for name in self.output_names:
-            binding.bind_output(name, self.device)
-        self.decoder.run_with_iobinding(binding)
-        outs = binding.get_outputs()
-        batch.past = outs[1 : 1 + 2 * self.n_layers]  # stays an OrtValue: next step's past
-        logits = outs[0].numpy()  # [B, V] float32 (a view on CPU)
-        return logits, (outs[-1].numpy() if self.has_next_token else None)
+            binding.bind_cpu_input("decoder_attention_mask", mask)
+            for name, value in zip(self.past_names, batch.past):
+                binding.bind_ortvalue_input(name, value)
+            binding.clear_binding_outputs()
+            for name in self.output_names:
+                binding.bind_output(name, self.device)
+            self.decoder.run_with_iobinding(binding)
+            outs = binding.get_outputs()
+        batch.past = [outs[i] for i in self.past_slice]  # stays an OrtValue: next step's past
+        logits = outs[0].numpy()  # [B, V] float32
+        return logits, (outs[self.n_outputs - 1].numpy() if self.has_next_token else None)
 
     def step(self, batch: ActiveBatch) -> list[StepResult]:
         """ONE decoder call for every row, then token choice for every row (service/decoding.py);

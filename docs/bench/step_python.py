@@ -1,7 +1,7 @@
 """Where a batch-1 decode step's time goes: inside ONNX Runtime, and the engine's Python around it.
 
 One word, 32 forced tokens (min_new_tokens = max_new_tokens), batch 1, one ONNX Runtime thread, the
-default model. The decoder's `run_with_iobinding`, `Engine.run_step` and the token choice
+default model. The decoder's call (`Engine.run_decoder`), `Engine.run_step` and the token choice
 (`service.decoding.choose_tokens`) are wrapped with timers; "rest" is the step's other bookkeeping,
 the generate loop, the encoder and the batch set-up, spread over the 32 steps. The best of 200 runs.
 
@@ -44,7 +44,7 @@ def main() -> None:
 
         return wrapper
 
-    engine.decoder.run_with_iobinding = timed("ort", engine.decoder.run_with_iobinding)
+    engine.run_decoder = timed("ort", engine.run_decoder)
     engine.run_step = timed("run_step", engine.run_step)
     engine_module.choose_tokens = timed("choose", engine_module.choose_tokens)
     for _ in range(20):
