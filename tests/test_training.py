@@ -332,3 +332,17 @@ def test_bad_input_gets_one_clear_error_and_nonzero_exit(tmp_path):
     result = cli("attnserve-eval", str(tmp_path / "no-such-run"))
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "neither a run directory" in result.stderr
+
+
+def test_auto_precision_uses_bf16_only_where_the_device_accelerates_it():
+    """bf16 autocast is emulated on an AVX2-only CPU (about 23x slower on the default recipe)."""
+    import torch
+
+    from training.train import bf16_accelerated
+
+    cpu = torch.device("cpu")
+    assert bf16_accelerated(torch.device("cuda"))
+    assert bf16_accelerated(cpu, "flags : fpu sse2 avx2 avx512f avx512_bf16 amx_tile")
+    assert bf16_accelerated(cpu, "flags : fpu avx2 amx_bf16 amx_tile")
+    assert not bf16_accelerated(cpu, "flags : fpu sse2 avx2 fma")
+    assert not bf16_accelerated(cpu, "flags : fpu avx2 avx512f avx512bw")  # AVX-512 without its bf16 extension

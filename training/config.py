@@ -144,7 +144,7 @@ class TrainConfig(Architecture):
     max_tokens: int = 4096  # padded target tokens per batch (per rank)
     label_smoothing: float = 0.1
     grad_clip: float = 1.0
-    precision: str = "auto"  # "auto" (bf16 autocast on CUDA), "fp32", "bf16"
+    precision: str = "auto"  # "auto" (bf16 autocast on CUDA or a CPU with bf16 instructions), "fp32", "bf16"
     seed: int = 1234
     # bookkeeping
     eval_every: int = 1000

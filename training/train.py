@@ -111,6 +111,21 @@ class StopSignal:
 
 
 # ---- schedule, model selection, averaging and plots -------------------------------------
+def bf16_accelerated(device: torch.device, cpuinfo: str | None = None) -> bool:
+    """Whether bf16 autocast pays on this device: CUDA, or a CPU with bf16 instructions (avx512_bf16,
+    amx_bf16). Measured on the default recipe: 1.6x faster than fp32 on an AVX-512 bf16 CPU, but
+    about 23x SLOWER on an AVX2-only CPU (60 s against 2.6 s per step), where it is emulated."""
+    if device.type == "cuda":
+        return True
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return False
+    flags = set(cpuinfo.split())
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
 def lr_lambda(cfg: TrainConfig):
     def f(step: int) -> float:
         step = max(step, 1)
@@ -278,7 +293,7 @@ def _train(cfg, out_dir: Path, resume: bool, on_step, rank: int, world: int, dev
         set_rng_state(per_rank[rank] if per_rank and len(per_rank) == world else ckpt["rng"], device)
 
     ddp_model = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
-    use_bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and device.type == "cuda")
+    use_bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and bf16_accelerated(device))
 
     if is_main:
         out_dir.mkdir(parents=True, exist_ok=True)
