@@ -38,7 +38,8 @@ demo: $(BIN)/.installed-serve
 	echo "serving on http://127.0.0.1:$(DEMO_PORT) (demo page: /demo, API docs: /docs); Ctrl-C stops"; \
 	wait $$pid
 
-# Rebuild the shipped default model from its recipe (about 85 minutes on 2 idle CPU cores).
+# Rebuild the shipped default model from its recipe (about 85 minutes on 2 idle CPU cores with avx512_bf16;
+# about 5 hours on an AVX2-only CPU, where training runs in fp32: configs/g2p.yaml).
 model: setup
 	$(BIN)/attnserve-train --config configs/g2p.yaml --out runs/g2p
 	$(BIN)/attnserve-export build runs/g2p --out models/g2p-en --eval-limit 1000 --no-fp16
