@@ -22,7 +22,8 @@ queued together (`Scheduler.submit_many`), so they share decoder steps; each cou
 
 A lexicon answer is a real token sequence: the target tokenizer's ids with logprob null, then
 the end token (finish reason `eos_token`); its score is null. `max_new_tokens` applies to each
-unit, so a longer lexicon answer is cut (finish reason `length`), as the model's would be.
+unit, so a longer lexicon answer is cut (finish reason `length`), as the model's would be, and a
+stop sequence ends it after the first token that completes it (finish reason `stop_sequence`).
 
 Running text's answer: `generated_text` is the words' best answers joined by the word
 separator (`" | "`); `details.tokens` are all the words' tokens, end tokens included, with
@@ -47,7 +48,7 @@ import numpy as np
 from fastapi import Request
 
 from service import errors
-from service.decoding import Hypothesis, InputError, request_seed
+from service.decoding import Hypothesis, InputError, StoppingCriteria, request_seed
 from service.engine import DecodingOptions, Engine, StepResult
 from service.lexicon import Lexicon
 from service.responses import hypothesis_tokens, prefill, token_dict, top_token_dicts
@@ -112,10 +113,20 @@ def lexicon_answers(params: GenerateParameters, options: DecodingOptions) -> boo
     return params.lexicon is not False and not options.sampling and not options.top_n_tokens and not params.decoder_input_details
 
 
-def lexicon_answer(engine: Engine, ids: tuple[int, ...], max_new_tokens: int) -> Answer:
-    """A lexicon entry as an answer: its target ids with logprob null and the end token, cut at max_new_tokens."""
+def lexicon_answer(engine: Engine, ids: tuple[int, ...], max_new_tokens: int, stop: tuple[str, ...] = ()) -> Answer:
+    """A lexicon entry as an answer: its target ids with logprob null and the end token, cut at max_new_tokens,
+    or after the first stop sequence it completes, token by token as the model's answer would be
+    (the shared StoppingCriteria: the stop sequence is kept, the finish reason is `stop_sequence`)."""
     cut = len(ids) > max_new_tokens
     h = Hypothesis(list(ids[:max_new_tokens]), [], "length" if cut else "eos_token")
+    if stop:
+        stopping, old = StoppingCriteria(max_new_tokens, tuple(stop)), ""
+        for k in range(1, len(h.token_ids) + 1):
+            new = engine.decode_ids(h.token_ids[:k])
+            if stopping(k, old, new) == (True, "stop_sequence"):
+                h.token_ids, h.finish_reason = h.token_ids[:k], "stop_sequence"
+                break
+            old = new
     h.text = engine.decode_ids(h.token_ids)
     return Answer(h.text, hypothesis_tokens(engine, h), h.finish_reason, h.generated_tokens, None, "lexicon")
 
@@ -165,7 +176,7 @@ class TextRequest:
         if lexicon is not None and lexicon_answers(params, options):
             for u in units:
                 found = lexicon.lookup(u.text)[: options.n_best]
-                u.known = [lexicon_answer(engine, a.ids, options.max_new_tokens) for a in found]
+                u.known = [lexicon_answer(engine, a.ids, options.max_new_tokens, options.stop) for a in found]
         to_model = [u for u in units if len(u.known) < options.n_best]
         if len(to_model) > svc.scheduler.max_concurrent_requests:
             raise errors.validation(

@@ -75,6 +75,22 @@ def test_lexicon_false_gets_the_models_own_answer(url, cmudict):
     assert answer["generated_text"] != cmudict["hello"][0]  # this model's own answer differs from the dictionary's
 
 
+def test_a_stop_sequence_ends_a_lexicon_answer_as_it_would_the_models(url, cmudict):
+    phonemes = cmudict["attention"][0].split()  # AH0 T EH1 N SH AH0 N
+    stop = phonemes[2]
+    for stream_it in (False, True):
+        if stream_it:
+            body = {"inputs": "attention", "parameters": {"stop": [stop], "details": True}}
+            status, events = stream(url + "/generate_stream", body)
+            assert status == 200, events
+            text, reason = concatenated([e["token"] for e in events]), events[-1]["details"]["finish_reason"]
+        else:
+            details = generate(url, "attention", stop=[stop])["details"]
+            text, reason = concatenated(details["tokens"]), details["finish_reason"]
+            assert details["source"] == "lexicon" and details["tokens"][-1]["text"].strip() == stop
+        assert text == " ".join(phonemes[:3]) and reason == "stop_sequence", (text, reason)
+
+
 def test_sampling_top_n_tokens_and_decoder_input_details_ask_the_model(url):
     for parameters in ({"do_sample": True, "seed": 3}, {"top_n_tokens": 2}, {"decoder_input_details": True}):
         assert generate(url, "hello", **parameters)["details"]["source"] == "model", parameters
