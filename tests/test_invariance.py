@@ -111,7 +111,8 @@ def test_default_model_answers_alike_alone_batched_and_continuously_batched(vari
 
     Words: the variant served on CPU (int8) decodes 2,000: 1,000 CMUdict test-split words and 1,000
     pseudo-words. The others decode 500 of them (250 + 250): all 2,000 on both fp32 and int8 took
-    270 s on the 2-core development machine, batch 1 most of it; this split takes about 110 s."""
+    270 s on the 2-core development machine (AMD EPYC, busy), batch 1 most of it; this split takes
+    about 2 minutes there (int8 ~90 s, fp32 ~25 s)."""
     n_test, n_pseudo = (1000, 1000) if variant == DEFAULT_META["default_variant"]["cpu"] else (250, 250)
     words = invariance_words(1000, 1000)
     engine = Engine(load_bundle(DEFAULT_BUNDLE), variant=variant, provider="cpu", threads=1)
