@@ -238,40 +238,6 @@ def test_bad_inputs_get_clear_errors(engine):
     assert engine.encode_text("Hello") == engine.encode_text("hello")  # the tokenizer lower-cases
 
 
-def pseudo_words(n: int, seed: int = 0) -> list[str]:
-    """Letter strings no dictionary has (the model must still answer them the same way every time)."""
-    import random
-
-    rng = random.Random(seed)
-    return ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(1, 14))) for _ in range(n)]
-
-
-def test_ids_are_the_same_alone_batched_and_continuously_batched(cpu_engine, tiny_bundle_dir):
-    """Test-split words and pseudo-words, greedy and seeded sampling: alone (batch 1), in shuffled
-    batches of 32, and under continuous batching (rows join as others finish, so each step mixes
-    past and source lengths) give identical ids on every CPU variant, int8 included."""
-    import json
-    import random
-
-    corpus = json.loads((tiny_bundle_dir / "parity_corpus.json").read_text())
-    items = corpus["source_ids"][:160] + [cpu_engine.encode_text(w) for w in pseudo_words(80)]
-    order = list(range(len(items)))
-    random.Random(1).shuffle(order)
-    cases = {
-        "greedy": [greedy()] * len(items),
-        "seeded": [DecodingOptions(max_new_tokens=48, seed=i, temperature=1.2, top_k=20) for i in range(len(items))],
-    }
-    for case, opts in cases.items():
-        alone = [r.token_ids for r in cpu_engine.generate(items, opts, batch_size=1)]
-        shuffled = cpu_engine.generate([items[i] for i in order], [opts[i] for i in order], batch_size=32, sort=False)
-        batched = [None] * len(items)
-        for i, r in zip(order, shuffled):
-            batched[i] = r.token_ids
-        refill = [r.token_ids for r in cpu_engine.generate(items, opts, batch_size=32, refill=True, sort=False)]
-        assert batched == alone, (cpu_engine.variant, case, sum(a != b for a, b in zip(batched, alone)))
-        assert refill == alone, (cpu_engine.variant, case, sum(a != b for a, b in zip(refill, alone)))
-
-
 def test_fp16_and_int8_variants_run_in_the_engine(tiny_bundle_dir, engine):
     ref = [r.token_ids for r in engine.generate(WORDS, greedy())]
     for variant in ("fp16", "int8"):

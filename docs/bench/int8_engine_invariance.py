@@ -1,6 +1,8 @@
 """Batch invariance through the engine: 2,000 words decoded alone, in shuffled batches of 32 and
 under continuous batching, greedy and seeded sampling, on the served int8 and on ONNX Runtime's
 dynamic int8 (derived from the same bundle's fp32 graphs). docs/BENCHMARKS.md, "Batch-invariant int8".
+The words and the three compositions are tests/engine_compositions.py's, which the CI test
+tests/test_invariance.py runs too.
 
     PYTHONPATH=. .venv/bin/python docs/bench/int8_engine_invariance.py --out docs/bench/int8_engine_invariance.json
 """
@@ -10,8 +12,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -19,29 +21,18 @@ from export.bundle import write_manifest
 from export.variants import quantize_int8_dynamic
 from service.bundle import load_bundle
 from service.engine import DecodingOptions, Engine
-from training.data import load_examples
 
-
-def words(n_test: int, n_pseudo: int, seed: int = 0) -> list[str]:
-    """Test-split words and letter strings no dictionary has."""
-    rng = random.Random(seed)
-    test = rng.sample(sorted({e.source for e in load_examples("cmudict", "test")}), n_test)
-    letters = "abcdefghijklmnopqrstuvwxyz"
-    return test + ["".join(rng.choice(letters) for _ in range(rng.randint(1, 16))) for _ in range(n_pseudo)]
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+from engine_compositions import invariance_words, three_ways  # noqa: E402  (tests/ is not a package)
 
 
 def differing(engine: Engine, items: list[list[int]], opts: list[DecodingOptions]) -> dict:
-    alone = [r.token_ids for r in engine.generate(items, opts, batch_size=1)]
-    order = list(range(len(items)))
-    random.Random(1).shuffle(order)
-    shuffled = engine.generate([items[i] for i in order], [opts[i] for i in order], batch_size=32, sort=False)
-    batched: list = [None] * len(items)
-    for i, r in zip(order, shuffled):
-        batched[i] = r.token_ids
-    refill = [r.token_ids for r in engine.generate(items, opts, batch_size=32, refill=True, sort=False)]
+    """How many answers differ from the same input decoded alone, in batches of 32 and continuously."""
+    runs = three_ways(engine, items, opts, batch_size=32)
+    alone = runs["alone"].token_ids
     return {
-        "batched_32": sum(a != b for a, b in zip(batched, alone)),
-        "continuous_32": sum(a != b for a, b in zip(refill, alone)),
+        "batched_32": sum(a != b for a, b in zip(runs["batched"].token_ids, alone)),
+        "continuous_32": sum(a != b for a, b in zip(runs["continuous"].token_ids, alone)),
         "inputs": len(items),
     }
 
@@ -59,7 +50,7 @@ def main() -> None:
         for graph in ("encoder", "decoder"):
             quantize_int8_dynamic(dynamic / meta["variants"]["fp32"][graph], dynamic / meta["variants"]["int8"][graph])
         write_manifest(dynamic, meta)
-        texts = words(1000, 1000)
+        texts = invariance_words(1000, 1000)
         for name, bundle_dir in (("int8", args.bundle), ("int8-dynamic", dynamic)):
             engine = Engine(load_bundle(bundle_dir), variant="int8", provider="cpu", threads=1)
             items = [engine.encode_text(w) for w in texts]
