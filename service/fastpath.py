@@ -16,6 +16,7 @@ with service.errors' one shape and counted in the metrics, as the app's handler 
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 
 import orjson
@@ -79,7 +80,42 @@ class GenerationFastPath:
         except errors.APIError as err:
             svc.metrics.request_done(route, err.error_type)
             response = errors.error_response(err)
-        await response(scope, replay, send)
+        if isinstance(response, generate.SSEResponse):
+            await _stream(response, replay, send)
+        else:
+            await response(scope, replay, send)
+
+
+async def _stream(response: generate.SSEResponse, receive: Receive, send: Send) -> None:
+    """What Starlette's StreamingResponse does (send each chunk; a disconnect cancels the body's generator,
+    whose `finally` cancels the request), with one plain task listening instead of an anyio task group."""
+    await send({"type": "http.response.start", "status": response.status_code, "headers": response.raw_headers})
+    task = asyncio.current_task()
+    gone = done = False
+
+    async def listen() -> None:
+        nonlocal gone
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        if not done:  # after the last chunk a finished response reads as a disconnect too
+            gone = True
+            task.cancel()
+
+    listener = asyncio.ensure_future(listen())
+    body = response.body_iterator
+    try:
+        async for chunk in body:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        done = True
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    except asyncio.CancelledError:
+        if not gone:
+            raise
+        task.uncancel()  # the client went away: the stream ends here, as Starlette's does
+    finally:
+        done = True
+        listener.cancel()
+        await body.aclose()  # a generator left suspended (send failed) still runs its finally now
 
 
 def _authorized(headers: dict[bytes, bytes], key: str | None) -> bool:
