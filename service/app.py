@@ -22,6 +22,7 @@ at once. Where the rest lives:
     service/validation.py    request body -> source ids + decoding options, or 422
     service/responses.py     /generate's body, TGI's timing headers, the SSE stream
     service/middleware.py    request id and access log
+    service/fastpath.py      the generation routes' common case, answered without FastAPI's request machinery
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from starlette.types import Scope
 
 from service import errors
 from service.engine import Engine
+from service.fastpath import GenerationFastPath
 from service.lexicon import Lexicon
 from service.middleware import RequestContext
 from service.routes import docs, explain, generate, health
@@ -105,6 +107,7 @@ def create_app(
     app.mount(docs.STATIC_URL, docs.static_files(), name="docs-static")
 
     errors.install_error_handlers(app, _count_error)
+    app.add_middleware(GenerationFastPath)  # innermost of ours: after the body-size limit and the request id
     app.add_middleware(errors.BodySizeLimit, on_reject=_count_too_large)
     app.add_middleware(RequestContext)  # added last: outermost, so even a 413 carries x-request-id
     # /docs must show the stream event schema even though no route returns it as JSON

@@ -196,7 +196,9 @@ class TextReader:
 
         Raises TextError naming the characters the model cannot read, or the word too long."""
         words = split_words(text, self.max_chars, self.max_words)
-        encodings = self.src_tokenizer.encode_batch([w.text for w in words], add_special_tokens=False)
+        # encode per word, not encode_batch: encode_batch gives up the GIL (to run in parallel), and an event loop that
+        # gives it up waits for the engine thread to hand it back; a word is a few microseconds to encode
+        encodings = [self.src_tokenizer.encode(w.text, add_special_tokens=False) for w in words]
         unreadable = [
             w.text[a:b] for w, enc in zip(words, encodings) for i, (a, b) in zip(enc.ids, enc.offsets) if i == self.unk_id
         ]

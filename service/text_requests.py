@@ -388,7 +388,8 @@ class TextRequest:
             position = 0
             while u.finished is None:
                 try:
-                    events = await asyncio.wait_for(u.ticket.next_events(), keepalive_s)
+                    async with asyncio.timeout(keepalive_s):  # not wait_for: on Python 3.11 it makes a task per wait
+                        events = await u.ticket.next_events()
                 except TimeoutError:
                     yield None
                     continue

