@@ -26,13 +26,16 @@ async def get_service(request: Request) -> Service:
 ServiceDep = Annotated[Service, Depends(get_service)]
 
 
+def api_key_matches(given: str, key: str | None) -> bool:
+    """Whether a bearer token is the server's API key (any token when it has none); constant time.
+    The one check: `authorize` and the generation fast path (service/fastpath.py) both call it."""
+    return key is None or hmac.compare_digest(given.encode(), key.encode())
+
+
 async def authorize(request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)]) -> None:
     """401 unless the request carries the server's API key (when it has one)."""
-    key = request.app.state.settings.api_key
-    if key is None:
-        return
     given = credentials.credentials if credentials is not None else ""
-    if not hmac.compare_digest(given.encode(), key.encode()):
+    if not api_key_matches(given, request.app.state.settings.api_key):
         message = "missing or wrong API key: send 'Authorization: Bearer <key>'"
         raise errors.APIError(401, "unauthorized", message, {"WWW-Authenticate": "Bearer"})
 

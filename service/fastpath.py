@@ -17,7 +17,6 @@ with service.errors' one shape and counted in the metrics, as the app's handler 
 from __future__ import annotations
 
 import asyncio
-import hmac
 
 import orjson
 from pydantic import ValidationError
@@ -25,6 +24,7 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service import errors
+from service.dependencies import api_key_matches
 from service.routes import generate
 from service.schemas import CompatGenerateRequest, GenerateRequest
 
@@ -119,8 +119,8 @@ async def _stream(response: generate.SSEResponse, receive: Receive, send: Send) 
 
 
 def _authorized(headers: dict[bytes, bytes], key: str | None) -> bool:
-    """The API key check of service/dependencies.py (the app answers the 401 when it fails)."""
+    """The API key check of service/dependencies.py on the raw header (the app answers the 401 when it fails)."""
     if key is None:
         return True
     scheme, _, given = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), key.encode())
+    return scheme.lower() == "bearer" and api_key_matches(given.strip(), key)
