@@ -42,9 +42,7 @@ WEIGHT_LEVELS = 63
 _MS_DOMAIN = "com.microsoft"  # MatMulIntegerToFloat is an ONNX Runtime contrib op
 
 
-def quantize_int8(
-    src: Path, dst: Path, exact_attention: bool = True, keep_fp32: tuple[str, ...] = (), fuse_shared_input: bool = True
-) -> dict:
+def quantize_int8(src: Path, dst: Path, exact_attention: bool = True, keep_fp32: tuple[str, ...] = ()) -> dict:
     """The int8 variant of a graph, batch-invariant by construction; returns node counts.
 
     ONNX Runtime's dynamic quantization (`quantize_int8_dynamic`) takes ONE activation scale for the
@@ -55,8 +53,7 @@ def quantize_int8(
         xq   = QuantizeLinear(x / amax, 1/127, 128)          # uint8, symmetric around 128
         y    = MatMulIntegerToFloat(xq, Wq, 1, ws / 127, 128) * amax   # Wq per output channel, |Wq| <= 63
 
-    MatMuls that read the same x (Q/K/V) share one quantization and (`fuse_shared_input`) one integer
-    MatMul over their weights side by side, split after. A row whose amax is 0 gives y = 0.
+    MatMuls that read the same x (Q/K/V) share one quantization. A row whose amax is 0 gives y = 0.
     Integer accumulation is exact, so with the row's own scale the product is bitwise independent
     of the batch. The float attention around it is not, under padding: ONNX Runtime's one-row MatMul
     kernel and Softmax sum a padded length in a different order, a 1e-6 difference that an int8
@@ -66,7 +63,7 @@ def quantize_int8(
     """
     m = onnx.load(str(src))  # external data (decoder.onnx.data) is read in
     before = len(m.graph.node)
-    quantized, shared, integer_matmuls = _quantize_matmuls_per_row(m.graph, set(keep_fp32), fuse_shared_input)
+    quantized, shared = _quantize_matmuls_per_row(m.graph, set(keep_fp32))
     attention = _exact_attention(m.graph) if exact_attention else 0
     if not any(o.domain == _MS_DOMAIN for o in m.opset_import):
         m.opset_import.append(onnx.helper.make_opsetid(_MS_DOMAIN, 1))
@@ -78,7 +75,6 @@ def quantize_int8(
         "nodes": len(m.graph.node),
         "matmuls": quantized,
         "quantizations": shared,
-        "integer_matmuls": integer_matmuls,
         "attentions": attention,
     }
 
@@ -104,8 +100,8 @@ def quantize_int8_dynamic(src: Path, dst: Path) -> None:
     onnx.save(m, str(dst))
 
 
-def _quantize_matmuls_per_row(graph: onnx.GraphProto, keep_fp32: set[str], fuse: bool = True) -> tuple[int, int, int]:
-    """Rewrite MatMul(x, W const [K, N]) as in `quantize_int8`; returns (MatMuls, quantizations, integer MatMuls)."""
+def _quantize_matmuls_per_row(graph: onnx.GraphProto, keep_fp32: set[str]) -> tuple[int, int]:
+    """Rewrite MatMul(x, W const [K, N]) as in `quantize_int8`; returns (MatMuls, quantizations)."""
     from onnx import helper, numpy_helper
 
     inits = {t.name: t for t in graph.initializer}
@@ -121,7 +117,6 @@ def _quantize_matmuls_per_row(graph: onnx.GraphProto, keep_fp32: set[str], fuse:
     ]
     replace: dict[int, list[onnx.NodeProto]] = {}
     replaced_weights = set()
-    fused = 0
     for g, (x, matmuls) in enumerate(groups.items()):
         p = f"int8row/q{g}"
         nodes = [
@@ -132,26 +127,17 @@ def _quantize_matmuls_per_row(graph: onnx.GraphProto, keep_fp32: set[str], fuse:
                 "QuantizeLinear", [f"{p}/x_unit", "int8row/inv127", "int8row/zero_point"], [f"{p}/xq"], name=f"{p}/Quantize"
             ),
         ]
-        # MatMuls that read the same x (a layer's Q/K/V; the encoder's cross-attention K/V of every
-        # decoder layer) become ONE integer MatMul over their weights side by side, split after:
-        # fewer, wider kernels and nodes per step. Integer accumulation is exact and the scales are
-        # per column, so each output is what its own MatMul would have given.
-        for chunk in [matmuls] if fuse else [[mm] for mm in matmuls]:
-            weights, scales = [], []
-            for mm in chunk:
-                w = numpy_helper.to_array(inits[mm.input[1]]).astype(np.float32)  # [K, N]
-                scale = np.abs(w).max(axis=0) / WEIGHT_LEVELS  # per output channel
-                scale = np.where(scale > 0, scale, 1.0).astype(np.float32)
-                weights.append(np.clip(np.rint(w / scale), -WEIGHT_LEVELS, WEIGHT_LEVELS).astype(np.int8))
-                # x = amax * xq / 127: the 1/127 of the activation goes with the weight scale
-                scales.append((scale / np.float32(127)).astype(np.float32))
-                replaced_weights.add(mm.input[1])
-            q = f"int8row/{chunk[0].name or chunk[0].output[0]}" + (f"+{len(chunk) - 1}" if len(chunk) > 1 else "")
+        for mm in matmuls:
+            w = numpy_helper.to_array(inits[mm.input[1]]).astype(np.float32)  # [K, N]
+            scale = np.abs(w).max(axis=0) / WEIGHT_LEVELS  # per output channel
+            scale = np.where(scale > 0, scale, 1.0).astype(np.float32)
+            wq = np.clip(np.rint(w / scale), -WEIGHT_LEVELS, WEIGHT_LEVELS).astype(np.int8)
+            q = f"int8row/{mm.name or mm.output[0]}"
             added += [
-                numpy_helper.from_array(np.concatenate(weights, axis=1), f"{q}/weight_int8"),
-                numpy_helper.from_array(np.concatenate(scales), f"{q}/weight_scale"),
+                numpy_helper.from_array(wq, f"{q}/weight_int8"),
+                # x = amax * xq / 127: the 1/127 of the activation goes with the weight scale
+                numpy_helper.from_array((scale / np.float32(127)).astype(np.float32), f"{q}/weight_scale"),
             ]
-            scaled = chunk[0].output[0] if len(chunk) == 1 else f"{q}/y"
             nodes += [
                 helper.make_node(
                     "MatMulIntegerToFloat",
@@ -160,24 +146,17 @@ def _quantize_matmuls_per_row(graph: onnx.GraphProto, keep_fp32: set[str], fuse:
                     name=f"{q}/MatMulIntegerToFloat",
                     domain=_MS_DOMAIN,
                 ),
-                helper.make_node("Mul", [f"{q}/y_unit", f"{p}/amax"], [scaled], name=f"{q}/RowScale"),
+                helper.make_node("Mul", [f"{q}/y_unit", f"{p}/amax"], [mm.output[0]], name=f"{q}/RowScale"),
             ]
-            if len(chunk) > 1:
-                added.append(numpy_helper.from_array(np.array([w.shape[1] for w in weights], np.int64), f"{q}/split"))
-                outputs = [mm.output[0] for mm in chunk]
-                nodes.append(helper.make_node("Split", [scaled, f"{q}/split"], outputs, name=f"{q}/Split", axis=-1))
-            # The group's nodes go where its first MatMul was (x is ready there); the others vanish.
-            replace[id(chunk[0])] = nodes
+            replace[id(mm)] = nodes
             nodes = []
-            for mm in chunk[1:]:
-                replace[id(mm)] = []
-            fused += len(chunk) - 1
+            replaced_weights.add(mm.input[1])
     _replace_nodes(graph, replace)
     still_used = {i for node in graph.node for i in node.input}
     kept = [t for t in graph.initializer if t.name not in replaced_weights or t.name in still_used]
     del graph.initializer[:]
     graph.initializer.extend(kept + added)
-    return len(replace), len(groups), len(replace) - fused
+    return len(replace), len(groups)
 
 
 def _exact_attention(graph: onnx.GraphProto) -> int:
