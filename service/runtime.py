@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
+import sys
 from pathlib import Path
 
 import onnxruntime as ort
@@ -33,3 +35,18 @@ def gpu_present() -> bool:
         return False
     gpus = Path("/proc/driver/nvidia/gpus")
     return Path("/dev/nvidiactl").exists() or (gpus.is_dir() and any(gpus.iterdir()))
+
+
+ENGINE_THREAD_OS_NAME = "attnserve-eng"  # Linux keeps 15 bytes of a thread's name
+
+
+def name_os_thread(name: str) -> None:
+    """Give the calling thread `name` in the OS too (Linux `/proc/PID/task/TID/comm`, top -H, perf), so
+    the engine thread's CPU can be told from the event loop's; Python's thread names stay in Python."""
+    if sys.platform != "linux":
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(15, name.encode()[:15], 0, 0, 0)  # 15 = PR_SET_NAME
+    except (OSError, AttributeError):
+        pass  # a name is a convenience, never a reason to fail

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from service import errors
 from service.engine import DecodingOptions, Engine, Generation, InputError, StepResult
 from service.metrics import ServiceMetrics
+from service.runtime import ENGINE_THREAD_OS_NAME, name_os_thread
 
 log = logging.getLogger("attnserve.scheduler")
 
@@ -213,6 +214,7 @@ class Scheduler:
 
     # ---- engine thread ------------------------------------------------------------------
     def _run(self) -> None:
+        name_os_thread(ENGINE_THREAD_OS_NAME)
         batch = self.engine.new_batch()
         try:
             while True:

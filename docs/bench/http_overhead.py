@@ -8,7 +8,9 @@ a. engine CPU per word: `attnserve-generate --no-lexicon` on core 0 over N words
    words/s is what it prints on stderr.
 b. server CPU per request at 64 clients: `attnserve-loadtest --concurrency 64` (streamed, and
    `--no-stream`), utime + stime from /proc/PID/stat of the server over the whole run, over every
-   request it answered (warm-up included); overhead = that minus (a).
+   request it answered (warm-up included); overhead = that minus (a). Also split by thread in the same
+   run (`thread_cpu_s`): the event loop's CPU per request is the overhead measured without the drift
+   between (a) and (b).
 c. one client: HTTP e2e p50 (`attnserve-loadtest --concurrency 1`) minus the p50 of
    `Generator.generate` per word, one at a time, in this process on core 0; and the same with a lean
    raw-socket client (`LeanClient`), /generate and /generate_stream, in blocks interleaved with the
@@ -66,6 +68,23 @@ def proc_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
+def thread_cpu_s(pid: int) -> dict[str, float]:
+    """CPU seconds by thread of a server: "event_loop" (the main thread, which runs uvicorn's loop), "engine"
+    (the scheduler's thread, named in the OS by service.runtime.name_os_thread) and "other"."""
+    from service.runtime import ENGINE_THREAD_OS_NAME
+
+    out = {"event_loop": 0.0, "engine": 0.0, "other": 0.0}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat, comm = (task / "stat").read_text(), (task / "comm").read_text().strip()
+        except OSError:  # the thread ended meanwhile
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        kind = "event_loop" if task.name == str(pid) else "engine" if comm == ENGINE_THREAD_OS_NAME else "other"
+        out[kind] += (int(fields[11]) + int(fields[12])) / TICKS
+    return out
+
+
 def engine_in_process(words_file: Path, n: int, small: int, batch: int) -> dict:
     """(a): attnserve-generate over the first `n` and the first `small` words, CPU from the child's rusage."""
     runs = {}
@@ -113,11 +132,11 @@ def loadtest(url: str, pid: int, words_file: Path, clients: int, requests: int, 
     cmd = ["taskset", "-c", "1", str(BIN / "attnserve-loadtest"), url, "--concurrency", str(clients)]
     cmd += ["--requests", str(requests), "--warmup", str(clients), "--input", str(words_file), "--out", str(out)]
     cmd += ["--no-plots", "--no-records", "--no-progress"] + ([] if stream else ["--no-stream"])
-    cpu0 = proc_cpu_s(pid)
+    cpu0, threads0 = proc_cpu_s(pid), thread_cpu_s(pid)
     done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if done.returncode:
         raise RuntimeError(f"attnserve-loadtest failed: {done.stderr[-500:]}")
-    cpu = proc_cpu_s(pid) - cpu0
+    cpu, threads1 = proc_cpu_s(pid) - cpu0, thread_cpu_s(pid)
     level = json.loads((out / "results.json").read_text())["levels"][0]
     s, server = level["summary"], level.get("server") or {}
     return {
@@ -126,6 +145,9 @@ def loadtest(url: str, pid: int, words_file: Path, clients: int, requests: int, 
         "answered": s["ok"] + clients,
         "failed": s["failed"],
         "server_cpu_ms_per_request": cpu * 1000 / (s["ok"] + clients),
+        # the same CPU by thread, taken in the same run (no drift between two measurements): the event
+        # loop's share is what HTTP costs, the engine thread's what the decoding costs inside the server
+        "thread_cpu_ms_per_request": {k: (threads1[k] - threads0[k]) * 1000 / (s["ok"] + clients) for k in threads1},
         "words_per_s": s["requests_per_s"],
         "e2e_p50_ms": s["e2e_ms"]["p50"],
         "mean_batch": (server.get("batch_size") or {}).get("mean"),
@@ -296,6 +318,14 @@ def table(r: dict) -> str:
             f"| (b) server CPU per request, 64 clients, {route} | {lv['server_cpu_ms_per_request']:.2f} ms "
             f"(overhead **{lv['overhead_ms_per_request']:+.2f} ms**) | overhead <= 0.5 ms |"
         )
+    for lv in r["http_c64"]:
+        route = "/generate_stream" if lv["stream"] else "/generate"
+        t = lv.get("thread_cpu_ms_per_request")
+        if t:
+            rows.append(
+                f"| (b) the same by thread, {route}: event loop / engine thread / other | {t['event_loop']:.2f} / "
+                f"{t['engine']:.2f} / {t['other']:.2f} ms | event loop <= 0.5 ms |"
+            )
     c1, ip = r["http_c1"], r["in_process_c1"]
     rows.append(
         f"| (c) 1 client p50, attnserve-loadtest (aiohttp, streamed): HTTP {c1['e2e_p50_ms']:.2f} "
