@@ -246,6 +246,16 @@ def generator(request):
         yield g
 
 
+def test_the_engine_thread_is_named_in_the_os(generator):
+    """So its CPU can be told from the event loop's (top -H, /proc, docs/bench/http_overhead.py)."""
+    from service.runtime import ENGINE_THREAD_OS_NAME
+
+    generator.generate("cat")
+    tasks = Path(f"/proc/{os.getpid()}/task")
+    names = [(t / "comm").read_text().strip() for t in tasks.iterdir() if (t / "comm").exists()]
+    assert ENGINE_THREAD_OS_NAME in names, names
+
+
 WORDS = ["attention", "cat", "a", "hello", "phoneme", "transformer", "zebra", "data", "encoder", "supercalifragilistic"]
 
 
