@@ -68,6 +68,23 @@ def proc_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
+def checkout_name(repo: Path) -> str:
+    """A server checkout as its commit (a path of this machine means nothing to a reader of the JSON)."""
+    done = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    commit = done.stdout.strip() or "unknown commit"
+    dirty = subprocess.run(["git", "-C", str(repo), "diff", "--quiet", "HEAD", "--", "service"]).returncode != 0
+    where = "this checkout" if repo.resolve() == ROOT else "another checkout"
+    return f"{where} at {commit}" + (" (service/ modified)" if dirty else "")
+
+
+def portable_args(argv: list[str]) -> list[str]:
+    """The command line with path arguments named by role, not by where they lay on this machine."""
+    out, hide = [], {"--out": "DIR", "--server-repo": "CHECKOUT"}
+    for i, a in enumerate(argv):
+        out.append(hide[argv[i - 1]] if i and argv[i - 1] in hide else a)
+    return out
+
+
 def thread_cpu_s(pid: int) -> dict[str, float]:
     """CPU seconds by thread of a server: "event_loop" (the main thread, which runs uvicorn's loop), "engine"
     (the scheduler's thread, named in the OS by service.runtime.name_os_thread) and "other"."""
@@ -270,8 +287,8 @@ def main() -> int:
     result: dict = {
         "label": args.label,
         "machine": f"{os.cpu_count()}-core {platform.machine()} " + _cpu_model(),
-        "server_repo": str(args.server_repo),
-        "command": " ".join(["docs/bench/http_overhead.py", *sys.argv[1:]]),
+        "server_repo": checkout_name(args.server_repo),
+        "command": " ".join(["docs/bench/http_overhead.py", *portable_args(sys.argv[1:])]),
         "engine": engine_in_process(words_file, args.words, max(40, args.words // 100), args.max_batch_size),
     }
     load.append(os.getloadavg())
