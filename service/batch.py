@@ -13,11 +13,12 @@ Cache layout of an ActiveBatch (B rows, P past slots, S source slots):
 Padding keys get a -1e9 bias, so their softmax weight is exactly 0 in float32:
 batching does not change what a row computes.
 
-Between steps the cache stays in ONNX Runtime values (OrtValues bound through
-IOBinding): each step's `present` outputs are bound as the next step's `past`
-inputs without a numpy round trip (and stay on the GPU under CUDA). A leaving row
-leaves a free slot that the next joining row fills in place; only a compaction (too
-many free slots, a longer source, or CUDA) rebuilds the cache through numpy.
+Between steps the cache stays in ONNX Runtime values: each step's `present` outputs are
+the next step's `past` inputs without a numpy round trip (on CPU fed as they are to the one
+`run_with_ort_values` call of the step, through `feeds`; on CUDA bound through IOBinding, so
+they stay on the GPU). A leaving row leaves a free slot that the next joining row fills in
+place; only a compaction (too many free slots, a longer source, or CUDA) rebuilds the cache
+through numpy.
 """
 
 from __future__ import annotations

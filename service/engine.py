@@ -231,7 +231,7 @@ class Engine:
             # An IOBinding costs a Python-to-C++ call per bound name and per output, 16 per step here
             # (docs/BENCHMARKS.md, the engine's Python per step); this is one.
             feeds = batch.feeds
-            feeds["decoder_attention_mask"] = ort.OrtValue.ortvalue_from_numpy(mask)._ortvalue
+            feeds["decoder_attention_mask"] = self._ortvalue(mask)._ortvalue
             for name, value in zip(self.past_names, batch.past):
                 feeds[name] = value
             outs = self.run_decoder(feeds, self.output_names, None)
