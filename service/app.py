@@ -22,12 +22,13 @@ at once. Where the rest lives:
     service/validation.py    request body -> source ids + decoding options, or 422
     service/responses.py     /generate's body, TGI's timing headers, the SSE stream
     service/middleware.py    request id and access log
-    service/fastpath.py      the generation routes' common case, answered without FastAPI's request machinery
+    service/fastpath.py      the app class: the generation routes' common case answered ahead of its middleware
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -37,7 +38,7 @@ from starlette.types import Scope
 
 from service import errors
 from service.engine import Engine
-from service.fastpath import GenerationFastPath
+from service.fastpath import AttnserveApp
 from service.lexicon import Lexicon
 from service.middleware import RequestContext
 from service.routes import docs, explain, generate, health
@@ -66,6 +67,10 @@ def create_app(
         svc = Service(settings, eng, keepalive_s, lexicon=lex)
         svc.loop = asyncio.get_running_loop()
         await asyncio.to_thread(warm_up, eng)
+        # what is alive now (the app, the sessions, the tokenizers, the lexicon) lives as long as the server: out of
+        # the collector's sight, a full collection no longer walks all of it while requests wait (~10% of the event
+        # loop's CPU under load, measured with py-spy)
+        gc.freeze()
         svc.scheduler.start()
         app.state.service = svc
         svc.ready = True
@@ -87,7 +92,7 @@ def create_app(
             svc.ready = False
             await asyncio.to_thread(svc.scheduler.stop)
 
-    app = FastAPI(
+    app = AttnserveApp(
         title="attnserve",
         version=version(),
         description="Greedy and sampled generation from an encoder-decoder Transformer on ONNX Runtime, "
@@ -107,7 +112,6 @@ def create_app(
     app.mount(docs.STATIC_URL, docs.static_files(), name="docs-static")
 
     errors.install_error_handlers(app, _count_error)
-    app.add_middleware(GenerationFastPath)  # innermost of ours: after the body-size limit and the request id
     app.add_middleware(errors.BodySizeLimit, on_reject=_count_too_large)
     app.add_middleware(RequestContext)  # added last: outermost, so even a 413 carries x-request-id
     # /docs must show the stream event schema even though no route returns it as JSON

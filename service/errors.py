@@ -59,6 +59,11 @@ def timeout(limit_s: float) -> APIError:
     return APIError(504, "timeout", f"the request did not finish within the server's request timeout of {limit_s:g} s")
 
 
+def internal() -> APIError:
+    """An unexpected exception, as the client sees it: nothing about the code (the log has the details)."""
+    return APIError(500, "internal", "internal server error; the server log has the details")
+
+
 def error_body(error_type: str, message: str) -> dict[str, str]:
     return {"error": message, "error_type": error_type}
 
@@ -114,7 +119,7 @@ def install_error_handlers(app: FastAPI, on_error: Callable[[Request, APIError],
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unexpected error on %s %s", request.method, request.url.path)
-        return answer(request, APIError(500, "internal", "internal server error; the server log has the details"))
+        return answer(request, internal())
 
 
 class BodySizeLimit:

@@ -1,14 +1,17 @@
 """The generation routes' common case without FastAPI's request machinery (issue 14).
 
 Under load the event loop spent more CPU per request than the engine's own decoding, most of
-it in FastAPI and Starlette around a handler that does little: routing, dependency
-resolution, exception-middleware layers and body parsing. `GenerationFastPath` is pure ASGI
-middleware that answers a well-formed `POST /generate`, `/generate_stream` or `/` itself with
-the very handlers of service/routes/generate.py. Anything else goes on to the FastAPI app
-unchanged, and so does any request the fast path would have to refuse before its job is
-queued (no service yet, draining, wrong API key, a body that is not JSON or does not
-validate): the app then answers it exactly as before (same status, error body and metrics).
-The routes stay declared in the app, so /docs and the OpenAPI schema do not change.
+it around a handler that does little: FastAPI's and Starlette's middleware layers (error
+telemetry, body limits, exception handling), routing, dependency resolution and body
+parsing. `AttnserveApp` is the FastAPI app with one difference: a `POST /generate`,
+`/generate_stream` or `/` goes first to `answer_generation`, which answers a well-formed one
+itself with the very handlers of service/routes/generate.py, and does what the middleware
+does for it (the request id, the access-log line, the body-size limit, a 500 for the
+unexpected). Anything else goes through the app's whole stack unchanged, and so does any
+request the fast path would have to refuse before its job is queued (no service yet,
+draining, wrong API key, a body too large, not JSON or not valid): the app then answers it
+exactly as before (same status, error body, headers and metrics). The routes stay declared
+in the app, so /docs and the OpenAPI schema do not change.
 
 Errors after admission (422/429/503 from the scheduler, 504 on timeout) are answered here
 with service.errors' one shape and counted in the metrics, as the app's handler does.
@@ -17,61 +20,90 @@ with service.errors' one shape and counted in the metrics, as the app's handler 
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 
 import orjson
+from fastapi import FastAPI
 from pydantic import ValidationError
 from starlette.requests import Request
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from service import errors
 from service.dependencies import api_key_matches
+from service.logs import request_id_var
+from service.middleware import log_access, request_id
 from service.routes import generate
 from service.schemas import CompatGenerateRequest, GenerateRequest
 
 ROUTES = {"/generate": GenerateRequest, "/generate_stream": GenerateRequest, "/": CompatGenerateRequest}
 
+log = logging.getLogger("attnserve.service")
 
-class GenerationFastPath:
-    def __init__(self, app: ASGIApp):
-        self.app = app
+
+class AttnserveApp(FastAPI):
+    """The FastAPI app, whose generation routes' common case skips the middleware stack (see above)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        model = ROUTES.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
-        svc = scope["app"].state.service if model is not None else None
-        if svc is None or svc.draining:
-            await self.app(scope, receive, send)
-            return
-        headers: dict[bytes, bytes] = {}
-        for name, value in scope["headers"]:
-            headers.setdefault(name, value)  # the first of a repeated header, as Starlette's Headers.get
-        json_body = headers.get(b"content-type", b"").split(b";")[0].strip().lower() == b"application/json"
-        if not json_body or not _authorized(headers, svc.settings.api_key):
-            await self.app(scope, receive, send)
-            return
-        chunks = []
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":  # the client went away before sending its body
-                return
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body", False):
-                break
-        raw = b"".join(chunks)
-        replayed = False
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in ROUTES:
+            scope["app"] = self
+            await answer_generation(scope, receive, send, super().__call__)
+        else:
+            await super().__call__(scope, receive, send)
 
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": raw, "more_body": False}
-            return await receive()  # after the body: http.disconnect when the client goes away
 
-        try:
-            body = model.model_validate(orjson.loads(raw))  # as FastAPI validates it (python mode), from JSON
-        except (orjson.JSONDecodeError, ValidationError):
-            await self.app(scope, replay, send)  # the app's 422, with its message
+async def answer_generation(scope: Scope, receive: Receive, send: Send, app) -> None:
+    """Answer a generation request, or hand it to `app` (the whole stack) untouched when it must be refused."""
+    model = ROUTES[scope["path"]]
+    svc = scope["app"].state.service
+    if svc is None or svc.draining:
+        await app(scope, receive, send)
+        return
+    headers: dict[bytes, bytes] = {}
+    for name, value in scope["headers"]:
+        headers.setdefault(name, value)  # the first of a repeated header, as Starlette's Headers.get
+    json_body = headers.get(b"content-type", b"").split(b";")[0].strip().lower() == b"application/json"
+    declared = headers.get(b"content-length", b"0")
+    too_large = declared.isdigit() and int(declared) > errors.MAX_BODY_BYTES
+    if not json_body or too_large or not _authorized(headers, svc.settings.api_key):
+        await app(scope, receive, send)
+        return
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":  # the client went away before sending its body
             return
-        route = scope["path"]
+        chunks.append(message.get("body", b""))
+        size += len(chunks[-1])
+        if not message.get("more_body", False) or size > errors.MAX_BODY_BYTES:
+            break
+    raw = b"".join(chunks)
+    more = message.get("more_body", False)
+    replayed = False
+
+    async def replay() -> Message:
+        nonlocal replayed
+        if not replayed:
+            replayed = True
+            return {"type": "http.request", "body": raw, "more_body": more}
+        return await receive()  # after the body: http.disconnect when the client goes away
+
+    if size > errors.MAX_BODY_BYTES:  # a chunked body past the limit: the app's BodySizeLimit answers 413
+        await app(scope, replay, send)
+        return
+    try:
+        body = model.model_validate(orjson.loads(raw))  # as FastAPI validates it (python mode), from JSON
+    except (orjson.JSONDecodeError, ValidationError):
+        await app(scope, replay, send)  # the app's 422, with its message
+        return
+
+    # from here on the request is this path's: what RequestContext and the error handlers do for the app
+    rid = request_id(headers.get(b"x-request-id"))
+    context = request_id_var.set(rid)
+    t0 = time.perf_counter()
+    route = scope["path"]
+    status = 0
+    try:
         try:
             if route == "/generate_stream" or getattr(body, "stream", False):
                 response = generate.stream(svc, body, route)
@@ -80,10 +112,24 @@ class GenerationFastPath:
         except errors.APIError as err:
             svc.metrics.request_done(route, err.error_type)
             response = errors.error_response(err)
+        status = response.status_code
+        response.raw_headers.append((b"x-request-id", rid.encode("latin-1")))
         if isinstance(response, generate.SSEResponse):
             await _stream(response, replay, send)
         else:
             await response(scope, replay, send)
+    except Exception:
+        if status:  # the answer had begun: nothing more can be said on this connection
+            raise
+        log.exception("unexpected error on %s %s", scope["method"], route)
+        svc.metrics.request_done(route, "internal")
+        status = 500
+        response = errors.error_response(errors.internal())
+        response.raw_headers.append((b"x-request-id", rid.encode("latin-1")))
+        await response(scope, replay, send)
+    finally:
+        log_access(scope, status, t0)
+        request_id_var.reset(context)
 
 
 async def _stream(response: generate.SSEResponse, receive: Receive, send: Send) -> None:

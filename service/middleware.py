@@ -14,6 +14,13 @@ from service.logs import request_id_var
 access_log = logging.getLogger("attnserve.access")
 
 
+def request_id(sent: bytes | None) -> str:
+    """The client's `x-request-id` when it is a sane one, else a new id."""
+    given = (sent or b"").decode("latin-1")
+    # a new id needs to be unique, not secret: uuid4 reads os.urandom, ~0.4 ms per call on some VMs
+    return given if given and len(given) <= 128 and given.isprintable() else f"{random.getrandbits(128):032x}"
+
+
 class RequestContext:
     """ASGI middleware: the request id (the client's `x-request-id`, else a new one) in the log context
     and on every response, and one JSON access-log line per request."""
@@ -25,9 +32,7 @@ class RequestContext:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        sent = dict(scope.get("headers") or []).get(b"x-request-id", b"").decode("latin-1")
-        # a new id needs to be unique, not secret: uuid4 reads os.urandom, ~0.4 ms per call on some VMs
-        rid = sent if sent and len(sent) <= 128 and sent.isprintable() else f"{random.getrandbits(128):032x}"
+        rid = request_id(dict(scope.get("headers") or []).get(b"x-request-id"))
         token = request_id_var.set(rid)
         t0 = time.perf_counter()
         status = 0
@@ -42,16 +47,21 @@ class RequestContext:
         try:
             await self.app(scope, receive, send_with_id)
         finally:
-            access_log.info(
-                "%s %s %s",
-                scope["method"],
-                scope["path"],
-                status,
-                extra={
-                    "method": scope["method"],
-                    "path": scope["path"],
-                    "status": status,
-                    "duration_ms": round((time.perf_counter() - t0) * 1000, 2),
-                },
-            )
+            log_access(scope, status, t0)
             request_id_var.reset(token)
+
+
+def log_access(scope: Scope, status: int, t0: float) -> None:
+    """The access-log line of a request that began at perf_counter() `t0`."""
+    access_log.info(
+        "%s %s %s",
+        scope["method"],
+        scope["path"],
+        status,
+        extra={
+            "method": scope["method"],
+            "path": scope["path"],
+            "status": status,
+            "duration_ms": round((time.perf_counter() - t0) * 1000, 2),
+        },
+    )

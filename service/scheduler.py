@@ -59,7 +59,14 @@ class Ticket:
     drop the row at the next step boundary.
     """
 
-    def __init__(self, source_ids: list[int], options: DecodingOptions, deadline: float, loop: asyncio.AbstractEventLoop | None):
+    def __init__(
+        self,
+        source_ids: list[int],
+        options: DecodingOptions,
+        deadline: float,
+        loop: asyncio.AbstractEventLoop | None,
+        ready: asyncio.Event | None = None,
+    ):
         self.source_ids = source_ids
         self.options = options
         self.deadline = deadline  # time.perf_counter() value
@@ -73,7 +80,10 @@ class Ticket:
         self.t_last_token: float | None = None
         self.n_tokens = 0
         self._events: collections.deque = collections.deque()
-        self._async_ready = asyncio.Event() if loop is not None else None
+        # an owner that reads the answer whole shares one `ready` among its tickets and is woken only when
+        # one ends (a wake-up is a task step on the event loop: one per token per request adds up under load)
+        self.wakes_each_step = ready is None
+        self._async_ready = (ready or asyncio.Event()) if loop is not None else None
         self._thread_ready = threading.Event() if loop is None else None
 
     @property
@@ -93,6 +103,10 @@ class Ticket:
             if self._events:
                 return self._drain()
             await self._async_ready.wait()
+
+    def take_events(self) -> list:
+        """Events so far, possibly none, without waiting (an owner waiting on the `ready` it shares)."""
+        return self._drain()
 
     def next_events_blocking(self, timeout: float | None = None) -> list:
         while True:
@@ -183,18 +197,23 @@ class Scheduler:
         return self.submit_many([(source_ids, options)], loop)[0]
 
     def submit_many(
-        self, requests: list[tuple[list[int], DecodingOptions]], loop: asyncio.AbstractEventLoop | None = None
+        self,
+        requests: list[tuple[list[int], DecodingOptions]],
+        loop: asyncio.AbstractEventLoop | None = None,
+        ready: asyncio.Event | None = None,
     ) -> list[Ticket]:
         """Queue several requests at once (the words of one text), all or none: each counts toward
         `max_concurrent_requests`, and they are queued together, so they join the batch at the same step
-        boundary (as far as `max_batch_size` allows) and share its decoder steps. Errors as `submit`."""
+        boundary (as far as `max_batch_size` allows) and share its decoder steps. Errors as `submit`.
+        `ready` (asyncio owners that read every answer whole): the one event all the tickets set, and only
+        when one of them ends; None: each ticket sets its own at every step that gives it events."""
         for _, options in requests:
             if options.n_rows > self.max_batch_size:
                 raise errors.validation(
                     f"this request needs {options.n_rows} batch rows (best_of/num_beams) but a batch holds {self.max_batch_size}"
                 )
         deadline = time.perf_counter() + self.request_timeout_s
-        tickets = [Ticket(ids, options, deadline, loop) for ids, options in requests]
+        tickets = [Ticket(ids, options, deadline, loop, ready) for ids, options in requests]
         with self._cv:
             if self._stopping or not self.alive:
                 raise errors.unavailable(self.unavailable_reason())
@@ -323,13 +342,15 @@ class Scheduler:
             # a streaming request gets an event per token; one of several rows gets one at its end
             t.n_tokens = t.n_tokens + 1 if r.generation.streams else r.generation.generated_tokens
             t._events.append(r)
-            touched.append(t)
             if r.finish_reason is not None:
                 finished.append(t)
                 self.metrics.inference_duration.observe(t1 - t.t_admitted)
                 self.metrics.generated_tokens.observe(t.n_tokens)
                 self._mean_request_s = 0.9 * self._mean_request_s + 0.1 * (t1 - t.t_arrival)
                 self._finish(t, Finished(r.finish_reason))
+                touched.append(t)
+            elif t.wakes_each_step:
+                touched.append(t)
         if finished:
             batch.remove([t.generation for t in finished])
             for t in finished:

@@ -143,6 +143,7 @@ class TextRequest:
         options: DecodingOptions,
         units: list[Unit],
         t_arrival: float,
+        ready: asyncio.Event | None = None,
     ):
         self.engine = engine
         self.reader = reader
@@ -151,6 +152,7 @@ class TextRequest:
         self.options = options
         self.units = units
         self.t_arrival = t_arrival
+        self.ready = ready  # what the tickets set when one ends (admitted for /generate: `collect`)
 
     # ---- admission ------------------------------------------------------------------------------
     @classmethod
@@ -183,11 +185,12 @@ class TextRequest:
                 f"inputs: {len(to_model)} words need the model, and this server runs at most "
                 f"{svc.scheduler.max_concurrent_requests} at once (max_concurrent_requests); send fewer words per request"
             )
+        ready = None if stream else asyncio.Event()  # /generate reads its answer whole: woken once per ending ticket
         if to_model:
-            tickets = svc.scheduler.submit_many([(u.source_ids, options) for u in to_model], svc.loop)
+            tickets = svc.scheduler.submit_many([(u.source_ids, options) for u in to_model], svc.loop, ready)
             for u, t in zip(to_model, tickets):
                 u.ticket = t
-        return cls(engine, svc.reader, body, params, options, units, t_arrival)
+        return cls(engine, svc.reader, body, params, options, units, t_arrival, ready)
 
     def cancel(self) -> None:
         """Drop every unit's rows from the batch (the client went away, or another unit failed)."""
@@ -355,24 +358,25 @@ class TextRequest:
         waiting = [u for u in self.units if u.ticket is not None]
         if not waiting:
             return True
-        tasks = [asyncio.ensure_future(_finish(u)) for u in waiting]
-        work = asyncio.gather(*tasks)
+        # one task (the disconnect watch) and one event per request, not a task per word: each is event-loop CPU
+        ready = self.ready
         gone = asyncio.ensure_future(_client_gone(request))
+        gone.add_done_callback(lambda _: ready.set())
         ok = False
         try:
-            await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
-            if work.done():
-                error = work.exception()
-                if error is not None:
-                    raise error
-                ok = True
+            while True:
+                ready.clear()
+                waiting = [u for u in waiting if not _take(u)]  # raises a failed unit's APIError
+                if not waiting:
+                    ok = True
+                    return True
+                if gone.done():
+                    return False
+                await ready.wait()
         finally:
             gone.cancel()
-            for t in tasks:
-                t.cancel()  # ends the waits of the others when one failed or the client went away
             if not ok:
-                self.cancel()
-        return ok
+                self.cancel()  # the client went away, or a unit failed: the others' rows leave the batch
 
     async def stream_items(self, keepalive_s: float) -> AsyncIterator[StreamToken | Failed | None]:
         """The answer's tokens in text order as the engine makes them: StreamToken per token (a lexicon
@@ -430,16 +434,16 @@ def read_words(svc, text: str, truncate: int | None) -> list[Word]:
     return [Word(w.text, w.start + offset, w.end + offset) for w in words]
 
 
-async def _finish(u: Unit) -> None:
-    """Collect a unit's step results until it finishes; raises its APIError if it fails."""
-    while True:
-        for ev in await u.ticket.next_events():
-            if isinstance(ev, Failed):
-                raise ev.error
-            if isinstance(ev, Finished):
-                u.finished = ev
-                return
-            u.results.append(ev)
+def _take(u: Unit) -> bool:
+    """Take a unit's step results so far: whether it has finished; raises its APIError if it failed."""
+    for ev in u.ticket.take_events():
+        if isinstance(ev, Failed):
+            raise ev.error
+        if isinstance(ev, Finished):
+            u.finished = ev
+            return True
+        u.results.append(ev)
+    return u.finished is not None
 
 
 async def _client_gone(request: Request) -> None:
