@@ -105,7 +105,7 @@ async def answer_generation(scope: Scope, receive: Receive, send: Send, app) -> 
     status = 0
     try:
         try:
-            if route == "/generate_stream" or getattr(body, "stream", False):
+            if route == "/generate_stream" or (route == "/" and body.stream):  # not getattr: pydantic's miss is slow
                 response = generate.stream(svc, body, route)
             else:
                 response = await generate.generate_once(svc, Request(scope, replay), body, route, as_list=route == "/")

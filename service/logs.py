@@ -13,6 +13,8 @@ import logging
 import sys
 import time
 
+import orjson
+
 request_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("attnserve_request_id", default=None)
 
 # LogRecord attributes that are not user `extra=` fields
@@ -37,7 +39,10 @@ class JsonFormatter(logging.Formatter):
                 out[key] = value
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
-        return json.dumps(out, default=str)
+        try:  # orjson: a line per request under load (the access log)
+            return orjson.dumps(out, default=str).decode()
+        except TypeError:  # what orjson refuses outright (an int past 64 bits): the standard encoder
+            return json.dumps(out, default=str)
 
 
 def configure_logging(level: str = "info") -> None:

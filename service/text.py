@@ -64,10 +64,13 @@ class Word:
     text: str  # normalised, numbers spelt out: "two" for "2"
     start: int
     end: int
+    source_ids: tuple[int, ...] = ()  # its source token ids, once `TextReader.words` has read it
 
 
-def fold(text: str) -> tuple[str, list[int]]:
+def fold(text: str) -> tuple[str, Sequence[int]]:
     """(accents and case folded text, for each of its characters the index in `text` it came from)."""
+    if text.isascii():  # the common case, char for char: no marks to strip, casefold is lower, one apostrophe
+        return text.lower().replace("`", "'"), range(len(text))
     out: list[str] = []
     origin: list[int] = []
     for i, ch in enumerate(text):
@@ -192,26 +195,30 @@ class TextReader:
         )
 
     def words(self, text: str) -> list[Word]:
-        """The words of `text`, each checked readable by the source tokenizer and short enough.
+        """The words of `text` with their source ids, each checked readable by the source tokenizer and short enough.
 
         Raises TextError naming the characters the model cannot read, or the word too long."""
         words = split_words(text, self.max_chars, self.max_words)
         # encode per word, not encode_batch: encode_batch gives up the GIL (to run in parallel), and an event loop that
         # gives it up waits for the engine thread to hand it back; a word is a few microseconds to encode
-        encodings = [self.src_tokenizer.encode(w.text, add_special_tokens=False) for w in words]
+        encode = self.src_tokenizer.encode
+        encodings = [encode(w.text, add_special_tokens=False) for w in words]
         unreadable = [
             w.text[a:b] for w, enc in zip(words, encodings) for i, (a, b) in zip(enc.ids, enc.offsets) if i == self.unk_id
         ]
         if unreadable:
             shown = ", ".join(repr(c) for c in dict.fromkeys(unreadable))
             raise TextError(f"input contains text this model cannot read: {shown}; remove or replace it")
+        for w, enc in zip(words, encodings):
+            if not enc.ids:
+                raise TextError(f"word {w.text!r} has no tokens this model can read")
         if self.max_source_len is not None:
             for w, enc in zip(words, encodings):
                 if len(enc.ids) > self.max_source_len:
                     raise TextError(
                         f"word {w.text!r} is {len(enc.ids)} tokens long; this model reads at most {self.max_source_len}"
                     )
-        return words
+        return [Word(w.text, w.start, w.end, tuple(enc.ids)) for w, enc in zip(words, encodings)]
 
     def join(self, answers: Sequence[str]) -> str:
         """generated_text for the words' answers, in order."""

@@ -48,7 +48,7 @@ import numpy as np
 from fastapi import Request
 
 from service import errors
-from service.decoding import Hypothesis, InputError, StoppingCriteria, request_seed
+from service.decoding import Hypothesis, StoppingCriteria, request_seed
 from service.engine import DecodingOptions, Engine, StepResult
 from service.lexicon import Lexicon
 from service.responses import hypothesis_tokens, prefill, token_dict, top_token_dicts
@@ -169,7 +169,7 @@ class TextRequest:
             text = body.inputs if params.truncate is None else svc.validator.keep_last_tokens(body.inputs, params.truncate)
             units = [Unit(text, None, ids, [])]
         else:
-            units = [Unit(w.text, w, source_ids(engine, w.text), []) for w in read_words(svc, body.inputs, params.truncate)]
+            units = [Unit(w.text, w, list(w.source_ids), []) for w in read_words(svc, body.inputs, params.truncate)]
         options = svc.validator.options(params, stream)
         if options.sampling and options.seed is None:
             # one seed for every word, picked here (the engine's rule) and reported back: the same request reproduces
@@ -411,13 +411,6 @@ class TextRequest:
                     yield StreamToken(token, top, ev.finish_reason, last_unit and ev.finish_reason is not None)
 
 
-def source_ids(engine: Engine, text: str) -> list[int]:
-    try:
-        return engine.encode_text(text)
-    except InputError as e:
-        raise errors.validation(f"inputs: {e}") from None
-
-
 def read_words(svc, text: str, truncate: int | None) -> list[Word]:
     """The words of a request's running text, spans into `text`; APIError 422 naming what cannot be read.
     TGI's `truncate` keeps the text's last `truncate` source tokens before it is read."""
@@ -431,7 +424,7 @@ def read_words(svc, text: str, truncate: int | None) -> list[Word]:
         words = svc.reader.words(text)
     except TextError as e:
         raise errors.validation(f"inputs: {e}") from None
-    return [Word(w.text, w.start + offset, w.end + offset) for w in words]
+    return [Word(w.text, w.start + offset, w.end + offset, w.source_ids) for w in words]
 
 
 def _take(u: Unit) -> bool:

@@ -15,7 +15,7 @@ from service.dependencies import GENERATION_GUARDS, ServiceDep
 from service.explain import DeadlinePassed, ExplainResponse, explanation_response
 from service.responses import ERROR_RESPONSES
 from service.schemas import ErrorResponse, GenerateParameters, GenerateRequest
-from service.text_requests import read_words, source_ids
+from service.text_requests import read_words
 from service.validation import ValidRequest
 
 ROUTE = "/explain"
@@ -93,7 +93,7 @@ def explain_request(svc, body: GenerateRequest) -> ValidRequest:
         words = read_words(svc, body.inputs, params.truncate)
         if len(words) != 1:
             raise errors.validation(f"inputs: /explain shows one word's attention; this text has {len(words)} words")
-        valid = ValidRequest(source_ids(svc.engine, words[0].text), svc.validator.options(params, False), params)
+        valid = ValidRequest(list(words[0].source_ids), svc.validator.options(params, False), params)
     if not valid.options.streams:
         raise errors.validation("parameters: /explain decodes one answer; best_of and num_beams are for /generate")
     return valid
