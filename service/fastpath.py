@@ -33,6 +33,7 @@ from service import errors
 from service.dependencies import api_key_matches
 from service.logs import request_id_var
 from service.middleware import log_access, request_id
+from service.responses import LastChunk
 from service.routes import generate
 from service.schemas import CompatGenerateRequest, GenerateRequest
 
@@ -149,11 +150,16 @@ async def _stream(response: generate.SSEResponse, receive: Receive, send: Send) 
 
     listener = asyncio.ensure_future(listen())
     body = response.body_iterator
+    ended = False
     try:
         async for chunk in body:
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        done = True
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+            if ended:  # nothing can follow the end of the body
+                continue
+            ended = done = isinstance(chunk, LastChunk)  # the last event and the body's end in one write
+            await send({"type": "http.response.body", "body": chunk, "more_body": not ended})
+        if not ended:
+            done = True
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
     except asyncio.CancelledError:
         if not gone:
             raise

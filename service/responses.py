@@ -43,6 +43,10 @@ class SSEResponse(StreamingResponse):
     media_type = "text/event-stream"
 
 
+class LastChunk(bytes):
+    """A stream's last chunk: the fast path (service/fastpath.py) sends it with the body's end, one write, not two."""
+
+
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}  # x-accel-buffering: nginx passes each event at once
 
 
@@ -124,7 +128,7 @@ async def sse_events(job: TextRequest, route: str, metrics: ServiceMetrics, keep
                 continue
             if isinstance(item, Failed):
                 outcome = item.error.error_type
-                yield b"data:" + _json(errors.error_body(item.error.error_type, item.error.message)) + b"\n\n"
+                yield LastChunk(b"data:" + _json(errors.error_body(item.error.error_type, item.error.message)) + b"\n\n")
                 return
             index += 1
             event = {"index": index, "token": item.token, "top_tokens": item.top_tokens, "generated_text": None, "details": None}
@@ -139,7 +143,8 @@ async def sse_events(job: TextRequest, route: str, metrics: ServiceMetrics, keep
                     }
                 outcome = "success"
                 metrics.request_duration.observe(time.perf_counter() - job.t_arrival)
-            yield b"data:" + _json(event) + b"\n\n"
+            chunk = b"data:" + _json(event) + b"\n\n"
+            yield LastChunk(chunk) if item.last else chunk
     finally:
         if outcome != "success":
             job.cancel()

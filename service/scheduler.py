@@ -54,7 +54,7 @@ class Ticket:
     """One generation request as the scheduler sees it.
 
     The engine thread appends `StepResult`s and finally a `Finished` or
-    `Failed`; the owner reads them with `next_events` (asyncio) or
+    `Failed`; the owner reads them with `wait_events` or `take_events` (asyncio) or
     `next_events_blocking` (threads). `cancel()` asks the engine thread to
     drop the row at the next step boundary.
     """
@@ -96,13 +96,16 @@ class Ticket:
     def _wake(self) -> None:  # engine thread, threads-owned tickets only
         self._thread_ready.set()
 
-    async def next_events(self) -> list:
-        """Events so far (at least one), waiting for them; cancel-safe."""
-        while True:
-            self._async_ready.clear()
-            if self._events:
-                return self._drain()
+    async def wait_events(self) -> list:
+        """Events so far, waiting for them; [] when `wake` woke it first. Cancel-safe."""
+        self._async_ready.clear()
+        if not self._events:
             await self._async_ready.wait()
+        return self._drain()
+
+    def wake(self) -> None:
+        """Wake the owner's `wait_events` without an event (event-loop thread: the owner's own timer)."""
+        self._async_ready.set()
 
     def take_events(self) -> list:
         """Events so far, possibly none, without waiting (an owner waiting on the `ready` it shares)."""

@@ -381,34 +381,55 @@ class TextRequest:
     async def stream_items(self, keepalive_s: float) -> AsyncIterator[StreamToken | Failed | None]:
         """The answer's tokens in text order as the engine makes them: StreamToken per token (a lexicon
         word's at once), None after `keepalive_s` without one, or a Failed that ends the stream."""
-        for k, u in enumerate(self.units):
-            last_unit = k == len(self.units) - 1
-            if u.ticket is None:
-                tokens = u.known[0].tokens
-                for j, t in enumerate(tokens):
-                    end = j == len(tokens) - 1
-                    yield StreamToken(self.separated(t, k, j), None, u.known[0].finish_reason if end else None, last_unit and end)
-                continue
-            position = 0
-            while u.finished is None:
-                try:
-                    async with asyncio.timeout(keepalive_s):  # not wait_for: on Python 3.11 it makes a task per wait
-                        events = await u.ticket.next_events()
-                except TimeoutError:
-                    yield None
+        # one timer per stream, re-armed only when it fires, not a timeout per token: it wakes the ticket
+        # being read, which then answers a keep-alive if nothing was yielded for keepalive_s
+        loop = asyncio.get_running_loop()
+        last_yield = loop.time()
+        reading: Ticket | None = None
+
+        def check_quiet() -> None:
+            nonlocal timer
+            quiet_until = last_yield + keepalive_s
+            if loop.time() >= quiet_until and reading is not None:
+                reading.wake()
+                quiet_until = loop.time() + keepalive_s
+            timer = loop.call_at(quiet_until, check_quiet)
+
+        timer = loop.call_at(last_yield + keepalive_s, check_quiet)
+        try:
+            for k, u in enumerate(self.units):
+                last_unit = k == len(self.units) - 1
+                if u.ticket is None:
+                    tokens = u.known[0].tokens
+                    for j, t in enumerate(tokens):
+                        end = j == len(tokens) - 1
+                        reason = u.known[0].finish_reason if end else None
+                        yield StreamToken(self.separated(t, k, j), None, reason, last_unit and end)
+                    last_yield = loop.time()
                     continue
-                for ev in events:
-                    if isinstance(ev, Failed):
-                        yield ev
-                        return
-                    if isinstance(ev, Finished):
-                        u.finished = ev
-                        break
-                    u.results.append(ev)
-                    top = top_token_dicts(self.engine, ev.top_tokens)
-                    token = self.separated(token_dict(ev), k, position)
-                    position += 1
-                    yield StreamToken(token, top, ev.finish_reason, last_unit and ev.finish_reason is not None)
+                reading, position = u.ticket, 0
+                while u.finished is None:
+                    events = await u.ticket.wait_events()
+                    if not events:  # woken by the timer (or late by a step whose events were taken already)
+                        if loop.time() - last_yield >= keepalive_s:
+                            last_yield = loop.time()
+                            yield None
+                        continue
+                    for ev in events:
+                        if isinstance(ev, Failed):
+                            yield ev
+                            return
+                        if isinstance(ev, Finished):
+                            u.finished = ev
+                            break
+                        u.results.append(ev)
+                        top = top_token_dicts(self.engine, ev.top_tokens)
+                        token = self.separated(token_dict(ev), k, position)
+                        position += 1
+                        yield StreamToken(token, top, ev.finish_reason, last_unit and ev.finish_reason is not None)
+                    last_yield = loop.time()
+        finally:
+            timer.cancel()
 
 
 def read_words(svc, text: str, truncate: int | None) -> list[Word]:
