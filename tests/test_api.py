@@ -689,3 +689,21 @@ def test_without_an_api_key_no_authorization_is_needed(url):
         httpx.post(url + "/generate", json={"inputs": "cat"}, headers={"authorization": "Bearer x"}, timeout=30).status_code
         == 200
     )
+
+
+def test_an_unexpected_error_on_a_generation_route_is_a_500_with_the_one_shape(url, monkeypatch):
+    """The fast path answers /generate ahead of the app's error handlers: a bug still gets the app's 500 (no
+    internals, the request id, counted as `internal`), and the server goes on serving."""
+    from service.routes import generate as routes
+
+    async def broken(*args, **kwargs):
+        raise RuntimeError("a bug")
+
+    before = metric(scrape(url), "attnserve_requests_total", route="/generate", outcome="internal")
+    monkeypatch.setattr(routes, "generate_once", broken)
+    r = httpx.post(url + "/generate", json={"inputs": "cat"}, headers={"x-request-id": "req-500"}, timeout=30)
+    monkeypatch.undo()
+    assert r.status_code == 500 and r.headers["x-request-id"] == "req-500"
+    assert r.json() == {"error": "internal server error; the server log has the details", "error_type": "internal"}
+    assert metric(scrape(url), "attnserve_requests_total", route="/generate", outcome="internal") - before == 1
+    assert httpx.post(url + "/generate", json={"inputs": "cat"}, timeout=30).status_code == 200

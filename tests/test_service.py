@@ -3,6 +3,7 @@ the in-process API, bulk generation and the scheduler's bounds."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -381,3 +382,51 @@ def test_a_request_the_engine_refuses_fails_alone_not_with_its_group(tiny_bundle
         assert "max_new_tokens" in last["bad"].error.message
     finally:
         sched.stop()
+
+
+def test_an_owner_reading_answers_whole_is_woken_once_per_ending_ticket(tiny_bundle_dir):
+    """/generate's tickets share one event, set when a ticket ends, not at every token; a stream's own event
+    is set at every step that gives it a token."""
+    from service.metrics import ServiceMetrics
+    from service.scheduler import Finished, Scheduler
+
+    class CountingEvent(asyncio.Event):
+        def __init__(self):
+            super().__init__()
+            self.sets = 0
+
+        def set(self):
+            self.sets += 1
+            super().set()
+
+    engine = load_engine(tiny_bundle_dir)
+    sched = Scheduler(engine, ServiceMetrics("t"), max_batch_size=8, request_timeout_s=30)
+    sched.start()
+    options = DecodingOptions(max_new_tokens=6, min_new_tokens=6)  # six tokens each, whatever the model says
+
+    async def run() -> tuple[int, int, list, list]:
+        loop = asyncio.get_running_loop()
+        ids = engine.encode_text("attention")
+        whole = CountingEvent()
+        tickets = sched.submit_many([(ids, options), (ids, options)], loop, whole)
+        streamed = sched.submit_many([(ids, options)], loop)[0]
+        streamed._async_ready = per_step = CountingEvent()
+        got: list = []
+        while not all(t.done for t in tickets):
+            whole.clear()
+            await asyncio.wait_for(whole.wait(), 10)
+        for t in tickets:
+            got.append(t.take_events())
+        events = []
+        while not any(isinstance(e, Finished) for e in events):
+            events += await asyncio.wait_for(streamed.wait_events(), 10)
+        return whole.sets, per_step.sets, got, events
+
+    try:
+        whole_sets, stream_sets, got, streamed_events = asyncio.run(run())
+    finally:
+        sched.stop()
+    for events in got:  # every token is still there for the answer, read at the end
+        assert len(events) == 7 and isinstance(events[-1], Finished)
+    assert 1 <= whole_sets <= 2  # once per ending ticket (both may end at one step), not once per token
+    assert len(streamed_events) == 7 and stream_sets >= 3  # woken as its tokens come (the first may precede the count)
