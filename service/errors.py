@@ -122,6 +122,37 @@ def install_error_handlers(app: FastAPI, on_error: Callable[[Request, APIError],
         return answer(request, internal())
 
 
+async def read_body(receive: Receive, limit: int) -> tuple[bytes, bool] | None:
+    """A request's body, read until its end or until it is past `limit` bytes (longer than `limit`: too large;
+    at most one message past it is ever held): (body, whether more of it is left unread); None when the client
+    went away first."""
+    chunks, size, more = [], 0, False
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        chunks.append(message.get("body", b""))
+        size += len(chunks[-1])
+        more = message.get("more_body", False)
+        if not more or size > limit:
+            return b"".join(chunks), more
+
+
+def replaying(body: bytes, more: bool, receive: Receive) -> Receive:
+    """A receive that gives `body` (already read) first, then goes on with `receive` (the rest of the body, or
+    http.disconnect when the client goes away)."""
+    replayed = False
+
+    async def replay() -> Message:
+        nonlocal replayed
+        if not replayed:
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": more}
+        return await receive()
+
+    return replay
+
+
 class BodySizeLimit:
     """ASGI middleware: 413 for a body over `limit` bytes, by Content-Length or by counting a chunked body.
 
@@ -142,28 +173,14 @@ class BodySizeLimit:
         if declared is not None and declared.isdigit() and int(declared) > self.limit:
             await self._reject(scope, send)
             return
-        chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":  # the client went away before sending its body
-                return
-            chunks.append(message.get("body", b""))
-            size += len(chunks[-1])
-            if size > self.limit:
-                await self._reject(scope, send)
-                return
-            if not message.get("more_body", False):
-                break
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
-            return await receive()  # after the body: http.disconnect when the client goes away
-
-        await self.app(scope, replay, send)
+        read = await read_body(receive, self.limit)
+        if read is None:  # the client went away before sending its body
+            return
+        body, _ = read
+        if len(body) > self.limit:
+            await self._reject(scope, send)
+            return
+        await self.app(scope, replaying(body, False, receive), send)
 
     async def _reject(self, scope: Scope, send: Send) -> None:
         if self.on_reject is not None:

@@ -27,7 +27,7 @@ import orjson
 from fastapi import FastAPI
 from pydantic import ValidationError
 from starlette.requests import Request
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from service import errors
 from service.dependencies import api_key_matches
@@ -69,27 +69,12 @@ async def answer_generation(scope: Scope, receive: Receive, send: Send, app) -> 
     if not json_body or too_large or not _authorized(headers, svc.settings.api_key):
         await app(scope, receive, send)
         return
-    chunks, size = [], 0
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":  # the client went away before sending its body
-            return
-        chunks.append(message.get("body", b""))
-        size += len(chunks[-1])
-        if not message.get("more_body", False) or size > errors.MAX_BODY_BYTES:
-            break
-    raw = b"".join(chunks)
-    more = message.get("more_body", False)
-    replayed = False
-
-    async def replay() -> Message:
-        nonlocal replayed
-        if not replayed:
-            replayed = True
-            return {"type": "http.request", "body": raw, "more_body": more}
-        return await receive()  # after the body: http.disconnect when the client goes away
-
-    if size > errors.MAX_BODY_BYTES:  # a chunked body past the limit: the app's BodySizeLimit answers 413
+    read = await errors.read_body(receive, errors.MAX_BODY_BYTES)
+    if read is None:  # the client went away before sending its body
+        return
+    raw, more = read
+    replay = errors.replaying(raw, more, receive)
+    if len(raw) > errors.MAX_BODY_BYTES:  # a chunked body past the limit: the app's BodySizeLimit answers 413
         await app(scope, replay, send)
         return
     try:
