@@ -430,6 +430,9 @@ class TextRequest:
                     last_yield = loop.time()
         finally:
             timer.cancel()
+            # check_quiet's closure holds itself and the timer (which holds check_quiet): cut both, so the stream's
+            # state is freed now rather than by the cyclic collector
+            timer = check_quiet = None
 
 
 def read_words(svc, text: str, truncate: int | None) -> list[Word]:

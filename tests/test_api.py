@@ -257,6 +257,42 @@ def test_no_seed_means_the_server_picks_one_and_returns_it(url):
     assert generate(url, "transformer")["details"]["seed"] is None  # greedy: no seed, as TGI
 
 
+def test_answered_requests_leave_no_reference_cycles_for_the_collector(url):
+    """A request's state (its generation and rows, its ticket, a stream's keep-alive timer) is freed by
+    reference counting once answered. Left in cycles, it waited for the cyclic collector, whose collections
+    took about 9% of a busy event loop's CPU."""
+    import gc
+    from collections import Counter
+
+    def ours(o) -> bool:
+        module = getattr(o, "__module__", None) if callable(o) and not isinstance(o, type) else type(o).__module__
+        return isinstance(module, str) and module.startswith("service.")
+
+    bodies = [
+        ("/generate", {"inputs": "attention", "parameters": {"details": True}}),
+        ("/generate", {"inputs": "cat", "parameters": {"do_sample": True, "seed": 1, "best_of": 2}}),
+        ("/generate", {"inputs": "hello", "parameters": {"num_beams": 3}}),
+        ("/generate_stream", {"inputs": "zebra", "parameters": {"max_new_tokens": 5}}),
+        ("/", {"inputs": "data", "stream": True}),
+    ]
+    with httpx.Client(timeout=60) as client:
+        for route, body in bodies:  # once first: what a server builds on its first requests is not per request
+            assert client.post(url + route, json=body).status_code == 200
+        gc.collect()
+        gc.set_debug(gc.DEBUG_SAVEALL)  # what the collector finds is kept in gc.garbage, not freed
+        try:
+            for _ in range(3):
+                for route, body in bodies:
+                    assert client.post(url + route, json=body).status_code == 200
+            time.sleep(0.2)  # the server's bookkeeping after the answer
+            gc.collect()
+            cyclic = Counter(type(o).__qualname__ for o in gc.garbage if ours(o))
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+    assert not cyclic, f"request state left in reference cycles: {dict(cyclic)}"
+
+
 def test_concatenated_stream_equals_generate_text(url):
     for word in WORDS[:5]:
         expected = generate(url, word)
