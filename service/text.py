@@ -25,6 +25,7 @@ Limits (MAX_TEXT_CHARS, MAX_WORDS) are defaults that `TextReader`'s arguments ov
 
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
 from collections.abc import Sequence
@@ -147,6 +148,10 @@ def _spelled(text: str) -> list[str]:
     return [w for w in _SPELLED_SPLIT.split(text.casefold()) if w]
 
 
+def _no_ids(word: str) -> None:
+    return None
+
+
 def check_separator(tgt_tokenizer: Tokenizer, separator: str = WORD_SEPARATOR) -> None:
     """Raise ValueError when a target token contains the separator's mark, so joined answers could
     not be split back into words (the G2P target vocabulary holds no '|')."""
@@ -154,6 +159,44 @@ def check_separator(tgt_tokenizer: Tokenizer, separator: str = WORD_SEPARATOR) -
     clash = sorted(tok for tok in tgt_tokenizer.get_vocab() if mark and mark in tok)
     if not mark or clash:
         raise ValueError(f"word separator {separator!r} cannot be told apart from target token(s) {clash[:5]}")
+
+
+class CharIds:
+    """A character-level source tokenizer's ids for plain ASCII words, without calling the tokenizer.
+
+    `tokenizers` takes 12-25 us a word (normalizers, a regex pre-tokenizer, an Encoding with offsets
+    handed to Python): about a tenth of a busy event loop's CPU per /generate request. For the pipeline
+    training/tokenize.py builds for `char` (NFKC, optional Lowercase, one piece per character, WordLevel)
+    the ids of an ASCII word are a dict lookup per character: NFKC leaves ASCII unchanged, and Lowercase
+    lowers ASCII as str.lower does. `ids` answers None where that is not certain (non-ASCII, a character
+    outside the vocabulary, one that could begin an added token such as `<s>`), and the caller asks the
+    tokenizer. `of` returns None for any other pipeline."""
+
+    def __init__(self, vocab: dict[str, int], lowercase: bool, added_starts: str):
+        self.vocab = {c: i for c, i in vocab.items() if len(c) == 1 and c.isascii() and c not in "\r\n"}
+        self.lowercase = lowercase
+        self.added_starts = added_starts  # first characters of the added tokens, matched before normalization
+
+    @classmethod
+    def of(cls, tokenizer: Tokenizer) -> CharIds | None:
+        spec = json.loads(tokenizer.to_str())
+        norm, pre, model = spec.get("normalizer") or {}, spec.get("pre_tokenizer") or {}, spec.get("model") or {}
+        steps = [n.get("type") for n in norm.get("normalizers", [])] if norm.get("type") == "Sequence" else [norm.get("type")]
+        char_split = pre == {"type": "Split", "pattern": {"Regex": "."}, "behavior": "Isolated", "invert": False}
+        if steps not in (["NFKC"], ["NFKC", "Lowercase"]) or not char_split or model.get("type") != "WordLevel":
+            return None
+        if spec.get("post_processor") is not None:
+            return None
+        added = "".join(sorted({t["content"][0] for t in spec.get("added_tokens", []) if t.get("content")}))
+        return cls(model["vocab"], steps[-1] == "Lowercase", added)
+
+    def ids(self, word: str) -> list[int] | None:
+        if not word.isascii() or any(c in word for c in self.added_starts):
+            return None
+        try:
+            return [self.vocab[c] for c in (word.lower() if self.lowercase else word)]
+        except KeyError:
+            return None
 
 
 class TextReader:
@@ -177,6 +220,7 @@ class TextReader:
             check_separator(tgt_tokenizer, separator)
         self.src_tokenizer = src_tokenizer
         self.unk_id = src_tokenizer.token_to_id("<unk>")
+        self.char_ids = CharIds.of(src_tokenizer)  # None: every word goes through the tokenizer
         self.max_source_len = max_source_len
         self.max_chars = max_chars
         self.max_words = max_words
@@ -201,24 +245,30 @@ class TextReader:
         words = split_words(text, self.max_chars, self.max_words)
         # encode per word, not encode_batch: encode_batch gives up the GIL (to run in parallel), and an event loop that
         # gives it up waits for the engine thread to hand it back; a word is a few microseconds to encode
+        fast = self.char_ids.ids if self.char_ids is not None else _no_ids
         encode = self.src_tokenizer.encode
-        encodings = [encode(w.text, add_special_tokens=False) for w in words]
-        unreadable = [
-            w.text[a:b] for w, enc in zip(words, encodings) for i, (a, b) in zip(enc.ids, enc.offsets) if i == self.unk_id
-        ]
+        ids, unreadable = [], []
+        for w in words:
+            word_ids = fast(w.text)
+            if word_ids is None:
+                enc = encode(w.text, add_special_tokens=False)
+                word_ids = enc.ids
+                if self.unk_id in word_ids:
+                    unreadable += [w.text[a:b] for i, (a, b) in zip(word_ids, enc.offsets) if i == self.unk_id]
+            ids.append(word_ids)
         if unreadable:
             shown = ", ".join(repr(c) for c in dict.fromkeys(unreadable))
             raise TextError(f"input contains text this model cannot read: {shown}; remove or replace it")
-        for w, enc in zip(words, encodings):
-            if not enc.ids:
+        for w, word_ids in zip(words, ids):
+            if not word_ids:
                 raise TextError(f"word {w.text!r} has no tokens this model can read")
         if self.max_source_len is not None:
-            for w, enc in zip(words, encodings):
-                if len(enc.ids) > self.max_source_len:
+            for w, word_ids in zip(words, ids):
+                if len(word_ids) > self.max_source_len:
                     raise TextError(
-                        f"word {w.text!r} is {len(enc.ids)} tokens long; this model reads at most {self.max_source_len}"
+                        f"word {w.text!r} is {len(word_ids)} tokens long; this model reads at most {self.max_source_len}"
                     )
-        return [Word(w.text, w.start, w.end, tuple(enc.ids)) for w, enc in zip(words, encodings)]
+        return [Word(w.text, w.start, w.end, tuple(word_ids)) for w, word_ids in zip(words, ids)]
 
     def join(self, answers: Sequence[str]) -> str:
         """generated_text for the words' answers, in order."""

@@ -9,7 +9,7 @@ from tokenizers import Tokenizer
 
 from service.bundle import load_bundle
 from service.lexicon import Lexicon
-from service.text import MAX_WORDS, WORD_SEPARATOR, TextError, TextReader, check_separator, split_words
+from service.text import MAX_WORDS, WORD_SEPARATOR, CharIds, TextError, TextReader, check_separator, split_words
 
 DEFAULT_BUNDLE = Path(__file__).resolve().parent.parent / "models" / "g2p-en"
 
@@ -108,3 +108,46 @@ def test_a_bundle_without_the_word_level_flag_gets_no_reader(tmp_path):
 
     with pytest.raises(ValueError, match="does not declare word_level_source"):
         TextReader.from_bundle(load_bundle(make_bundle(tmp_path, word_level=False)))
+
+
+def _char_tokenizer(lowercase: bool) -> Tokenizer:
+    import string
+
+    from training.tokenize import build_tokenizer
+
+    return build_tokenizer([string.ascii_letters + "'-.", "naïve", "<tag>"], "char", lowercase=lowercase)
+
+
+@pytest.mark.parametrize("source", ["default bundle", "char lowercase", "char cased"])
+def test_character_ids_without_the_tokenizer_equal_the_tokenizers(source):
+    """CharIds (what TextReader reads plain ASCII words with) gives the tokenizer's ids wherever it answers:
+    every ASCII character, random ASCII strings, added tokens' text; and it declines what it cannot be sure of."""
+    import random
+    import string
+
+    if source == "default bundle":
+        tok = Tokenizer.from_file(str(load_bundle(DEFAULT_BUNDLE).src_tokenizer_path))
+    else:
+        tok = _char_tokenizer(lowercase=source == "char lowercase")
+    char_ids = CharIds.of(tok)
+    assert char_ids is not None
+    rng = random.Random(0)
+    alphabet = string.printable + "\x00\x7f"
+    samples = list(alphabet) + ["<s>", "a<s>b", "</s>", "<unk>", "<pad>", "Don't", "HELLO", "naïve", "ﬁne", "x\ny"]
+    samples += ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 12))) for _ in range(3000)]
+    samples += ["".join(rng.choice(string.ascii_letters + "'") for _ in range(rng.randint(1, 12))) for _ in range(3000)]
+    answered = 0
+    for text in samples:
+        got = char_ids.ids(text)
+        if got is not None:
+            answered += 1
+            assert got == tok.encode(text, add_special_tokens=False).ids, text
+    assert answered > 3000  # the plain words are answered, not handed back
+    assert char_ids.ids("a<s>b") is None and char_ids.ids("naïve") is None  # an added token's start; not ASCII
+
+
+def test_only_a_character_pipeline_gets_character_ids():
+    from training.tokenize import build_tokenizer
+
+    assert CharIds.of(build_tokenizer(["hello world"], "whitespace")) is None
+    assert CharIds.of(build_tokenizer(["hello world"] * 10, "bpe", vocab_size=60)) is None
