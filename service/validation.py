@@ -39,6 +39,9 @@ def unsupported_parameters(p: GenerateParameters) -> list[str]:
     return bad
 
 
+OPTIONS_MEMO = 1024  # parameter sets whose DecodingOptions are kept
+
+
 @dataclass(frozen=True)
 class ValidRequest:
     """A request the engine can run: its source ids, its decoding options and the parameters as sent."""
@@ -66,6 +69,9 @@ class Validator:
         self.max_best_of = max_best_of
         self.max_top_n_tokens = max_top_n_tokens
         self.max_batch_size = max_batch_size
+        # the options of parameters seen before: building and checking them was ~10 us of the event loop's CPU per
+        # request, and most traffic repeats a few parameter sets; DecodingOptions is frozen, so rows may share one
+        self._options: dict[tuple, DecodingOptions] = {}
 
     def validate(self, body: GenerateRequest, stream: bool) -> ValidRequest:
         """Raises APIError 422 with what to fix. `stream`: the answer is streamed (its tokens carry logprobs)."""
@@ -84,6 +90,33 @@ class Validator:
     def options(self, p: GenerateParameters, stream: bool) -> DecodingOptions:
         """The decoding options of valid parameters, within the server's limits; APIError 422 otherwise.
         (A word-level request reads its input word by word, so its parameters are checked apart from it.)"""
+        key = (
+            stream,
+            p.max_new_tokens,
+            p.do_sample,
+            p.temperature,
+            p.top_k,
+            p.top_p,
+            p.repetition_penalty,
+            p.seed,
+            tuple(p.stop) if p.stop else None,
+            p.details,
+            p.typical_p,
+            p.frequency_penalty,
+            p.best_of,
+            p.num_beams,
+            p.top_n_tokens,
+        )
+        known = self._options.get(key)
+        if known is not None:
+            return known
+        options = self._check_options(p, stream)
+        if len(self._options) >= OPTIONS_MEMO:  # seeds make many distinct sets: start again rather than grow
+            self._options.clear()
+        self._options[key] = options
+        return options
+
+    def _check_options(self, p: GenerateParameters, stream: bool) -> DecodingOptions:
         n = self.max_new_tokens if p.max_new_tokens is None else p.max_new_tokens
         if not 1 <= n <= self.max_new_tokens:
             raise errors.validation(f"parameters.max_new_tokens must be between 1 and {self.max_new_tokens}, got {n}")

@@ -430,3 +430,28 @@ def test_an_owner_reading_answers_whole_is_woken_once_per_ending_ticket(tiny_bun
         assert len(events) == 7 and isinstance(events[-1], Finished)
     assert 1 <= whole_sets <= 2  # once per ending ticket (both may end at one step), not once per token
     assert len(streamed_events) == 7 and stream_sets >= 3  # woken as its tokens come (the first may precede the count)
+
+
+def test_repeated_parameters_share_their_checked_options_and_bad_ones_are_refused_each_time(tiny_bundle_dir):
+    """The validator keeps the DecodingOptions of parameter sets it has seen: the same set gives the same
+    (frozen) options; any field that differs gives its own; a refused set is refused again, not remembered."""
+    from service import errors
+    from service.schemas import GenerateParameters
+    from service.validation import Validator
+
+    v = Validator(load_engine(tiny_bundle_dir), max_input_tokens=32, max_new_tokens=16, max_best_of=2)
+    greedy = v.options(GenerateParameters(max_new_tokens=8), stream=False)
+    assert v.options(GenerateParameters(max_new_tokens=8), stream=False) is greedy
+    assert greedy.max_new_tokens == 8 and not greedy.logprobs and not greedy.sampling
+    streamed = v.options(GenerateParameters(max_new_tokens=8), stream=True)
+    assert streamed is not greedy and streamed.logprobs  # a stream's tokens carry logprobs
+    assert v.options(GenerateParameters(max_new_tokens=8, stop=["a"]), stream=False).stop == ("a",)
+    assert v.options(GenerateParameters(max_new_tokens=8, stop=["b"]), stream=False).stop == ("b",)
+    sampled = v.options(GenerateParameters(max_new_tokens=8, do_sample=True, seed=3), stream=False)
+    assert sampled.sampling and sampled.seed == 3
+    assert v.options(GenerateParameters(max_new_tokens=8, do_sample=True, seed=4), stream=False).seed == 4
+    for _ in range(2):
+        with pytest.raises(errors.APIError, match="best_of must be at most 2"):
+            v.options(GenerateParameters(best_of=3), stream=False)
+        with pytest.raises(errors.APIError, match="max_new_tokens must be between 1 and 16"):
+            v.options(GenerateParameters(max_new_tokens=17), stream=False)
