@@ -24,9 +24,14 @@ _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message
 class JsonFormatter(logging.Formatter):
     """`{"ts", "level", "logger", "msg", "request_id"?, ...extra fields, "exc"?}` on one line."""
 
+    _second, _stamp = -1, ""  # the last second formatted: a busy server logs many lines in each
+
     def format(self, record: logging.LogRecord) -> str:
+        second = int(record.created)
+        if second != self._second:
+            self._second, self._stamp = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
         out = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "ts": f"{self._stamp}.{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
@@ -47,6 +52,10 @@ class JsonFormatter(logging.Formatter):
 
 def configure_logging(level: str = "info") -> None:
     """JSON lines on stderr for the root logger and uvicorn's loggers (which otherwise bring their own handlers)."""
+    # the lines carry none of the caller's file and line, thread or process: not finding them is half of a
+    # record's cost (the logging HOWTO's "Optimization"), and an access line is written per request
+    logging._srcfile = None
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger()
