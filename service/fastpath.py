@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import AsyncIterator
 
 import orjson
 from fastapi import FastAPI
@@ -33,13 +34,17 @@ from service import errors
 from service.dependencies import api_key_matches
 from service.logs import request_id_var
 from service.middleware import log_access, request_id
-from service.responses import LastChunk
+from service.responses import SSE_HEADERS, LastChunk, SSEResponse, sse_events
 from service.routes import generate
 from service.schemas import CompatGenerateRequest, GenerateRequest
 
 ROUTES = {"/generate": GenerateRequest, "/generate_stream": GenerateRequest, "/": CompatGenerateRequest}
 
 log = logging.getLogger("attnserve.service")
+
+# a stream's response headers, as the /generate_stream route's SSEResponse sends them (built once: Starlette's
+# StreamingResponse costs about as much to make as the rest of a stream's start)
+SSE_RAW_HEADERS = SSEResponse(iter(()), headers=SSE_HEADERS).raw_headers
 
 
 class AttnserveApp(FastAPI):
@@ -92,18 +97,20 @@ async def answer_generation(scope: Scope, receive: Receive, send: Send, app) -> 
     try:
         try:
             if route == "/generate_stream" or (route == "/" and body.stream):  # not getattr: pydantic's miss is slow
-                response = generate.stream(svc, body, route)
-            else:
-                response = await generate.generate_once(svc, Request(scope, replay), body, route, as_list=route == "/")
+                job = svc.admit(body, stream=True)
+                status = 200
+                headers = [*SSE_RAW_HEADERS, (b"x-request-id", rid.encode("latin-1"))]
+                await _stream(headers, sse_events(job, route, svc.metrics, svc.keepalive_s), replay, send)
+                return
+            response = await generate.generate_once(svc, Request(scope, replay), body, route, as_list=route == "/")
         except errors.APIError as err:
+            if status:  # (a stream's errors after its start are events in its body)
+                raise
             svc.metrics.request_done(route, err.error_type)
             response = errors.error_response(err)
         status = response.status_code
         response.raw_headers.append((b"x-request-id", rid.encode("latin-1")))
-        if isinstance(response, generate.SSEResponse):
-            await _stream(response, replay, send)
-        else:
-            await response(scope, replay, send)
+        await response(scope, replay, send)
     except Exception:
         if status:  # the answer had begun: nothing more can be said on this connection
             raise
@@ -118,10 +125,11 @@ async def answer_generation(scope: Scope, receive: Receive, send: Send, app) -> 
         request_id_var.reset(context)
 
 
-async def _stream(response: generate.SSEResponse, receive: Receive, send: Send) -> None:
+async def _stream(headers: list[tuple[bytes, bytes]], body: AsyncIterator[bytes], receive: Receive, send: Send) -> None:
     """What Starlette's StreamingResponse does (send each chunk; a disconnect cancels the body's generator,
-    whose `finally` cancels the request), with one plain task listening instead of an anyio task group."""
-    await send({"type": "http.response.start", "status": response.status_code, "headers": response.raw_headers})
+    whose `finally` cancels the request), with one plain task listening instead of an anyio task group,
+    and no response object: its headers are the same for every stream (SSE_RAW_HEADERS)."""
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
     task = asyncio.current_task()
     gone = done = False
 
@@ -134,7 +142,6 @@ async def _stream(response: generate.SSEResponse, receive: Receive, send: Send) 
             task.cancel()
 
     listener = asyncio.ensure_future(listen())
-    body = response.body_iterator
     ended = False
     try:
         async for chunk in body:
