@@ -63,7 +63,7 @@ class ActiveBatch:
     def _reset(self) -> None:
         e = self.engine
         self.state = RowState(e.vocab_size)  # who is in each row, and what token choice reads per row
-        self.past: list = []  # 2L x [B, H, P, Dh] OrtValues (CPU: ONNX Runtime's C values, see Engine.cache_value)
+        self.past: list = []  # 2L x [B, H, P, Dh] OrtValues (CPU: ONNX Runtime's C values, see Engine.input_value)
         self.cross_np: list[np.ndarray] = [np.zeros((0, e.n_heads, 0, e.head_dim), e.kv_dtype)] * (2 * e.n_layers)
         self.bias = np.zeros((0, 1, 1, 0), e.bias_dtype)  # [B, 1, 1, S]
         self.mask = np.zeros((0, 0), np.int64)  # [B, P]
@@ -96,7 +96,7 @@ class ActiveBatch:
     def _set(self, past: list[np.ndarray], cross: list[np.ndarray]) -> None:
         e = self.engine
         self.past_np = [np.ascontiguousarray(p) for p in past]  # kept alive: OrtValues may share their memory
-        self.past = [e.cache_value(p) for p in self.past_np]
+        self.past = [e.input_value(p) for p in self.past_np]
         self.cross_np = [np.ascontiguousarray(c) for c in cross]
         self.dirty = True
 
@@ -108,7 +108,7 @@ class ActiveBatch:
         if e.device == "cpu":
             values = [*self.cross_np, self.bias, self.input_ids, self.positions]
             names = [*e.cross_names, "encoder_attention_bias", "input_ids", "position_ids"]
-            self.feeds = {name: e._ortvalue(a)._ortvalue for name, a in zip(names, values)}
+            self.feeds = {name: e.input_value(a) for name, a in zip(names, values)}
         else:
             binding = self.binding
             self.cross_values = [e._ortvalue(c) for c in self.cross_np]
@@ -193,7 +193,7 @@ class ActiveBatch:
             for a in past:
                 a[dest] = a[src]
             self.past_np = past
-            self.past = [self.engine.cache_value(p) for p in past]
+            self.past = [self.engine.input_value(p) for p in past]
 
     def _fill(self, i: int, q: Row) -> None:
         """Put a new row in free slot i, in place. Its past slots keep the old row's (finite)

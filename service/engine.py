@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import onnxruntime as ort
+from onnxruntime.capi import _pybind_state as C
 from tokenizers import Tokenizer
 
 from service.batch import ActiveBatch
@@ -119,6 +120,7 @@ class Engine:
             raise BundleError(f"{dec_path.parent}: ONNX Runtime cannot load variant {self.variant!r}: {e}") from None
         self.provider = self.decoder.get_providers()[0]
         self.device = "cuda" if self.provider == "CUDAExecutionProvider" else "cpu"
+        self._cpu_device = C.OrtDevice(C.OrtDevice.cpu(), C.OrtDevice.default_memory(), 0)
         self.src_tokenizer = Tokenizer.from_file(str(bundle.src_tokenizer_path))
         self.tgt_tokenizer = Tokenizer.from_file(str(bundle.tgt_tokenizer_path))
 
@@ -207,11 +209,13 @@ class Engine:
     def _ortvalue(self, array: np.ndarray) -> ort.OrtValue:
         return ort.OrtValue.ortvalue_from_numpy(array, self.device, 0)
 
-    def cache_value(self, array: np.ndarray):
-        """An OrtValue for a cache array, in the form the step feeds it: on CPU the C value that
-        `run_decoder` takes (and returns), on a device the wrapper IOBinding binds."""
-        value = self._ortvalue(array)
-        return value._ortvalue if self.device == "cpu" else value
+    def input_value(self, array: np.ndarray):
+        """An OrtValue for a decoder input (the cache, the mask), in the form the step feeds it: on CPU the C
+        value that `run_decoder` takes (and returns), made directly, since the Python wrapper builds a device
+        object per call (1.0 vs 2.9 us, paid every step for the mask); on a device the wrapper IOBinding binds."""
+        if self.device == "cpu":
+            return C.OrtValue.ortvalue_from_numpy(array, self._cpu_device)
+        return self._ortvalue(array)
 
     def run_step(self, batch: ActiveBatch) -> tuple[np.ndarray, np.ndarray | None]:
         """ONE decoder call for every row of the batch: (logits [B, V] float32, in-graph argmax [B] or None)."""
@@ -231,7 +235,7 @@ class Engine:
             # An IOBinding costs a Python-to-C++ call per bound name and per output, 16 per step here
             # (docs/BENCHMARKS.md, the engine's Python per step); this is one.
             feeds = batch.feeds
-            feeds["decoder_attention_mask"] = self._ortvalue(mask)._ortvalue
+            feeds["decoder_attention_mask"] = self.input_value(mask)
             for name, value in zip(self.past_names, batch.past):
                 feeds[name] = value
             outs = self.run_decoder(feeds, self.output_names, None)
