@@ -615,7 +615,10 @@ class RowState:
             self._summary = StepSummary(
                 logprobs=bool((params.logprobs & active).any()),
                 processing=bool((params.needs_processing & active).any()),
-                min_new_tokens=bool(((params.min_new_tokens > 0) & active & (params.mode == GREEDY)).any()),
+                # greedy rows whose in-graph argmax may have to give way: with min_new_tokens, no other processing
+                min_new_rows=np.flatnonzero(
+                    (params.min_new_tokens > 0) & active & (params.mode == GREEDY) & ~params.needs_processing
+                ),
             )
         return self._summary
 
@@ -639,7 +642,7 @@ class RowState:
         self.active[i] = False
         row.slot = -1
         # drop the back-reference: rows <-> generation is a reference cycle, so every request's state would wait
-        # for the cyclic collector (about 9% of a busy event loop's CPU, in collections of the young generation)
+        # for the cyclic collector (at 64 clients, 119 collections per 4,000 requests against 16 without it)
         row.generation = None
         self._summary = None
         return i
@@ -677,12 +680,12 @@ class RowState:
 
 @dataclass(frozen=True)
 class StepSummary:
-    """Whether any active row reports log-probabilities, has its logits processed, or is a greedy
-    row still under its min_new_tokens."""
+    """Whether any active row reports log-probabilities or has its logits processed, and which greedy
+    rows have no processor but min_new_tokens (they keep the in-graph argmax unless it is the end token)."""
 
     logprobs: bool
     processing: bool
-    min_new_tokens: bool
+    min_new_rows: np.ndarray
 
 
 @dataclass
@@ -710,9 +713,9 @@ def choose_tokens(state: RowState, logits: np.ndarray, next_tokens: np.ndarray |
     heavy = active & params.needs_processing if summary.processing else None
     # A greedy row whose only processor is min_new_tokens keeps the in-graph argmax unless that is
     # the end token (the benchmark forces every length this way: no per-step processing for it).
-    if summary.min_new_tokens:
-        greedy_rows = active & ~params.needs_processing & (params.mode == GREEDY)
-        fix = (greedy_rows & (tokens == eos_id) & (state.n_generated < params.min_new_tokens)).nonzero()[0]
+    if summary.min_new_rows.size:
+        ended = summary.min_new_rows[tokens[summary.min_new_rows] == eos_id]
+        fix = ended[state.n_generated[ended] < params.min_new_tokens[ended]] if ended.size else ended
         if fix.size:
             x = np.array(logits[fix], dtype=np.float64)
             x[:, eos_id] = -np.inf
