@@ -148,10 +148,6 @@ def _spelled(text: str) -> list[str]:
     return [w for w in _SPELLED_SPLIT.split(text.casefold()) if w]
 
 
-def _no_ids(word: str) -> None:
-    return None
-
-
 def check_separator(tgt_tokenizer: Tokenizer, separator: str = WORD_SEPARATOR) -> None:
     """Raise ValueError when a target token contains the separator's mark, so joined answers could
     not be split back into words (the G2P target vocabulary holds no '|')."""
@@ -183,9 +179,8 @@ class CharIds:
         norm, pre, model = spec.get("normalizer") or {}, spec.get("pre_tokenizer") or {}, spec.get("model") or {}
         steps = [n.get("type") for n in norm.get("normalizers", [])] if norm.get("type") == "Sequence" else [norm.get("type")]
         char_split = pre == {"type": "Split", "pattern": {"Regex": "."}, "behavior": "Isolated", "invert": False}
-        if steps not in (["NFKC"], ["NFKC", "Lowercase"]) or not char_split or model.get("type") != "WordLevel":
-            return None
-        if spec.get("post_processor") is not None:
+        is_char = steps in (["NFKC"], ["NFKC", "Lowercase"]) and char_split and model.get("type") == "WordLevel"
+        if not is_char or spec.get("post_processor") is not None:
             return None
         added = "".join(sorted({t["content"][0] for t in spec.get("added_tokens", []) if t.get("content")}))
         return cls(model["vocab"], steps[-1] == "Lowercase", added)
@@ -245,11 +240,10 @@ class TextReader:
         words = split_words(text, self.max_chars, self.max_words)
         # encode per word, not encode_batch: encode_batch gives up the GIL (to run in parallel), and an event loop that
         # gives it up waits for the engine thread to hand it back; a word is a few microseconds to encode
-        fast = self.char_ids.ids if self.char_ids is not None else _no_ids
-        encode = self.src_tokenizer.encode
+        char_ids, encode = self.char_ids, self.src_tokenizer.encode
         ids, unreadable = [], []
         for w in words:
-            word_ids = fast(w.text)
+            word_ids = char_ids.ids(w.text) if char_ids is not None else None
             if word_ids is None:
                 enc = encode(w.text, add_special_tokens=False)
                 word_ids = enc.ids
