@@ -68,8 +68,7 @@ def create_app(
         svc.loop = asyncio.get_running_loop()
         await asyncio.to_thread(warm_up, eng)
         # what is alive now (the app, the sessions, the tokenizers, the lexicon) lives as long as the server: out of
-        # the collector's sight, a full collection no longer walks all of it while requests wait (~10% of the event
-        # loop's CPU under load, measured with py-spy)
+        # the collector's sight, a full collection no longer walks all of it while requests wait
         gc.freeze()
         svc.scheduler.start()
         app.state.service = svc
