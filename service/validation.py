@@ -90,24 +90,12 @@ class Validator:
     def options(self, p: GenerateParameters, stream: bool) -> DecodingOptions:
         """The decoding options of valid parameters, within the server's limits; APIError 422 otherwise.
         (A word-level request reads its input word by word, so its parameters are checked apart from it.)"""
-        key = (
-            stream,
-            p.max_new_tokens,
-            p.do_sample,
-            p.temperature,
-            p.top_k,
-            p.top_p,
-            p.repetition_penalty,
-            p.seed,
-            tuple(p.stop) if p.stop else None,
-            p.details,
-            p.typical_p,
-            p.frequency_penalty,
-            p.best_of,
-            p.num_beams,
-            p.top_n_tokens,
-        )
-        known = self._options.get(key)
+        # every field, so a parameter added to the schema is in the key without a list to keep in step
+        key = (stream, *[tuple(v) if isinstance(v, list) else v for v in p.__dict__.values()])
+        try:
+            known = self._options.get(key)
+        except TypeError:  # a value that cannot be a key (a grammar object): checked each time, not kept
+            return self._check_options(p, stream)
         if known is not None:
             return known
         options = self._check_options(p, stream)
