@@ -70,6 +70,7 @@ class ActiveBatch:
         self.input_ids = np.zeros((0, 1), np.int64)  # [B, 1] the token each row feeds next
         self.positions = np.zeros((0, 1), np.int64)  # [B, 1] that token's position
         self.live = np.zeros((0, 1), np.int64)  # [B, 1] 1 for a row in use, 0 for a free slot
+        self.new_slot = np.ones((0, 1), np.int64)  # [B, 1] the mask's column for this step's slot (Engine.run_step)
         self.source_lens = np.zeros((0,), np.int64)
         self.n_live = 0  # rows in use (live.sum(), kept as a count: the decode loop asks every step)
         self.dirty = True

@@ -75,6 +75,9 @@ class DecodingOptions:
     best_of: int = 1
     num_beams: int | None = None
     top_n_tokens: int = 0  # the n most likely tokens of every step, with their log-probabilities
+    # each token's text as it is chosen (a stream's deltas, TGI's details, /explain); off, the answer's
+    # text is decoded once at its end: a tokenizer call per token saved where nobody reads them
+    token_text: bool = True
 
     def __post_init__(self) -> None:
         if not _is_int(self.max_new_tokens) or self.max_new_tokens < 1:
@@ -230,10 +233,14 @@ class RowParams:
 def log_softmax(logits: np.ndarray) -> np.ndarray:
     """Row-wise log-probabilities in float64; works on [V] or [R, V]."""
     x = np.asarray(logits, dtype=np.float64)
-    m = np.max(x, axis=-1, keepdims=True)
-    m = np.where(np.isfinite(m), m, 0.0)
+    m = x.max(axis=-1, keepdims=True)
+    if np.isfinite(m).all():  # the model's own logits: the common case, without the guards (a step reports them)
+        shifted = x - m
+        return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    m = np.where(np.isfinite(m), m, 0.0)  # a row with every token barred stays -inf, not nan
+    shifted = x - m
     with np.errstate(divide="ignore"):
-        return x - m - np.log(np.sum(np.exp(x - m), axis=-1, keepdims=True))
+        return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -599,12 +606,20 @@ class RowState:
         self.active = np.zeros(0, dtype=bool)
         self.params = RowParams(0)
         self.counts = np.zeros((0, vocab_size), np.int32)  # [B, V]
-        self.n_generated = np.zeros(0, np.int64)  # [B]
+        # a row's generated-token count is the steps since it joined: one counter for the batch, one join
+        # step per row, so a step adds 1 to an int instead of running an array operation
+        self.steps = 0
+        self.joined_at = np.zeros(0, np.int64)  # [B]
         self.penalised = False  # whether any row has a penalty: only then are token counts kept (only such rows read them)
         self._summary: StepSummary | None = None
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    @property
+    def n_generated(self) -> np.ndarray:
+        """[B] tokens each row has generated (free slots: meaningless)."""
+        return self.steps - self.joined_at
 
     @property
     def summary(self) -> StepSummary:
@@ -613,12 +628,17 @@ class RowState:
         if self._summary is None:
             active, params = self.active, self.params
             self._summary = StepSummary(
+                active_rows=np.flatnonzero(active).tolist(),
                 logprobs=bool((params.logprobs & active).any()),
                 processing=bool((params.needs_processing & active).any()),
-                # greedy rows whose in-graph argmax may have to give way: with min_new_tokens, no other processing
-                min_new_rows=np.flatnonzero(
-                    (params.min_new_tokens > 0) & active & (params.mode == GREEDY) & ~params.needs_processing
-                ),
+                # greedy rows whose in-graph argmax may have to give way: with min_new_tokens, no other processing;
+                # each with the step from which it may end (its join step plus its min_new_tokens)
+                min_new_until=[
+                    (i, int(self.joined_at[i] + params.min_new_tokens[i]))
+                    for i in np.flatnonzero(
+                        (params.min_new_tokens > 0) & active & (params.mode == GREEDY) & ~params.needs_processing
+                    ).tolist()
+                ],
             )
         return self._summary
 
@@ -626,7 +646,7 @@ class RowState:
         opts = row.generation.options
         self.params.set_row(i, opts)
         self.counts[i] = 0
-        self.n_generated[i] = 0
+        self.joined_at[i] = self.steps
         self.penalised = self.penalised or bool(opts.repetition_penalty or opts.frequency_penalty)
         self.active[i] = True
         row.slot = i
@@ -652,7 +672,7 @@ class RowState:
         n_add = len(add)
         self.params = self.params.take(keep, [q.generation.options for q in add])
         self.counts = np.concatenate([self.counts[keep], np.zeros((n_add, self.vocab_size), np.int32)])
-        self.n_generated = np.concatenate([self.n_generated[keep], np.zeros(n_add, np.int64)])
+        self.joined_at = np.concatenate([self.joined_at[keep], np.full(n_add, self.steps, np.int64)])
         self.rows = [self.rows[i] for i in keep] + list(add)
         self.active = np.array([q is not None for q in self.rows], dtype=bool)
         self.penalised = any(
@@ -668,24 +688,26 @@ class RowState:
     def gather(self, dest: np.ndarray, src: np.ndarray) -> None:
         """Rows `dest` continue from rows `src` (beams from their parents)."""
         self.counts[dest] = self.counts[src]
-        self.n_generated[dest] = self.n_generated[src]
+        self.joined_at[dest] = self.joined_at[src]
 
     def advance(self, tokens: np.ndarray) -> None:
         """After a step: every active row counts its token (per token id only where a penalty reads it)."""
         if self.penalised:
             idx = np.flatnonzero(self.active)
             self.counts[idx, tokens[idx]] += 1
-        np.add(self.n_generated, self.active, out=self.n_generated, casting="unsafe")
+        self.steps += 1
 
 
 @dataclass(frozen=True)
 class StepSummary:
-    """Whether any active row reports log-probabilities or has its logits processed, and which greedy
-    rows have no processor but min_new_tokens (they keep the in-graph argmax unless it is the end token)."""
+    """The active rows, whether any of them reports log-probabilities or has its logits processed, and
+    which greedy rows have no processor but min_new_tokens (they keep the in-graph argmax unless it is
+    the end token)."""
 
+    active_rows: list[int]
     logprobs: bool
     processing: bool
-    min_new_rows: np.ndarray
+    min_new_until: list[tuple[int, int]]  # (row, the step count from which its end token may be chosen)
 
 
 @dataclass
@@ -708,18 +730,21 @@ def choose_tokens(state: RowState, logits: np.ndarray, next_tokens: np.ndarray |
     `reorders` to its cache, feeds `tokens`, and frees `leaving` from its cache and from `state`.
     """
     rows, params, active, summary = state.rows, state.params, state.active, state.summary
-    tokens = np.array(next_tokens, dtype=np.int64) if next_tokens is not None else greedy_tokens(logits)
+    # the in-graph argmax is the caller's to give (the engine's is a fresh array): corrected in place below
+    tokens = np.asarray(next_tokens, dtype=np.int64) if next_tokens is not None else greedy_tokens(logits)
     raw = log_softmax(logits) if summary.logprobs else None  # [B, V] the model's own log-probs
     heavy = active & params.needs_processing if summary.processing else None
-    # A greedy row whose only processor is min_new_tokens keeps the in-graph argmax unless that is
-    # the end token (the benchmark forces every length this way: no per-step processing for it).
-    if summary.min_new_rows.size:
-        ended = summary.min_new_rows[tokens[summary.min_new_rows] == eos_id]
-        fix = ended[state.n_generated[ended] < params.min_new_tokens[ended]] if ended.size else ended
-        if fix.size:
-            x = np.array(logits[fix], dtype=np.float64)
+    # Python ints for the per-row work below (indexing numpy arrays per row costs more); redone where tokens change
+    token_list = tokens.tolist()
+    # A greedy row whose only processor is min_new_tokens keeps the in-graph argmax unless that is the
+    # end token before its minimum (the benchmark forces every length this way: no per-step processing for it).
+    if summary.min_new_until and eos_id in token_list:
+        barred = [i for i, until in summary.min_new_until if state.steps < until and token_list[i] == eos_id]
+        if barred:
+            x = logits[barred]  # a copy (fancy indexing); float32 widened to float64 would not change the argmax
             x[:, eos_id] = -np.inf
-            tokens[fix] = greedy_tokens(x)
+            tokens[barred] = greedy_tokens(x)
+            token_list = tokens.tolist()
     proc_rows = heavy.nonzero()[0] if summary.processing else _NO_ROWS
     processed = None
     if proc_rows.size:
@@ -733,15 +758,14 @@ def choose_tokens(state: RowState, logits: np.ndarray, next_tokens: np.ndarray |
         if sampled.any():
             rs = proc_rows[sampled]
             tokens[rs] = sample_rows(processed[sampled], draw_uniforms([rows[i].rng for i in rs]))
+        token_list = tokens.tolist()
 
     results: list[StepResult] = []
     leaving: list[Row] = []
     done: list[Generation] = []
     beam_gens: list[Generation] = []
-    # Python ints and bools for the per-row work below (indexing numpy arrays per row costs more)
-    token_list = tokens.tolist()
     wants_logprob = params.logprobs.tolist() if raw is not None else None
-    for i in np.flatnonzero(active).tolist():
+    for i in summary.active_rows:
         row = rows[i]
         gen = row.generation
         if gen.search is not None:
@@ -764,7 +788,7 @@ def choose_tokens(state: RowState, logits: np.ndarray, next_tokens: np.ndarray |
         if lp is not None:
             row.logprobs.append(lp)
         old = row.text
-        if gen.streams or gen.options.stop:
+        if (gen.streams and gen.options.token_text) or gen.options.stop:
             row.text = decode(row.token_ids)
         stop, reason = gen.stopping(len(row.token_ids), old, row.text)
         if stop:

@@ -23,6 +23,7 @@ The batch and its cache (layout, joins, compaction, beam reorder) are service/ba
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence as SequenceABC
 from dataclasses import dataclass, field
 
@@ -223,9 +224,9 @@ class Engine:
             batch.compact_if_wasteful()
         b = len(batch.rows)
         # The mask gains this step's slot; it is the only input whose shape changes every step.
-        mask = np.empty((b, batch.mask.shape[1] + 1), dtype=np.int64)
-        mask[:, :-1] = batch.mask
-        mask[:, -1] = 1
+        if batch.new_slot.shape[0] != b:
+            batch.new_slot = np.ones((b, 1), np.int64)
+        mask = np.concatenate((batch.mask, batch.new_slot), axis=1)  # one numpy call: each costs in the step
         batch.mask = mask  # also keeps the array alive: the OrtValue below shares its memory
         if batch.dirty:
             batch.bind_static()
@@ -236,8 +237,7 @@ class Engine:
             # (docs/BENCHMARKS.md, the engine's Python per step); this is one.
             feeds = batch.feeds
             feeds["decoder_attention_mask"] = self.input_value(mask)
-            for name, value in zip(self.past_names, batch.past):
-                feeds[name] = value
+            feeds.update(zip(self.past_names, batch.past))
             outs = self.run_decoder(feeds, self.output_names, None)
         else:  # device memory: IOBinding keeps the cache on the device between steps
             binding = batch.binding
@@ -291,6 +291,12 @@ class Engine:
         opts = [options] * len(items) if isinstance(options, DecodingOptions) else list(options)
         if len(opts) != len(items):
             raise InputError(f"{len(items)} inputs but {len(opts)} options")
+        # whole answers only: nobody reads a token's text here, so none is decoded per step
+        whole: dict[int, DecodingOptions] = {}
+        for o in opts:
+            if id(o) not in whole:
+                whole[id(o)] = dataclasses.replace(o, token_text=False) if o.token_text else o
+        opts = [whole[id(o)] for o in opts]
         too_wide = [o.n_rows for o in opts if o.n_rows > batch_size]
         if too_wide:
             raise InputError(f"a request needs {too_wide[0]} rows; batch_size is {batch_size}")

@@ -186,7 +186,7 @@ class Explainer:
             s_past = [np.zeros((1, e.n_heads, 0, e.head_dim), s_cross[0].dtype)] * (2 * e.n_layers)  # fp16: fp16 cache
             s_outputs = ["logits", *(f"present.{i}.decoder.{kv}" for i in range(e.n_layers) for kv in ("key", "value"))]
             served = (s_decoder, s_feeds, s_outputs)
-        options = dataclasses.replace(options, logprobs=True)  # every token's log-probability is shown
+        options = dataclasses.replace(options, logprobs=True, token_text=True)  # every token's log-probability and text are shown
         gen = new_generation(source_ids, options, e.bundle.length_bound(s), e.eos_id, e.decode_ids)
         if gen.search is not None or len(gen.rows) != 1:
             raise ValueError("explain decodes one row: best_of and num_beams are refused before this")

@@ -173,6 +173,7 @@ class Validator:
                 best_of=p.best_of or 1,
                 num_beams=p.num_beams,
                 top_n_tokens=p.top_n_tokens or 0,
+                token_text=bool(p.details) or stream,  # only a stream and TGI's details show each token's text
             )
         except InputError as e:
             raise errors.validation(f"parameters: {e}") from None

@@ -253,6 +253,65 @@ def test_top_tokens_are_the_most_likely_with_raw_logprobs():
     assert np.allclose([v for _, v in result.top_tokens], np.sort(lp)[::-1][:3])
 
 
+def test_min_new_tokens_counts_from_each_rows_own_join_on_the_in_graph_argmax():
+    """Rows join a running batch at different steps, the loop giving an in-graph argmax that is always the end
+    token: each row still makes exactly its own min_new_tokens before ending (counted from its join, not the batch's)."""
+    vocab = 5
+    wants_eos = np.zeros(vocab)
+    wants_eos[EOS] = 5.0
+    wants_eos[3] = 1.0  # the best token but the end token
+    state = RowState(vocab)
+    fillers = [new_generation([5], DecodingOptions(), None, EOS, decode).rows[0] for _ in range(3)]
+    state.take(np.zeros(0, dtype=np.int64), fillers)
+    for row in fillers:  # three free slots
+        state.free(row)
+    gens, joins = [], {0: (0, 4), 2: (1, 3), 3: (2, 1)}  # step -> (slot, min_new_tokens)
+    for step in range(12):
+        if step in joins:
+            slot, n = joins[step]
+            gens.append(new_generation([5], DecodingOptions(max_new_tokens=8, min_new_tokens=n), None, EOS, decode))
+            state.put(slot, gens[-1].rows[0])
+        if not state.active.any():
+            continue
+        logits = np.stack([wants_eos] * len(state))
+        choice = choose_tokens(state, logits, greedy_tokens(logits), EOS, decode)
+        for row in choice.leaving:
+            state.free(row)
+    assert [g.token_ids for g in gens] == [[3] * 4, [3] * 3, [3]]
+    assert all(g.finish_reason == "eos_token" for g in gens)
+
+
+def test_a_whole_answer_decodes_its_text_once_and_a_streamed_one_every_token():
+    model = toy_model(9, seed=3)
+    calls = []
+
+    def counting_decode(ids):
+        calls.append(list(ids))
+        return decode(ids)
+
+    answers = {}
+    for token_text in (True, False):
+        calls.clear()
+        gen = new_generation([5], DecodingOptions(max_new_tokens=6, token_text=token_text), None, EOS, counting_decode)
+        state = RowState(9)
+        state.take(np.zeros(0, dtype=np.int64), gen.rows)
+        prefix, deltas = [], []
+        while state.active.any():
+            choice = choose_tokens(state, model(prefix)[None, :], None, EOS, counting_decode)
+            deltas += [r.text for r in choice.results]
+            prefix += choice.tokens.tolist()
+            for row in choice.leaving:
+                state.free(row)
+        answers[token_text] = (gen.token_ids, gen.text)
+        n = len(gen.token_ids)
+        assert n > 1
+        if token_text:  # each token's delta: together they are the answer
+            assert len(calls) == n and "".join(deltas) == gen.text
+        else:  # one decode, at the end
+            assert calls == [gen.token_ids] and not "".join(deltas)
+    assert answers[True] == answers[False]
+
+
 # ---- beam search and ranking --------------------------------------------------------------------
 def test_ranking_is_the_mean_raw_logprob_with_the_end_token():
     a = Hypothesis([3, 4], [-0.1, -0.1], "eos_token", eos_logprob=-1.0)  # mean -0.4
