@@ -70,7 +70,7 @@ class ActiveBatch:
         self.input_ids = np.zeros((0, 1), np.int64)  # [B, 1] the token each row feeds next
         self.positions = np.zeros((0, 1), np.int64)  # [B, 1] that token's position
         self.live = np.zeros((0, 1), np.int64)  # [B, 1] 1 for a row in use, 0 for a free slot
-        self.new_slot = np.ones((0, 1), np.int64)  # [B, 1] the mask's column for this step's slot (Engine.run_step)
+        self.new_slot = np.ones((0, 1), np.int64)  # [B, 1] the mask's column for each step's new slot (Engine.run_step)
         self.source_lens = np.zeros((0,), np.int64)
         self.n_live = 0  # rows in use (live.sum(), kept as a count: the decode loop asks every step)
         self.dirty = True
@@ -260,6 +260,7 @@ class ActiveBatch:
         self.input_ids = np.concatenate([self.input_ids[idx], np.full((len(add), 1), e.bos_id, np.int64)])
         self.positions = np.concatenate([self.positions[idx], np.zeros((len(add), 1), np.int64)])
         self.live = np.ones((n, 1), np.int64)
+        self.new_slot = np.ones((n, 1), np.int64)
         self.n_live = n
         self.source_lens = np.concatenate([self.source_lens[idx], [q.generation.source_len for q in add]]).astype(np.int64)
         self.state.take(idx, add)

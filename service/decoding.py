@@ -772,29 +772,32 @@ def choose_tokens(state: RowState, logits: np.ndarray, next_tokens: np.ndarray |
             if row.index == 0:
                 beam_gens.append(gen)
             continue
+        options = gen.options
+        streams = options.streams
         tok = token_list[i]
         lp = float(raw[i, tok]) if wants_logprob and wants_logprob[i] else None  # only where asked for: the same alone or batched
-        top = top_tokens(raw[i], gen.options.top_n_tokens) if gen.options.top_n_tokens else None
+        top = top_tokens(raw[i], options.top_n_tokens) if options.top_n_tokens else None
         if tok == eos_id:
             row.finish_reason, row.eos_logprob = "eos_token", lp
             leaving.append(row)
-            if gen.streams:
+            if streams:
                 finish(gen, decode)
                 results.append(StepResult(gen, tok, "", lp, "eos_token", True, top))
             elif all(r.finish_reason is not None for r in gen.rows):
                 done.append(gen)
             continue
-        row.token_ids.append(tok)
+        token_ids = row.token_ids
+        token_ids.append(tok)
         if lp is not None:
             row.logprobs.append(lp)
         old = row.text
-        if (gen.streams and gen.options.token_text) or gen.options.stop:
-            row.text = decode(row.token_ids)
-        stop, reason = gen.stopping(len(row.token_ids), old, row.text)
+        if (streams and options.token_text) or options.stop:
+            row.text = decode(token_ids)
+        stop, reason = gen.stopping(len(token_ids), old, row.text)
         if stop:
             row.finish_reason = reason
             leaving.append(row)
-        if gen.streams:
+        if streams:
             if stop:
                 finish(gen, decode)
             results.append(StepResult(gen, tok, row.text[len(old) :], lp, reason, False, top))

@@ -222,10 +222,7 @@ class Engine:
         """ONE decoder call for every row of the batch: (logits [B, V] float32, in-graph argmax [B] or None)."""
         if batch.compaction_due:
             batch.compact_if_wasteful()
-        b = len(batch.rows)
         # The mask gains this step's slot; it is the only input whose shape changes every step.
-        if batch.new_slot.shape[0] != b:
-            batch.new_slot = np.ones((b, 1), np.int64)
         mask = np.concatenate((batch.mask, batch.new_slot), axis=1)  # one numpy call: each costs in the step
         batch.mask = mask  # also keeps the array alive: the OrtValue below shares its memory
         if batch.dirty:
