@@ -96,6 +96,8 @@ def split_words(text: str, max_chars: int = MAX_TEXT_CHARS, max_words: int = MAX
         raise TextError("input must be text")
     if len(text) > max_chars:
         raise TextError(f"input is {len(text)} characters long; at most {max_chars} are read per request")
+    if text.isascii() and text.isalpha():  # one plain word, the common request: what the rules below make of it
+        return [Word(text.lower(), 0, len(text))]
     folded, origin = fold(text)
     words: list[Word] = []
     for m in _TOKENS.finditer(folded):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+import string
 from pathlib import Path
 
 import pytest
@@ -60,6 +62,18 @@ def test_each_word_keeps_the_span_it_came_from():
         ("dollars", "$5"),
         ("naive", "naïve"),
     ]
+
+
+def test_a_plain_word_is_read_as_the_rules_read_it_in_running_text():
+    """A request of one plain ASCII word takes a short cut; it must give what the full rules give the same word
+    followed by a full stop (which the rules drop)."""
+    rng = random.Random(5)
+    letters = string.ascii_letters
+    for _ in range(2000):
+        word = "".join(rng.choice(letters) for _ in range(rng.randint(1, 20)))
+        assert split_words(word) == split_words(word + ".")
+    with pytest.raises(TextError, match="at most 10 are read"):
+        split_words("x" * 11, max_chars=10)  # the limit still holds on the short cut
 
 
 def test_limits_are_stated_and_overridable():
