@@ -95,6 +95,8 @@ def test_inference_client_plain_details_and_stream_work_unchanged(url):
     assert out.details.finish_reason in ("eos_token", "length")
     assert out.details.generated_tokens == len(out.details.tokens)
     assert all(isinstance(t.logprob, float) and t.logprob <= 0 for t in out.details.tokens)
+    # details show each token's text (decoded as it is chosen only where shown): together they are the answer
+    assert "".join(t.text for t in out.details.tokens if not t.special) == expected
 
     assert "".join(client.text_generation("attention", max_new_tokens=30, stream=True)) == expected
 
