@@ -34,9 +34,8 @@ from service import errors
 from service.dependencies import api_key_matches
 from service.logs import request_id_var
 from service.middleware import log_access, request_id
-from service.responses import SSE_HEADERS, LastChunk, SSEEvents, SSEResponse
+from service.responses import SSE_HEADERS, LastChunk, SSEResponse, sse_events
 from service.routes import generate
-from service.scheduler import Failed
 from service.schemas import CompatGenerateRequest, GenerateRequest
 
 ROUTES = {"/generate": GenerateRequest, "/generate_stream": GenerateRequest, "/": CompatGenerateRequest}
@@ -101,8 +100,7 @@ async def answer_generation(scope: Scope, receive: Receive, send: Send, app) -> 
                 job = svc.admit(body, stream=True)
                 status = 200
                 headers = [*SSE_RAW_HEADERS, (b"x-request-id", rid.encode("latin-1"))]
-                events = SSEEvents(job, route, svc.metrics)
-                await _stream(headers, job.stream_items(svc.keepalive_s), events, replay, send)
+                await _stream(headers, sse_events(job, route, svc.metrics, svc.keepalive_s), replay, send)
                 return
             response = await generate.generate_once(svc, Request(scope, replay), body, route, as_list=route == "/")
         except errors.APIError as err:
@@ -127,13 +125,10 @@ async def answer_generation(scope: Scope, receive: Receive, send: Send, app) -> 
         request_id_var.reset(context)
 
 
-async def _stream(
-    headers: list[tuple[bytes, bytes]], items: AsyncIterator, events: SSEEvents, receive: Receive, send: Send
-) -> None:
-    """What Starlette's StreamingResponse does with the route's body (sse_events): send each chunk, and on a
-    disconnect stop and cancel the request (`events.close()`). With one plain task listening instead of an anyio
-    task group, no response object (its headers are the same for every stream: SSE_RAW_HEADERS), and the
-    request's items read here, not through sse_events: one generator fewer to resume per token."""
+async def _stream(headers: list[tuple[bytes, bytes]], body: AsyncIterator[bytes], receive: Receive, send: Send) -> None:
+    """What Starlette's StreamingResponse does (send each chunk; a disconnect cancels the body's generator,
+    whose `finally` cancels the request), with one plain task listening instead of an anyio task group,
+    and no response object: its headers are the same for every stream (SSE_RAW_HEADERS)."""
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     task = asyncio.current_task()
     gone = done = False
@@ -149,14 +144,11 @@ async def _stream(
     listener = asyncio.ensure_future(listen())
     ended = False
     try:
-        async for item in items:
+        async for chunk in body:
             if ended:  # nothing can follow the end of the body
                 continue
-            chunk = events.chunk(item)
             ended = done = isinstance(chunk, LastChunk)  # the last event and the body's end in one write
             await send({"type": "http.response.body", "body": chunk, "more_body": not ended})
-            if isinstance(item, Failed):  # as sse_events: a failure ends the body
-                break
         if not ended:
             done = True
             await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -167,10 +159,7 @@ async def _stream(
     finally:
         done = True
         listener.cancel()
-        try:
-            await items.aclose()  # a generator left suspended (send failed, a failure) still runs its finally now
-        finally:
-            events.close()
+        await body.aclose()  # a generator left suspended (send failed) still runs its finally now
 
 
 def _authorized(headers: dict[bytes, bytes], key: str | None) -> bool:

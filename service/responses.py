@@ -111,59 +111,41 @@ def json_response(answer: GenerateResponse | list[GenerateResponse], headers: di
     return JSONBytesResponse(body, headers=headers)
 
 
-class SSEEvents:
-    """A stream's items as SSE chunks: `data:{event}` per token (the last with generated_text, and details when
-    asked for), a keep-alive comment for None, an error event for a Failed (the last chunk, LastChunk). `close()`
-    at the stream's end counts its outcome and cancels the request's tickets unless it succeeded, so an
-    abandoned stream's rows leave the batch at the next step. The app's route (sse_events) and the fast path
-    (service/fastpath.py, which reads the items without a generator in between) both use it."""
-
-    def __init__(self, job: TextRequest, route: str, metrics: ServiceMetrics):
-        self.job, self.route, self.metrics = job, route, metrics
-        self.index = 0
-        self.outcome = "cancelled"
-
-    def chunk(self, item) -> bytes:
-        if item is None:
-            return b": keep-alive\n\n"
-        if isinstance(item, Failed):
-            self.outcome = item.error.error_type
-            return LastChunk(b"data:" + _json(errors.error_body(item.error.error_type, item.error.message)) + b"\n\n")
-        job = self.job
-        self.index += 1
-        event = {"index": self.index, "token": item.token, "top_tokens": item.top_tokens, "generated_text": None, "details": None}
-        if not item.last:
-            return b"data:" + _json(event) + b"\n\n"
-        event["generated_text"] = job.generated_text()
-        if job.params.details:
-            event["details"] = {
-                "finish_reason": item.finish_reason,
-                "generated_tokens": self.index,
-                "seed": job.seed,
-                "input_length": job.input_length,
-            }
-        self.outcome = "success"
-        self.metrics.request_duration.observe(time.perf_counter() - job.t_arrival)
-        return LastChunk(b"data:" + _json(event) + b"\n\n")
-
-    def close(self) -> None:
-        if self.outcome != "success":
-            self.job.cancel()
-        self.metrics.request_done(self.route, self.outcome)
-
-
 async def sse_events(job: TextRequest, route: str, metrics: ServiceMetrics, keepalive_s: float) -> AsyncIterator[bytes]:
-    """The body of a stream (SSEEvents' chunks, ending with the last one).
+    """The body of a stream: `data:{event}` per token (in text order, for running text), keep-alive
+    comments while quiet, an error event on failure.
 
     If the client disconnects, Starlette cancels this generator at its await;
     the `finally` then cancels the request's tickets, so their rows leave the
     batch at the next step and stop generating.
     """
-    events = SSEEvents(job, route, metrics)
+    outcome = "cancelled"
+    index = 0
     try:
         async for item in job.stream_items(keepalive_s):
-            yield events.chunk(item)
+            if item is None:
+                yield b": keep-alive\n\n"
+                continue
             if isinstance(item, Failed):
+                outcome = item.error.error_type
+                yield LastChunk(b"data:" + _json(errors.error_body(item.error.error_type, item.error.message)) + b"\n\n")
                 return
+            index += 1
+            event = {"index": index, "token": item.token, "top_tokens": item.top_tokens, "generated_text": None, "details": None}
+            if item.last:
+                event["generated_text"] = job.generated_text()
+                if job.params.details:
+                    event["details"] = {
+                        "finish_reason": item.finish_reason,
+                        "generated_tokens": index,
+                        "seed": job.seed,
+                        "input_length": job.input_length,
+                    }
+                outcome = "success"
+                metrics.request_duration.observe(time.perf_counter() - job.t_arrival)
+            chunk = b"data:" + _json(event) + b"\n\n"
+            yield LastChunk(chunk) if item.last else chunk
     finally:
-        events.close()
+        if outcome != "success":
+            job.cancel()
+        metrics.request_done(route, outcome)
