@@ -135,7 +135,8 @@ class Generator:
 
     def generate(self, text: str | list[int], **params: object) -> GenerationResult:
         """One input (text or source ids) -> its result; raises InputError for input the model cannot read."""
-        return _result(self.submit(text, self.options(**params)))
+        # a whole answer: no token's text is read, so none is decoded as it is chosen (DecodingOptions.token_text)
+        return _result(self.submit(text, self.options(**{"token_text": False, **params})))
 
     def generate_many(
         self,
@@ -148,7 +149,8 @@ class Generator:
         """Results in input order. Up to `window` requests (default 4 x max_batch_size) are in
         flight, so rows that finish are replaced at once. An input the model cannot read yields its
         InputError in its place instead of stopping the run."""
-        options = self.options(**params)
+        # whole answers, as from `generate`
+        options = self.options(**{"token_text": False, **params})
         window = window or 4 * self.max_batch_size
         pending: collections.deque[tuple[int, Ticket | InputError]] = collections.deque()
         source = iter(enumerate(texts))

@@ -273,6 +273,21 @@ def test_generator_matches_the_engine_and_streams(generator):
     assert sampled.seed == 5
 
 
+def test_a_whole_answer_in_process_decodes_its_text_once_and_a_stream_every_token(generator):
+    engine, calls = generator.engine, []
+    decode = engine.decode_ids
+    engine.decode_ids = lambda ids: calls.append(list(ids)) or decode(ids)  # what the engine thread's steps call
+    try:
+        one = generator.generate("attention")
+        assert calls == [one.token_ids]  # once, at its end
+        calls.clear()
+        streamed = list(generator.stream("attention"))
+        assert len(calls) >= len(one.token_ids) > 1  # every token's text, as it is chosen
+        assert "".join(t.text for t in streamed) == one.text
+    finally:
+        del engine.decode_ids
+
+
 def test_generator_calls_from_threads_share_the_batch_within_its_bound(generator):
     m = generator.metrics
     before = _batch_hist(m)
