@@ -63,8 +63,9 @@ def quantize_int8(src: Path, dst: Path, exact_attention: bool = True, keep_fp32:
     """
     m = onnx.load(str(src))  # external data (decoder.onnx.data) is read in
     before = len(m.graph.node)
+    key_lengths = _key_lengths(m) if exact_attention else {}
     quantized, shared = _quantize_matmuls_per_row(m.graph, set(keep_fp32))
-    attention = _exact_attention(m.graph) if exact_attention else 0
+    attention = _exact_attention(m.graph, key_lengths) if exact_attention else 0
     if not any(o.domain == _MS_DOMAIN for o in m.opset_import):
         m.opset_import.append(onnx.helper.make_opsetid(_MS_DOMAIN, 1))
     m.ir_version = min(m.ir_version, MAX_IR_VERSION)
@@ -159,16 +160,33 @@ def _quantize_matmuls_per_row(graph: onnx.GraphProto, keep_fp32: set[str]) -> tu
     return len(replace), len(groups)
 
 
-def _exact_attention(graph: onnx.GraphProto) -> int:
+def _key_lengths(model: onnx.ModelProto) -> dict[str, str]:
+    """Tensor name -> the name of its key-length axis (the second to last) where shape inference knows it by
+    a name from the graph's inputs (P_plus_T, S): attentions over the same keys can share one tensor of ones."""
+    inferred = onnx.shape_inference.infer_shapes(model).graph
+    names = {}
+    for v in [*inferred.value_info, *inferred.input, *inferred.output]:
+        dims = v.type.tensor_type.shape.dim
+        if len(dims) >= 2 and dims[-2].dim_param and not dims[-2].dim_param.startswith("unk__"):
+            names[v.name] = dims[-2].dim_param
+    return names
+
+
+def _exact_attention(graph: onnx.GraphProto, key_lengths: dict[str, str] | None = None) -> int:
     """Rewrite Softmax(s) -> MatMul(p, V) [B,H,T,S] x [B,H,S,Dh] as
 
-        e = Exp(s - ReduceMax(s))                       # exact per element
-        o = MatMul(Concat(e, e), Pad(V, ones column))   # [B,H,2T,Dh+1]
-        out = o[:T, :Dh] / o[:T, Dh]                     # numerator and softmax sum from one MatMul
+        e2  = Concat(e, e), e = Exp(s - ReduceMax(s))    # exact per element; each query row twice
+        num = MatMul(e2, V)                               # [B,H,2T,Dh]
+        sum = MatMul(e2, ones[S, 8])[..., :1]             # [B,H,2T,1]: the softmax sum
+        out = first T rows of num / sum
 
     ONNX Runtime's MatMul kernel for several rows sums K in order, so zero weights of padded keys
-    (left or right) leave the sums bitwise unchanged; its one-row kernel (T = 1, every decoder step)
-    and Softmax's vectorised sum do not, hence the duplicated row. Returns the attentions rewritten."""
+    (left or right) leave the sums bitwise unchanged; its one-row kernel (T = 1, every decoder step),
+    its one-column kernel and Softmax's vectorised sum do not: hence the duplicated row, and 8 columns
+    of ones (one broadcast GEMM over every batch row and head) for the sum. An earlier form padded V
+    with a ones column, copying the whole cache every step (docs/BENCHMARKS.md, "Batch-invariant
+    int8"). Attentions whose V have a key axis of one name (`key_lengths`) share their ones. Returns the
+    attentions rewritten."""
     from onnx import helper, numpy_helper
 
     consumers: dict[str, list[onnx.NodeProto]] = {}
@@ -177,6 +195,7 @@ def _exact_attention(graph: onnx.GraphProto) -> int:
             consumers.setdefault(name, []).append(node)
     outputs = {o.name for o in graph.output}
     replace: dict[int, list[onnx.NodeProto]] = {}
+    ones_of: dict[str, str] = {}  # key-length name (or V's own name) -> its tensor of ones, made at its first use
     for sm in graph.node:
         users = consumers.get(sm.output[0], []) if sm.op_type == "Softmax" else []
         axis = next((a.i for a in sm.attribute if a.name == "axis"), -1)
@@ -191,25 +210,34 @@ def _exact_attention(graph: onnx.GraphProto) -> int:
             helper.make_node("Exp", [f"{p}/shifted"], [f"{p}/e"], name=f"{p}/Exp"),
             helper.make_node("Concat", [f"{p}/e", f"{p}/e"], [f"{p}/e2"], name=f"{p}/Concat", axis=-2),
         ]
+        v = mm.input[1]
+        keys = (key_lengths or {}).get(v, v)
+        ones_nodes = []
+        if keys not in ones_of:
+            ones_of[keys] = f"{p}/ones"
+            ones_nodes = [
+                helper.make_node("Shape", [v], [f"{p}/keys"], name=f"{p}/Keys", start=-2, end=-1),
+                helper.make_node(
+                    "Concat", [f"{p}/keys", "int8row/sum_columns"], [f"{p}/ones_shape"], name=f"{p}/OnesShape", axis=0
+                ),
+                helper.make_node("Expand", ["int8row/one", f"{p}/ones_shape"], [f"{p}/ones"], name=f"{p}/Ones"),
+            ]
         replace[id(mm)] = [
-            helper.make_node("Pad", [mm.input[1], "int8row/pad_ones", "int8row/one"], [f"{p}/v1"], name=f"{p}/Pad"),
-            helper.make_node("MatMul", [f"{p}/e2", f"{p}/v1"], [f"{p}/o2"], name=f"{p}/MatMul"),
-            helper.make_node("Split", [f"{p}/o2"], [f"{p}/o", f"{p}/o_copy"], name=f"{p}/Split", axis=-2),
+            helper.make_node("MatMul", [f"{p}/e2", v], [f"{p}/num2"], name=f"{p}/MatMul"),
+            *ones_nodes,
+            helper.make_node("MatMul", [f"{p}/e2", ones_of[keys]], [f"{p}/sums"], name=f"{p}/SumMatMul"),
             helper.make_node(
-                "Slice", [f"{p}/o", "int8row/zero", "int8row/minus_one", "int8row/last_axis"], [f"{p}/num"], name=f"{p}/Num"
+                "Slice", [f"{p}/sums", "int8row/zero", "int8row/one_index", "int8row/last_axis"], [f"{p}/sum2"], name=f"{p}/Sum"
             ),
-            helper.make_node(
-                "Slice", [f"{p}/o", "int8row/minus_one", "int8row/end", "int8row/last_axis"], [f"{p}/sum"], name=f"{p}/Sum"
-            ),
-            helper.make_node("Div", [f"{p}/num", f"{p}/sum"], [mm.output[0]], name=f"{p}/Div"),
+            helper.make_node("Div", [f"{p}/num2", f"{p}/sum2"], [f"{p}/out2"], name=f"{p}/Div"),
+            helper.make_node("Split", [f"{p}/out2"], [mm.output[0], f"{p}/out_copy"], name=f"{p}/Split", axis=-2),
         ]
     if replace:
         graph.initializer.extend(
             [
-                numpy_helper.from_array(np.array([0, 0, 0, 0, 0, 0, 0, 1], np.int64), "int8row/pad_ones"),
+                numpy_helper.from_array(np.array([8], np.int64), "int8row/sum_columns"),
                 numpy_helper.from_array(np.array([0], np.int64), "int8row/zero"),
-                numpy_helper.from_array(np.array([-1], np.int64), "int8row/minus_one"),
-                numpy_helper.from_array(np.array([np.iinfo(np.int64).max], np.int64), "int8row/end"),
+                numpy_helper.from_array(np.array([1], np.int64), "int8row/one_index"),
                 numpy_helper.from_array(np.array([-1], np.int64), "int8row/last_axis"),
             ]
         )
