@@ -85,7 +85,7 @@ CONSTANTS = {
 
 
 def session(nodes: list) -> ort.InferenceSession:
-    used = {i for n in nodes for i in n.input}
+    used = {i for n in SCORES + nodes for i in n.input}
     inputs = [("q", ["B", H, 1, D]), ("k", ["B", H, "S", D]), ("v", ["B", H, "S", D]), ("bias", ["B", 1, 1, "S"])]
     graph = helper.make_graph(
         SCORES + nodes,
