@@ -101,6 +101,24 @@ def test_the_check_catches_per_tensor_dynamic_quantization(tiny_bundle_dir, tmp_
     assert figures["encoder_max_abs_diff"] > 1e-4 and figures["decoder_logits_max_abs_diff"] > 1e-4, figures
 
 
+def test_the_served_int8_attention_does_not_copy_the_value_cache():
+    """The default model's int8 decoder takes each attention's softmax sum from a MatMul against a tensor
+    of ones, shared by the attentions over one key axis, not from a ones column padded onto V, which
+    copied the whole cache every step (docs/BENCHMARKS.md, "Fifth cut"). The ones have 8 columns:
+    ONNX Runtime's one-column MatMul does not sum in order, and the bitwise invariance above relies on it."""
+    import onnx
+    from onnx import numpy_helper
+
+    graph = onnx.load(str(DEFAULT_BUNDLE / DEFAULT_META["variants"]["int8"]["decoder"])).graph
+    assert "Pad" not in {n.op_type for n in graph.node}
+    sums = [n for n in graph.node if n.name.endswith("/SumMatMul")]
+    assert len(sums) == 2 * DEFAULT_META["config"]["n_decoder_layers"]  # self- and cross-attention per layer
+    expanded = {n.output[0] for n in graph.node if n.op_type == "Expand"}
+    assert {s.input[1] for s in sums} <= expanded and len({s.input[1] for s in sums}) == 2  # past keys, source keys
+    constants = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    assert constants["int8row/sum_columns"].tolist() == [8]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", sorted(DEFAULT_META["variants"]))
 def test_default_model_answers_alike_alone_batched_and_continuously_batched(variant):
