@@ -726,7 +726,7 @@ class StepSummary:
 @dataclass
 class StepChoice:
     tokens: np.ndarray  # [B] the token each row feeds next (beam rows: after their reorder)
-    reorders: list[tuple[np.ndarray, np.ndarray]]  # (dest, src) rows: the cache must follow (beam search)
+    reorders: list[tuple[np.ndarray, np.ndarray]]  # (dest, src) rows the cache must follow (beam search): one pair at most
     leaving: list[Row]  # rows that finished this step
     results: list[StepResult]
 
@@ -817,7 +817,8 @@ def choose_tokens(state: RowState, logits: np.ndarray, next_tokens: np.ndarray |
         elif stop and all(r.finish_reason is not None for r in gen.rows):
             done.append(gen)
 
-    reorders = []
+    reorders = []  # at most one (dest, src): every beam search's rows together
+    moved: list[tuple[np.ndarray, np.ndarray]] = []
     if beam_gens:
         position = np.full(len(rows), -1, dtype=np.int64)
         position[proc_rows] = np.arange(proc_rows.size)
@@ -838,9 +839,14 @@ def choose_tokens(state: RowState, logits: np.ndarray, next_tokens: np.ndarray |
             continue
         src = slots[parents]
         if not np.array_equal(slots, src):
-            state.gather(slots, src)
-            reorders.append((slots, src))
+            moved.append((slots, src))
         tokens[slots] = beam_tokens
+    if moved:
+        # Every search's rows in one gather: searches own disjoint rows, so this equals one gather per search,
+        # and the cache's arrays are gathered once per step, not once per search (32 searches: 192 copies).
+        dest, src = (np.concatenate(a) for a in zip(*moved)) if len(moved) > 1 else moved[0]
+        state.gather(dest, src)
+        reorders.append((dest, src))
 
     for gen in done:
         finish(gen, decode)
