@@ -819,6 +819,7 @@ def choose_tokens(state: RowState, logits: np.ndarray, next_tokens: np.ndarray |
 
     reorders = []  # at most one (dest, src): every beam search's rows together
     moved: list[tuple[np.ndarray, np.ndarray]] = []
+    barred = None  # the model's log-probabilities renormalised without the end token, for searches before min_new_tokens
     if beam_gens:
         position = np.full(len(rows), -1, dtype=np.int64)
         position[proc_rows] = np.arange(proc_rows.size)
@@ -827,9 +828,11 @@ def choose_tokens(state: RowState, logits: np.ndarray, next_tokens: np.ndarray |
         if summary.processing and heavy[slots[0]]:  # penalties: the processed distribution
             search_lp = log_softmax(processed[position[slots]])
         elif state.n_generated[slots[0]] < params.min_new_tokens[slots[0]]:  # only the end token is barred
-            search_lp = raw[slots].copy()
-            search_lp[:, eos_id] = -np.inf
-            search_lp = log_softmax(search_lp)
+            if barred is None:  # once for the whole batch (row-wise, so each row as alone), not once per search
+                barred = raw.copy()
+                barred[:, eos_id] = -np.inf
+                barred = log_softmax(barred)
+            search_lp = barred[slots]
         else:  # no processor: the search's distribution is the model's own
             search_lp = raw[slots]
         parents, beam_tokens = gen.search.update(search_lp, raw[slots])

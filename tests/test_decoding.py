@@ -3,6 +3,7 @@
 Driven on toy "models" (logits as a function of the prefix), so each rule is checked
 against an independent computation without ONNX Runtime or torch."""
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -366,6 +367,27 @@ def test_beams_in_one_batch_with_other_rows_match_each_alone():
         alone = run([o], model, 9)[0]
         assert [h.token_ids for h in g.hypotheses] == [h.token_ids for h in alone.hypotheses]
         assert [h.score for h in g.hypotheses] == [h.score for h in alone.hypotheses]
+
+
+def test_beams_before_min_new_tokens_never_end_and_match_each_alone():
+    """min_new_tokens bars the end token from every beam until the minimum. Several searches in one batch,
+    each with its own minimum, rank exactly as they do alone (the barred distribution is computed once
+    for the whole batch, row by row)."""
+    model = toy_model(9, seed=3)  # unforced, its beams end at 2-3 tokens
+    options = [
+        DecodingOptions(max_new_tokens=8, num_beams=3, best_of=3, min_new_tokens=5),
+        DecodingOptions(max_new_tokens=8, num_beams=4, best_of=2, min_new_tokens=2),
+        DecodingOptions(max_new_tokens=8, num_beams=2),
+        DecodingOptions(max_new_tokens=8),
+    ]
+    unforced = run([dataclasses.replace(options[0], min_new_tokens=0)], model, 9)[0]
+    assert min(len(h.token_ids) for h in unforced.hypotheses) < 5  # so the minimum has work to do
+    together = run(options, model, 9)
+    for o, g in zip(options, together):
+        alone = run([o], model, 9)[0]
+        assert [h.token_ids for h in g.hypotheses] == [h.token_ids for h in alone.hypotheses]
+        assert [h.score for h in g.hypotheses] == [h.score for h in alone.hypotheses]
+        assert all(len(h.token_ids) >= o.min_new_tokens for h in g.hypotheses)
 
 
 def test_beam_search_stops_at_the_length_limit_with_reason_length():
