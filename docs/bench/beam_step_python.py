@@ -16,6 +16,8 @@ import json
 import time
 from pathlib import Path
 
+from step_python import timing  # docs/bench/, beside this script
+
 import service.batch as batch_module
 import service.decoding as decoding
 import service.engine as engine_module
@@ -35,16 +37,7 @@ def main() -> None:
     spent: collections.Counter = collections.Counter()
 
     def timed(owner, name: str, key: str) -> None:
-        fn = getattr(owner, name)
-
-        def wrapper(*a, **k):
-            t = time.perf_counter()
-            try:
-                return fn(*a, **k)
-            finally:
-                spent[key] += time.perf_counter() - t
-
-        setattr(owner, name, wrapper)
+        setattr(owner, name, timing(getattr(owner, name), spent, key))
 
     engine = Engine(load_bundle(BUNDLE), variant=args.variant, threads=1)
     timed(batch_module.ActiveBatch, "reorder", "cache gather (reorder)")

@@ -27,6 +27,18 @@ def cpu_model() -> str:
         return next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), platform.processor())
 
 
+def call_times(sess: ort.InferenceSession, feeds: dict, calls: int, warm_up: int) -> list[float]:
+    """Seconds of each of `calls` runs of `sess` on `feeds`, after `warm_up` untimed ones."""
+    for _ in range(warm_up):
+        sess.run(None, feeds)
+    times = []
+    for _ in range(calls):
+        t = time.perf_counter()
+        sess.run(None, feeds)
+        times.append(time.perf_counter() - t)
+    return times
+
+
 def session(path: str, threads: int) -> ort.InferenceSession:
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
@@ -75,14 +87,7 @@ def main() -> None:
         per_round = {"a": [], "b": []}
         for _ in range(args.rounds):
             for key, sess in (("a", a), ("b", b)):
-                for _ in range(3):
-                    sess.run(None, f)
-                times = []
-                for _ in range(calls):
-                    t = time.perf_counter()
-                    sess.run(None, f)
-                    times.append(time.perf_counter() - t)
-                per_round[key].append(min(times))
+                per_round[key].append(min(call_times(sess, f, calls, warm_up=3)))
         ms_a, ms_b = (float(np.median(per_round[k]) * 1e3) for k in ("a", "b"))
         cells.append({"batch": bsz, "past": past, "source": src, "ms_a": ms_a, "ms_b": ms_b, "b_over_a": ms_b / ms_a})
         print(f"B={bsz:2d} P={past:2d} S={src:2d}: A {ms_a:.3f} ms  B {ms_b:.3f} ms  B/A {ms_b / ms_a:.3f}", flush=True)

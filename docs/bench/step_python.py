@@ -29,6 +29,19 @@ from service.engine import DecodingOptions, Engine
 BUNDLE = Path(__file__).resolve().parents[2] / "models" / "g2p-en"
 
 
+def timing(fn, spent: dict, key: str):
+    """`fn`, adding the time of each call to `spent[key]`."""
+
+    def wrapper(*a, **k):
+        t = time.perf_counter()
+        try:
+            return fn(*a, **k)
+        finally:
+            spent[key] += time.perf_counter() - t
+
+    return wrapper
+
+
 class TimedSession:
     """An ONNX Runtime session whose `run` adds its time to `spent[key]`."""
 
@@ -57,14 +70,7 @@ def main() -> None:
     spent = {"ort": 0.0, "encoder": 0.0, "run_step": 0.0, "choose": 0.0}
 
     def timed(key, fn):
-        def wrapper(*a, **k):
-            t = time.perf_counter()
-            try:
-                return fn(*a, **k)
-            finally:
-                spent[key] += time.perf_counter() - t
-
-        return wrapper
+        return timing(fn, spent, key)
 
     engine.run_decoder = timed("ort", engine.run_decoder)
     engine.encoder = TimedSession(engine.encoder, spent, "encoder")
