@@ -162,8 +162,12 @@ def _quantize_matmuls_per_row(graph: onnx.GraphProto, keep_fp32: set[str]) -> tu
 
 def _key_lengths(model: onnx.ModelProto) -> dict[str, str]:
     """Tensor name -> the name of its key-length axis (the second to last) where shape inference knows it by
-    a name from the graph's inputs (P_plus_T, S): attentions over the same keys can share one tensor of ones."""
-    inferred = onnx.shape_inference.infer_shapes(model).graph
+    a name from the graph's inputs (P_plus_T, S): attentions over the same keys can share one tensor of ones.
+    Only a saving: a graph shape inference cannot read gets no sharing (each attention makes its own ones)."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model).graph
+    except onnx.shape_inference.InferenceError:
+        return {}
     names = {}
     for v in [*inferred.value_info, *inferred.input, *inferred.output]:
         dims = v.type.tensor_type.shape.dim
@@ -172,7 +176,7 @@ def _key_lengths(model: onnx.ModelProto) -> dict[str, str]:
     return names
 
 
-def _exact_attention(graph: onnx.GraphProto, key_lengths: dict[str, str] | None = None) -> int:
+def _exact_attention(graph: onnx.GraphProto, key_lengths: dict[str, str]) -> int:
     """Rewrite Softmax(s) -> MatMul(p, V) [B,H,T,S] x [B,H,S,Dh] as
 
         e2  = Concat(e, e), e = Exp(s - ReduceMax(s))    # exact per element; each query row twice
@@ -211,7 +215,7 @@ def _exact_attention(graph: onnx.GraphProto, key_lengths: dict[str, str] | None 
             helper.make_node("Concat", [f"{p}/e", f"{p}/e"], [f"{p}/e2"], name=f"{p}/Concat", axis=-2),
         ]
         v = mm.input[1]
-        keys = (key_lengths or {}).get(v, v)
+        keys = key_lengths.get(v, v)
         ones_nodes = []
         if keys not in ones_of:
             ones_of[keys] = f"{p}/ones"

@@ -186,9 +186,6 @@ class ActiveBatch:
         """Rows `dest` take the self-attention cache of rows `src` (beam search: each beam continues
         from its parent). Whisper's rearrange_kv_cache, on the rows of one request only: those rows
         joined together and step together, so their mask and positions are already equal."""
-        moved = dest != src  # a beam that continues from its own row keeps its cache where it is
-        if not moved.all():
-            dest, src = dest[moved], src[moved]
         if self.engine.device == "cpu":
             for a in self._past_numpy():  # views on the OrtValues: gathered in place
                 a[dest] = a[src]

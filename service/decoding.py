@@ -726,7 +726,7 @@ class StepSummary:
 @dataclass
 class StepChoice:
     tokens: np.ndarray  # [B] the token each row feeds next (beam rows: after their reorder)
-    reorders: list[tuple[np.ndarray, np.ndarray]]  # (dest, src) rows the cache must follow (beam search): one pair at most
+    reorder: tuple[np.ndarray, np.ndarray] | None  # (dest, src): rows dest take the cache of rows src (beam search)
     leaving: list[Row]  # rows that finished this step
     results: list[StepResult]
 
@@ -740,7 +740,7 @@ def choose_tokens(state: RowState, logits: np.ndarray, next_tokens: np.ndarray |
     logits [B, V] (float32 or 64) from any decode loop; next_tokens [B]: an in-graph argmax, used
     for rows that need no processing (None: computed here). `decode`: ids -> text. Updates the
     rows, the searches and `state` (counts, and the gathers of beam rows); the caller applies
-    `reorders` to its cache, feeds `tokens`, and frees `leaving` from its cache and from `state`.
+    `reorder` to its cache, feeds `tokens`, and frees `leaving` from its cache and from `state`.
     """
     rows, params, active, summary = state.rows, state.params, state.active, state.summary
     # the in-graph argmax is the caller's to give (the engine's is a fresh array): corrected in place below
@@ -817,8 +817,8 @@ def choose_tokens(state: RowState, logits: np.ndarray, next_tokens: np.ndarray |
         elif stop and all(r.finish_reason is not None for r in gen.rows):
             done.append(gen)
 
-    reorders = []  # at most one (dest, src): every beam search's rows together
-    moved: list[tuple[np.ndarray, np.ndarray]] = []
+    reorder = None
+    moved: list[tuple[np.ndarray, np.ndarray]] = []  # (slots, parent slots) of each search whose beams changed rows
     barred = None  # the model's log-probabilities renormalised without the end token, for searches before min_new_tokens
     if beam_gens:
         position = np.full(len(rows), -1, dtype=np.int64)
@@ -847,9 +847,13 @@ def choose_tokens(state: RowState, logits: np.ndarray, next_tokens: np.ndarray |
     if moved:
         # Every search's rows in one gather: searches own disjoint rows, so this equals one gather per search,
         # and the cache's arrays are gathered once per step, not once per search (32 searches: 192 copies).
+        # A beam that continues from its own row keeps its cache where it is.
         dest, src = (np.concatenate(a) for a in zip(*moved)) if len(moved) > 1 else moved[0]
+        stays = dest == src
+        if stays.any():
+            dest, src = dest[~stays], src[~stays]
         state.gather(dest, src)
-        reorders.append((dest, src))
+        reorder = (dest, src)
 
     for gen in done:
         finish(gen, decode)
@@ -861,7 +865,7 @@ def choose_tokens(state: RowState, logits: np.ndarray, next_tokens: np.ndarray |
             lp = best.logprobs[-1] if best.logprobs else None
         results.append(StepResult(gen, last, "", lp, gen.finish_reason, last == eos_id))
     state.advance(tokens)
-    return StepChoice(tokens, reorders, leaving, results)
+    return StepChoice(tokens, reorder, leaving, results)
 
 
 def finish(gen: Generation, decode) -> None:

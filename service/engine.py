@@ -258,8 +258,8 @@ class Engine:
             return []
         logits, next_tokens = self.run_step(batch)
         choice = choose_tokens(batch.state, logits, next_tokens, self.eos_id, self.decode_ids)
-        for dest, src in choice.reorders:  # beams continue from their parents: their caches follow
-            batch.reorder(dest, src)
+        if choice.reorder is not None:  # beams continue from their parents: their caches follow
+            batch.reorder(*choice.reorder)
         batch.input_ids[:, 0] = choice.tokens
         batch.positions += batch.live  # in place: the bound OrtValue sees it; free slots stay put
         if choice.leaving:

@@ -58,7 +58,8 @@ def run(options: list[DecodingOptions], logits_of, vocab: int, bound=None):
             break
         logits = np.stack([logits_of(p) for p in prefixes])
         choice = choose_tokens(state, logits, None, EOS, decode)
-        for dest, src in choice.reorders:
+        if choice.reorder is not None:
+            dest, src = choice.reorder
             moved = [list(prefixes[s]) for s in src]
             for d, m in zip(dest, moved):
                 prefixes[d] = m

@@ -88,8 +88,8 @@ def generate(
             mask = torch.ones(r, t, dtype=torch.long, device=device)
             logits, _, _ = model.decode(fed, positions, decoder_self_bias(mask, t), cross, cross_bias)
         choice = choose_tokens(state, logits[:, -1].double().cpu().numpy(), None, cfg.eos_id, text)
-        for dest, src_rows in choice.reorders:  # beams continue from their parents
-            d, o = torch.from_numpy(dest).to(device), torch.from_numpy(src_rows).to(device)
+        if choice.reorder is not None:  # beams continue from their parents
+            d, o = (torch.from_numpy(x).to(device) for x in choice.reorder)
             fed[d] = fed[o].clone()
             if past is not None:
                 past = [(k.index_copy(0, d, k[o]), v.index_copy(0, d, v[o])) for k, v in past]
