@@ -3,6 +3,7 @@ common words as CMUdict does, and its recorded test WER holds on a fixed sample.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from concurrent.futures import ThreadPoolExecutor
@@ -93,6 +94,34 @@ def test_served_int8_rows_are_bitwise_the_same_alone_and_in_padded_batches():
     enc, dec = bundle.graph_paths("int8")
     figures = batch_invariance(enc, dec, corpus["source_ids"], bundle.n_layers, int(bundle.config["tgt_vocab_size"]))
     assert figures["rows"] == 256 and figures["max_abs_diff"] == 0.0, figures
+
+
+def test_default_model_forced_length_beams_rank_alike_alone_and_batched(engine):
+    """Beam search with min_new_tokens (how the benchmark forces lengths; in-process only, HTTP does not take it)
+    on the served variant: requests with their own minimums, decoded alone and then continuously batched
+    together with greedy and seeded rows, give the same hypotheses and scores, none shorter than its minimum.
+    This is the path where the end-token-barred distribution is computed once per step for the whole batch
+    and every search's rows are gathered at once."""
+    assert engine.variant == engine.bundle.default_variant["cpu"] == "int8"
+    words = ["phonetics", "zebra", "blorptastic", "onnx", "characteristically", "cat", "runtime", "qwxv"]
+    options = [
+        DecodingOptions(max_new_tokens=20, min_new_tokens=(6, 12, 16)[i % 3], num_beams=4, best_of=2)
+        if i % 2 == 0
+        else DecodingOptions(max_new_tokens=20, num_beams=3)
+        if i % 4 == 1
+        else DecodingOptions(max_new_tokens=20, do_sample=True, seed=i)
+        for i in range(len(words))
+    ]
+    alone = [engine.generate([w], o)[0] for w, o in zip(words, options)]
+    together = engine.generate(words, options, batch_size=16, refill=True)
+    for w, o, a, b in zip(words, options, alone, together):
+        assert [h.token_ids for h in b.hypotheses] == [h.token_ids for h in a.hypotheses], w
+        assert [h.score for h in b.hypotheses] == [h.score for h in a.hypotheses], w
+        assert all(len(h.token_ids) >= o.min_new_tokens for h in b.hypotheses), w
+    # the minimums have work to do: without them, these searches end earlier
+    forced = [(w, o) for w, o in zip(words, options) if o.min_new_tokens]
+    unforced = [engine.generate([w], dataclasses.replace(o, min_new_tokens=0))[0] for w, o in forced]
+    assert any(min(len(h.token_ids) for h in u.hypotheses) < o.min_new_tokens for u, (_, o) in zip(unforced, forced))
 
 
 def test_default_bundle_as_served_answers_300_words_under_load_as_alone():
