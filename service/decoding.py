@@ -35,6 +35,7 @@ are the same.
 
 from __future__ import annotations
 
+import math
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -460,20 +461,19 @@ class BeamSearch:
         """One step over the request's W rows ([W, V] each). Returns (parents, tokens) [W]: row j
         continues from row parents[j] with tokens[j] (the caller reorders the rows' caches).
         Sets `done` when the search has ended (then the returned rows need no further step)."""
-        w, v = processed_logprobs.shape
-        scores = np.array([b.score for b in self.beams])[:, None] + processed_logprobs  # [W, V]
-        flat = scores.ravel()
-        k = min(2 * w + 1, flat.size)
-        top = np.argpartition(-flat, k - 1)[:k]
-        top = top[np.lexsort((top, -flat[top]))]  # best first, ties towards the lower (beam, token)
+        parents, tokens = update_searches([self], processed_logprobs[None], raw_logprobs[None])
+        return parents[0], tokens[0]
+
+    def _advance(self, candidates: list[int], scores: list[float], raw: list[float], v: int) -> tuple[list[int], list[int]]:
+        """The step's candidates, best first (flat beam * V + token, their scores and raw log-probs): the
+        hypotheses that end, the W beams that go on. What `update` returns."""
+        w = self.width
         parents, tokens, nxt = [], [], []
-        for idx in top:
-            score = float(flat[idx])
-            if not np.isfinite(score):
+        for idx, score, lp in zip(candidates, scores, raw):
+            if not math.isfinite(score):
                 break
-            parent, token = divmod(int(idx), v)
+            parent, token = divmod(idx, v)
             beam = self.beams[parent]
-            lp = float(raw_logprobs[parent, token])
             if token == self.eos_id:
                 if len(self.finished) < self.width:
                     self.finished.append(Hypothesis(list(beam.token_ids), list(beam.logprobs), "eos_token", eos_logprob=lp))
@@ -501,7 +501,7 @@ class BeamSearch:
             tokens.append(tokens[0] if tokens else self.eos_id)
             nxt.append(Beam(score=-np.inf))
         self.beams = nxt
-        return np.asarray(parents, dtype=np.int64), np.asarray(tokens, dtype=np.int64)
+        return parents, tokens
 
     def finalize(self) -> list[Hypothesis]:
         """The n_best hypotheses, best first; live beams count as finished by length if none ended."""
@@ -510,6 +510,29 @@ class BeamSearch:
         for i, h in enumerate(ranked):
             h.index = i
         return ranked
+
+
+def update_searches(
+    searches: Sequence[BeamSearch], processed_logprobs: np.ndarray, raw_logprobs: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """`BeamSearch.update` for n searches of one width W at once ([n, W, V] each): the candidates of every
+    search are chosen in one numpy pass (CTranslate2's batched beam search), then each search takes its own.
+    Returns (parents, tokens) [n, W], row i what search i's `update` returns.
+
+    Every candidate scores beam.score + processed log-prob; each search keeps its 2W + 1 best, ordered by
+    score, ties towards the lower (beam, token). Each row of the pass is its search's alone (argpartition
+    and the sorts work row by row), so a search chooses the same whatever searches share its step."""
+    n, w, v = processed_logprobs.shape
+    beam_scores = np.array([[b.score for b in s.beams] for s in searches], dtype=np.float64)
+    scores = (beam_scores[:, :, None] + processed_logprobs).reshape(n, w * v)
+    k = min(2 * w + 1, w * v)
+    each = np.arange(n)[:, None]  # row indexing of [n, k] choices (take_along_axis costs more per call)
+    top = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+    top = top[each, np.lexsort((top, -scores[each, top]), axis=1)]  # by score, ties towards the lower (beam, token)
+    top_scores = scores[each, top].tolist()
+    top_raw = raw_logprobs.reshape(n, w * v)[each, top].tolist()
+    chosen = [s._advance(c, sc, r, v) for s, c, sc, r in zip(searches, top.tolist(), top_scores, top_raw)]
+    return np.array([p for p, _ in chosen], dtype=np.int64), np.array([t for _, t in chosen], dtype=np.int64)
 
 
 # ---- the rows of a batch, and one step's token choice ---------------------------------------------
@@ -652,6 +675,7 @@ class RowState:
                         (params.min_new_tokens > 0) & active & (params.mode == GREEDY) & ~params.needs_processing
                     ).tolist()
                 ],
+                ends_from=(self.joined_at + params.min_new_tokens).tolist(),
             )
         return self._summary
 
@@ -721,6 +745,7 @@ class StepSummary:
     logprobs: bool
     processing: bool
     min_new_until: list[tuple[int, int]]  # (row, the step count from which its end token may be chosen)
+    ends_from: list[int]  # every row's step count from which its end token may be chosen (free slots: meaningless)
 
 
 @dataclass
@@ -818,42 +843,57 @@ def choose_tokens(state: RowState, logits: np.ndarray, next_tokens: np.ndarray |
             done.append(gen)
 
     reorder = None
-    moved: list[tuple[np.ndarray, np.ndarray]] = []  # (slots, parent slots) of each search whose beams changed rows
+    moved: list[tuple[np.ndarray, np.ndarray]] = []  # (slots, parent slots) of the searches that go on, by width
     barred = None  # the model's log-probabilities renormalised without the end token, for searches before min_new_tokens
     if beam_gens:
         position = np.full(len(rows), -1, dtype=np.int64)
         position[proc_rows] = np.arange(proc_rows.size)
-    for gen in beam_gens:  # each beam search: its W rows' candidates; then its rows follow the beams
-        slots = np.asarray([r.slot for r in gen.rows], dtype=np.int64)
-        if summary.processing and heavy[slots[0]]:  # penalties: the processed distribution
-            search_lp = log_softmax(processed[position[slots]])
-        elif state.n_generated[slots[0]] < params.min_new_tokens[slots[0]]:  # only the end token is barred
-            if barred is None:  # once for the whole batch (row-wise, so each row as alone), not once per search
-                barred = raw.copy()
-                barred[:, eos_id] = -np.inf
-                barred = log_softmax(barred)
-            search_lp = barred[slots]
-        else:  # no processor: the search's distribution is the model's own
-            search_lp = raw[slots]
-        parents, beam_tokens = gen.search.update(search_lp, raw[slots])
-        if gen.search.done:
-            done.append(gen)
-            leaving.extend(gen.rows)
-            continue
-        src = slots[parents]
-        if not np.array_equal(slots, src):
-            moved.append((slots, src))
-        tokens[slots] = beam_tokens
+        # a search's rows joined together and share their settings: its first row speaks for them all
+        steps, ends_from = state.steps, summary.ends_from
+        heavy_rows = heavy.tolist() if summary.processing else None
+    # each beam search's W rows, and the distribution it searches: its own (penalties: the processed one), or
+    # the batch's (the model's own; before min_new_tokens, renormalised without the end token)
+    by_width: dict[int, list[tuple[Generation, list[int], np.ndarray | None, bool]]] = {}
+    for gen in beam_gens:
+        slots = [r.slot for r in gen.rows]
+        first = slots[0]
+        own = log_softmax(processed[position[slots]]) if heavy_rows is not None and heavy_rows[first] else None
+        before_min = own is None and steps < ends_from[first]
+        if before_min and barred is None:  # once for the whole batch (row-wise, so each row as alone), not per search
+            barred = raw.copy()
+            barred[:, eos_id] = -np.inf
+            barred = log_softmax(barred)
+        by_width.setdefault(len(slots), []).append((gen, slots, own, before_min))
+    for group in by_width.values():  # the searches of one width choose their candidates together
+        gens = [g for g, *_ in group]
+        all_slots = np.array([sl for _, sl, *_ in group], dtype=np.int64)  # [n, W]
+        kinds = {"own" if own is not None else before_min for *_, own, before_min in group}
+        if kinds == {True} or kinds == {False}:  # one shared distribution: gathered for all at once
+            search_lp = (barred if kinds == {True} else raw)[all_slots]
+        else:
+            search_lp = np.stack([own if own is not None else (barred if bm else raw)[sl] for _, sl, own, bm in group])
+        parents, beam_tokens = update_searches([g.search for g in gens], search_lp, raw[all_slots])
+        src = all_slots[np.arange(len(gens))[:, None], parents]
+        ended = [i for i, g in enumerate(gens) if g.search.done]
+        if ended:
+            for i in ended:
+                done.append(gens[i])
+                leaving.extend(gens[i].rows)
+            going_on = np.ones(len(gens), dtype=bool)
+            going_on[ended] = False
+            all_slots, src, beam_tokens = all_slots[going_on], src[going_on], beam_tokens[going_on]
+        tokens[all_slots] = beam_tokens  # the rows of each search that goes on follow its beams
+        moved.append((all_slots.ravel(), src.ravel()))
     if moved:
         # Every search's rows in one gather: searches own disjoint rows, so this equals one gather per search,
         # and the cache's arrays are gathered once per step, not once per search (32 searches: 192 copies).
         # A beam that continues from its own row keeps its cache where it is.
         dest, src = (np.concatenate(a) for a in zip(*moved)) if len(moved) > 1 else moved[0]
-        stays = dest == src
-        if stays.any():
-            dest, src = dest[~stays], src[~stays]
-        state.gather(dest, src)
-        reorder = (dest, src)
+        moves = dest != src
+        if moves.any():
+            dest, src = dest[moves], src[moves]
+            state.gather(dest, src)
+            reorder = (dest, src)
 
     for gen in done:
         finish(gen, decode)

@@ -24,6 +24,7 @@ from service.decoding import (
     process_logits,
     rank,
     sample_rows,
+    update_searches,
 )
 
 EOS = 1
@@ -398,6 +399,39 @@ def test_beam_search_stops_at_the_length_limit_with_reason_length():
         search.update(lp, lp)
     assert search.done
     assert {h.finish_reason for h in search.finalize()} == {"length"}
+
+
+def test_searches_choosing_together_choose_as_each_alone_and_as_a_full_sort():
+    """update_searches picks every search's candidates in one numpy pass: each search must get what it gets
+    alone, and what a plain sort of all its W * V candidates by (score, then lower beam and token) gives."""
+    rng = np.random.default_rng(5)
+    w, v, n = 3, 7, 6
+
+    def searches():
+        return [BeamSearch(w, w, EOS, StoppingCriteria(max_new_tokens=6), decode) for _ in range(n)]
+
+    together, alone, by_sort = searches(), searches(), searches()
+    for _ in range(6):
+        # logits rounded to one decimal: many candidates tie, which is where orders can differ
+        lp = log_softmax(np.round(rng.normal(size=(n, w, v)) * 2, 1))
+        lp[rng.random((n, w, v)) < 0.1] = -np.inf  # filtered tokens never become candidates
+        raw = lp - 0.25  # a raw distribution apart from the searched one: each hypothesis keeps the raw one
+        live = [i for i in range(n) if not together[i].done]
+        parents, tokens = update_searches([together[i] for i in live], lp[live], raw[live])
+        for row, i in enumerate(live):
+            p_alone, t_alone = alone[i].update(lp[i], raw[i])
+            assert parents[row].tolist() == p_alone.tolist() and tokens[row].tolist() == t_alone.tolist()
+            s = by_sort[i]
+            scores = (np.array([b.score for b in s.beams])[:, None] + lp[i]).ravel()
+            order = sorted(range(w * v), key=lambda j: (-scores[j], j))[: 2 * w + 1]
+            p_sort, t_sort = s._advance(order, [float(scores[j]) for j in order], [float(raw[i].ravel()[j]) for j in order], v)
+            assert (p_sort, t_sort) == (p_alone.tolist(), t_alone.tolist())
+    for a, b, c in zip(together, alone, by_sort):
+        assert a.done == b.done == c.done
+        assert [(h.token_ids, h.logprobs, h.finish_reason) for h in a.finalize()] == [
+            (h.token_ids, h.logprobs, h.finish_reason) for h in b.finalize()
+        ]
+        assert [h.token_ids for h in a.finalize()] == [h.token_ids for h in c.finalize()]
 
 
 def test_stopping_criteria_stop_sequence_then_length():
