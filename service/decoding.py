@@ -663,19 +663,19 @@ class RowState:
         need nothing beyond the in-graph argmax skips every array operation of the general path."""
         if self._summary is None:
             active, params = self.active, self.params
+            ends_from = (self.joined_at + params.min_new_tokens).tolist()  # each row's join step plus its min_new_tokens
             self._summary = StepSummary(
                 active_rows=np.flatnonzero(active).tolist(),
                 logprobs=bool((params.logprobs & active).any()),
                 processing=bool((params.needs_processing & active).any()),
-                # greedy rows whose in-graph argmax may have to give way: with min_new_tokens, no other processing;
-                # each with the step from which it may end (its join step plus its min_new_tokens)
+                # greedy rows whose in-graph argmax may have to give way: with min_new_tokens, no other processing
                 min_new_until=[
-                    (i, int(self.joined_at[i] + params.min_new_tokens[i]))
+                    (i, ends_from[i])
                     for i in np.flatnonzero(
                         (params.min_new_tokens > 0) & active & (params.mode == GREEDY) & ~params.needs_processing
                     ).tolist()
                 ],
-                ends_from=(self.joined_at + params.min_new_tokens).tolist(),
+                ends_from=ends_from,
             )
         return self._summary
 
@@ -845,42 +845,49 @@ def choose_tokens(state: RowState, logits: np.ndarray, next_tokens: np.ndarray |
     reorder = None
     moved: list[tuple[np.ndarray, np.ndarray]] = []  # (slots, parent slots) of the searches that go on, by width
     barred = None  # the model's log-probabilities renormalised without the end token, for searches before min_new_tokens
+    processed_lp = None  # log-probabilities of the processed rows, for searches with penalties
     if beam_gens:
         position = np.full(len(rows), -1, dtype=np.int64)
         position[proc_rows] = np.arange(proc_rows.size)
         # a search's rows joined together and share their settings: its first row speaks for them all
         steps, ends_from = state.steps, summary.ends_from
         heavy_rows = heavy.tolist() if summary.processing else None
-    # each beam search's W rows, and the distribution it searches: its own (penalties: the processed one), or
-    # the batch's (the model's own; before min_new_tokens, renormalised without the end token)
-    by_width: dict[int, list[tuple[Generation, list[int], np.ndarray | None, bool]]] = {}
+    # Each beam search's W rows, and which rows of which batch-wide distribution it searches: the model's own;
+    # before min_new_tokens, renormalised without the end token; with penalties, the processed one. Each is
+    # computed once for the batch, row-wise (so each row as alone), not once per search.
+    by_width: dict[int, list[tuple[Generation, list[int], np.ndarray, list[int] | np.ndarray]]] = {}
     for gen in beam_gens:
         slots = [r.slot for r in gen.rows]
         first = slots[0]
-        own = log_softmax(processed[position[slots]]) if heavy_rows is not None and heavy_rows[first] else None
-        before_min = own is None and steps < ends_from[first]
-        if before_min and barred is None:  # once for the whole batch (row-wise, so each row as alone), not per search
-            barred = raw.copy()
-            barred[:, eos_id] = -np.inf
-            barred = log_softmax(barred)
-        by_width.setdefault(len(slots), []).append((gen, slots, own, before_min))
+        if heavy_rows is not None and heavy_rows[first]:
+            if processed_lp is None:
+                processed_lp = log_softmax(processed)
+            dist, dist_rows = processed_lp, position[slots]
+        elif steps < ends_from[first]:
+            if barred is None:
+                barred = raw.copy()
+                barred[:, eos_id] = -np.inf
+                barred = log_softmax(barred)
+            dist, dist_rows = barred, slots
+        else:
+            dist, dist_rows = raw, slots
+        by_width.setdefault(len(slots), []).append((gen, slots, dist, dist_rows))
     for group in by_width.values():  # the searches of one width choose their candidates together
         gens = [g for g, *_ in group]
-        all_slots = np.array([sl for _, sl, *_ in group], dtype=np.int64)  # [n, W]
-        kinds = {"own" if own is not None else before_min for *_, own, before_min in group}
-        if kinds == {True} or kinds == {False}:  # one shared distribution: gathered for all at once
-            search_lp = (barred if kinds == {True} else raw)[all_slots]
+        all_slots = np.array([sl for _, sl, _, _ in group], dtype=np.int64)  # [n, W]
+        shared = group[0][2]
+        if all(dist is shared for _, _, dist, _ in group):  # one distribution: gathered for all at once
+            search_lp = shared[np.array([r for *_, r in group], dtype=np.int64)]
         else:
-            search_lp = np.stack([own if own is not None else (barred if bm else raw)[sl] for _, sl, own, bm in group])
+            search_lp = np.stack([dist[r] for *_, dist, r in group])
         parents, beam_tokens = update_searches([g.search for g in gens], search_lp, raw[all_slots])
         src = all_slots[np.arange(len(gens))[:, None], parents]
-        ended = [i for i, g in enumerate(gens) if g.search.done]
-        if ended:
-            for i in ended:
-                done.append(gens[i])
-                leaving.extend(gens[i].rows)
-            going_on = np.ones(len(gens), dtype=bool)
-            going_on[ended] = False
+        going_on = [not g.search.done for g in gens]
+        if not all(going_on):
+            for g, goes_on in zip(gens, going_on):
+                if not goes_on:
+                    done.append(g)
+                    leaving.extend(g.rows)
             all_slots, src, beam_tokens = all_slots[going_on], src[going_on], beam_tokens[going_on]
         tokens[all_slots] = beam_tokens  # the rows of each search that goes on follow its beams
         moved.append((all_slots.ravel(), src.ravel()))
