@@ -32,13 +32,23 @@ import numpy as np
 BACKENDS = ("torch-nocache", "torch-cache", "ort-fp32", "ort-int8", "ct2-fp32", "ct2-int8")
 
 
+def synthetic_pairs(n: int = 200, seed: int = 0) -> list[tuple[str, str]]:
+    """Random letter strings and phoneme strings: calibration pairs for the synthetic model's int8."""
+    rng = np.random.default_rng(seed)
+    letters = list("abcdefghijklmnopqrstuvwxyz")
+    return [
+        ("".join(rng.choice(letters, rng.integers(3, 14))), " ".join(f"P{i}" for i in rng.integers(0, 68, rng.integers(3, 14))))
+        for _ in range(n)
+    ]
+
+
 def synthetic_run(work: Path, max_target_len: int = 128):
     """A random-initialised model of the default size, and a bundle of it (fp32 + int8)."""
     import torch
 
     from export.bundle import TOKENIZERS, VARIANT_FILES, write_manifest
+    from export.calibration import write_int8
     from export.onnx import OPSET, export_decoder, export_encoder, graph_io
-    from export.variants import quantize_int8
     from service.bundle import FORMAT_VERSION
     from training.config import ModelConfig
     from training.model import Transformer
@@ -63,8 +73,8 @@ def synthetic_run(work: Path, max_target_len: int = 128):
     work.mkdir(parents=True, exist_ok=True)
     export_encoder(model, work / "encoder.onnx")
     export_decoder(model, work / "decoder.onnx")
-    for g in ("encoder", "decoder"):
-        quantize_int8(work / f"{g}.onnx", work / f"{g}.int8.onnx")
+    pairs = synthetic_pairs()
+    write_int8(work, VARIANT_FILES["fp32"], VARIANT_FILES["int8"], src_tok, tgt_tok, cfg.to_dict(), pairs, log=lambda _: None)
     src_tok.save(str(work / TOKENIZERS["source"]))
     tgt_tok.save(str(work / TOKENIZERS["target"]))
     meta = {

@@ -19,11 +19,13 @@ from pathlib import Path
 import onnx
 import onnxruntime
 import torch
+from tokenizers import Tokenizer
 
+from export.calibration import training_pairs, write_int8
 from export.explain import add_explain_graph
 from export.lexicon import with_fields_after, write_lexicon
 from export.onnx import OPSET, export_decoder, export_encoder, external_data_files, graph_io, share_initializers
-from export.variants import FP16_KEEP_FP32_OPS, FP32_BOUNDARY, INT8_QUANTIZATION, convert_fp16, quantize_int8
+from export.variants import FP16_KEEP_FP32_OPS, FP32_BOUNDARY, INT8_QUANTIZATION, convert_fp16
 from service.bundle import FORMAT_VERSION, bounded_length, load_bundle, sha256_file
 from training.run import load_model, load_run_tokenizers
 
@@ -148,9 +150,11 @@ def build(
     log(f"[export] graphs (opset {OPSET}) from {run_dir}")
     export_encoder(model, work / VARIANT_FILES["fp32"]["encoder"])
     export_decoder(model, work / VARIANT_FILES["fp32"]["decoder"])
-    for graph in ("encoder", "decoder"):
-        quantize_int8(work / VARIANT_FILES["fp32"][graph], work / VARIANT_FILES["int8"][graph])
-        if fp16:
+    pairs = training_pairs(train_cfg["dataset"], bool(train_cfg.get("strip_stress", False)))
+    log(f"[export] int8 graphs, activation scales calibrated on {len(pairs)} training pairs")
+    calibration = write_int8(work, VARIANT_FILES["fp32"], VARIANT_FILES["int8"], src_tok, tgt_tok, cfg.to_dict(), pairs, log)
+    if fp16:
+        for graph in ("encoder", "decoder"):
             convert_fp16(work / VARIANT_FILES["fp32"][graph], work / VARIANT_FILES["fp16"][graph])
     src_tok.save(str(work / TOKENIZERS["source"]))
     tgt_tok.save(str(work / TOKENIZERS["target"]))
@@ -175,7 +179,7 @@ def build(
         "decoder_extra_outputs": ["next_token"],  # [B] int64: in-graph argmax of logits
         "variants": {
             "fp32": dict(VARIANT_FILES["fp32"]),
-            "int8": {**VARIANT_FILES["int8"], "quantization": INT8_QUANTIZATION},
+            "int8": {**VARIANT_FILES["int8"], "quantization": INT8_QUANTIZATION, "calibration": calibration},
             "fp16": {
                 **VARIANT_FILES["fp16"],
                 "precision": f"float16; {', '.join(FP16_KEEP_FP32_OPS)} and the logits projection in float32; "
@@ -277,15 +281,21 @@ def requantize(
         shutil.rmtree(work)
     shutil.copytree(bundle_dir, work)
     fp32, int8 = meta["variants"]["fp32"], meta["variants"]["int8"]
-    for graph in ("encoder", "decoder"):
-        counts = quantize_int8(work / fp32[graph], work / int8[graph])
-        log(f"[requantize] {int8[graph]}: {counts}")
-    meta["variants"]["int8"] = {"encoder": int8["encoder"], "decoder": int8["decoder"], "quantization": INT8_QUANTIZATION}
+    train_cfg = {"dataset": dataset or meta.get("dataset"), "strip_stress": meta.get("strip_stress", False)}
+    pairs = training_pairs(train_cfg["dataset"], bool(train_cfg["strip_stress"]))
+    log(f"[requantize] int8 graphs, activation scales calibrated on {len(pairs)} training pairs")
+    tokenizers = [Tokenizer.from_file(str(work / meta["tokenizers"][side])) for side in ("source", "target")]
+    calibration = write_int8(work, fp32, int8, *tokenizers, meta["config"], pairs, log)
+    meta["variants"]["int8"] = {
+        "encoder": int8["encoder"],
+        "decoder": int8["decoder"],
+        "quantization": INT8_QUANTIZATION,
+        "calibration": calibration,
+    }
     write_manifest(work, meta)
     corpus = json.loads((work / meta.get("parity_corpus", PARITY_CORPUS)).read_text())
     parity = {**meta.get("parity", {}), "int8": int8_agreement(load_bundle(work), corpus, threads)}
     limit = eval_limit if eval_limit is not None else meta.get("eval", {}).get("dev", {}).get("words", 2000)
-    train_cfg = {"dataset": dataset or meta.get("dataset"), "strip_stress": meta.get("strip_stress", False)}
     log(f"[requantize] dev evaluation of fp32 and int8 (limit {limit}), speed and batch invariance")
     gate = int8_gate(work, train_cfg, limit, threads, log)
     evals = {k: v for k, v in meta.get("eval", {}).items() if not (k != "dev" and v.get("variant") == "int8")}

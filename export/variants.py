@@ -1,9 +1,10 @@
 """The int8 and fp16 variants: the same graphs under other names (Contract 2).
 
-- int8: MatMul weights int8 per output channel, activations quantized per row
-  inside the graph, so a row's outputs never depend on the rest of its batch
-  (`quantize_int8`). Whether it becomes the CPU default is decided by the gate
-  in bundle.py, on measured WER, speed and batch invariance.
+- int8: MatMul weights int8 per output channel, activations quantized with
+  fixed scales calibrated on training pairs (export/calibration.py), so a
+  row's outputs never depend on the rest of its batch (`quantize_int8`).
+  Whether it becomes the CPU default is decided by the gate in bundle.py, on
+  measured WER, speed and batch invariance.
 - fp16: for CUDA. Weights and activations in float16, but LayerNorm and
   softmax computed in float32, and the float inputs/outputs that carry the
   attention bias and the logits stay float32 at the graph boundary (so -1e9
@@ -26,6 +27,12 @@ FP16_KEEP_FP32_OPS = ["LayerNormalization", "Softmax"]
 
 
 INT8_QUANTIZATION = (
+    "int8 static: activations quantized with fixed scales (max |x| of each activation over training-split pairs; "
+    "symmetric uint8 around 128, a ReLU's output uint8 from 0), MatMul weights int8 per output channel in [-63, 63] "
+    "(no uint8 x int8 saturation without VNNI), MatMulIntegerToFloat with the bias inside; attention's softmax sum and "
+    "weighted sum in an order-exact form, so a row's outputs are bitwise the same whatever else is in the batch"
+)
+INT8_ROW_QUANTIZATION = (  # the int8 of bundles built before fixed scales; kept for comparison
     "int8 per row: activations quantized in the graph per row (symmetric, scale max|x|/127, uint8 with zero "
     "point 128), MatMul weights int8 per output channel in [-63, 63] (no uint8 x int8 saturation without "
     "VNNI), MatMulIntegerToFloat; attention's softmax sum and "
@@ -42,29 +49,45 @@ WEIGHT_LEVELS = 63
 _MS_DOMAIN = "com.microsoft"  # MatMulIntegerToFloat is an ONNX Runtime contrib op
 
 
-def quantize_int8(src: Path, dst: Path, exact_attention: bool = True, keep_fp32: tuple[str, ...] = ()) -> dict:
+def quantize_int8(
+    src: Path,
+    dst: Path,
+    exact_attention: bool = True,
+    keep_fp32: tuple[str, ...] = (),
+    activation_amax: dict[str, float] | None = None,
+) -> dict:
     """The int8 variant of a graph, batch-invariant by construction; returns node counts.
 
     ONNX Runtime's dynamic quantization (`quantize_int8_dynamic`) takes ONE activation scale for the
     whole [B, T, K] tensor, so a row's logits depend on the other rows of its step. Here every MatMul
-    with a constant 2-D weight [K, N] becomes:
+    with a constant 2-D weight [K, N] (and the bias Add after it) becomes, with `activation_amax`
+    (max |x| per quantized activation, export/calibration.py):
+
+        xq = QuantizeLinear(x, s, 128)                        # s = amax / 127, fixed; a ReLU's output: amax / 255, 0
+        y  = MatMulIntegerToFloat(xq, Wq, s, ws, 128, -, b)   # Wq per output channel, |Wq| <= 63
+
+    and without it (the int8 shipped before, `INT8_ROW_QUANTIZATION`), with a scale per row computed
+    in the graph, four more nodes per activation and one more per MatMul:
 
         amax = ReduceMax(Abs(x), last axis)                  # [B, T, 1], this row's own range
-        xq   = QuantizeLinear(x / amax, 1/127, 128)          # uint8, symmetric around 128
-        y    = MatMulIntegerToFloat(xq, Wq, 1, ws / 127, 128) * amax   # Wq per output channel, |Wq| <= 63
+        xq   = QuantizeLinear(x / amax, 1/127, 128)
+        y    = MatMulIntegerToFloat(xq, Wq, 1, ws / 127, 128) * amax + b
 
-    MatMuls that read the same x (Q/K/V) share one quantization. A row whose amax is 0 gives y = 0.
-    Integer accumulation is exact, so with the row's own scale the product is bitwise independent
-    of the batch. The float attention around it is not, under padding: ONNX Runtime's one-row MatMul
-    kernel and Softmax sum a padded length in a different order, a 1e-6 difference that an int8
-    rounding step can turn into 1e-2. `exact_attention` rewrites each Softmax -> MatMul(p, V) into
-    a form whose sums run in order over the padded axis (see `_exact_attention`), making the whole
-    graph bitwise invariant to padding as well. MatMuls named in `keep_fp32` stay float32.
+    MatMuls that read the same x (Q/K/V) share one quantization. Integer accumulation is exact, so
+    with scales that do not depend on the batch the product is bitwise independent of it. The float
+    attention around it is not, under padding: ONNX Runtime's one-row MatMul kernel and Softmax sum a
+    padded length in a different order, a 1e-6 difference that an int8 rounding step can turn into
+    1e-2. `exact_attention` rewrites each Softmax -> MatMul(p, V) into a form whose sums run in order
+    over the padded axis (see `_exact_attention`), making the whole graph bitwise invariant to padding
+    as well. MatMuls named in `keep_fp32` stay float32.
     """
     m = onnx.load(str(src))  # external data (decoder.onnx.data) is read in
     before = len(m.graph.node)
     key_lengths = _key_lengths(m) if exact_attention else {}
-    quantized, shared = _quantize_matmuls_per_row(m.graph, set(keep_fp32))
+    if activation_amax is None:
+        quantized, shared = _quantize_matmuls_per_row(m.graph, set(keep_fp32))
+    else:
+        quantized, shared = _quantize_matmuls_static(m.graph, set(keep_fp32), activation_amax)
     attention = _exact_attention(m.graph, key_lengths) if exact_attention else 0
     if not any(o.domain == _MS_DOMAIN for o in m.opset_import):
         m.opset_import.append(onnx.helper.make_opsetid(_MS_DOMAIN, 1))
@@ -106,11 +129,7 @@ def _quantize_matmuls_per_row(graph: onnx.GraphProto, keep_fp32: set[str]) -> tu
     from onnx import helper, numpy_helper
 
     inits = {t.name: t for t in graph.initializer}
-    groups: dict[str, list[onnx.NodeProto]] = {}
-    for node in graph.node:
-        w = inits.get(node.input[1]) if node.op_type == "MatMul" and node.name not in keep_fp32 else None
-        if w is not None and len(w.dims) == 2 and w.data_type == onnx.TensorProto.FLOAT:
-            groups.setdefault(node.input[0], []).append(node)
+    groups = quantized_inputs(graph, keep_fp32)
     added = [
         numpy_helper.from_array(np.array(1.0, np.float32), "int8row/one"),
         numpy_helper.from_array(np.array(1 / 127, np.float32), "int8row/inv127"),
@@ -129,10 +148,7 @@ def _quantize_matmuls_per_row(graph: onnx.GraphProto, keep_fp32: set[str]) -> tu
             ),
         ]
         for mm in matmuls:
-            w = numpy_helper.to_array(inits[mm.input[1]]).astype(np.float32)  # [K, N]
-            scale = np.abs(w).max(axis=0) / WEIGHT_LEVELS  # per output channel
-            scale = np.where(scale > 0, scale, 1.0).astype(np.float32)
-            wq = np.clip(np.rint(w / scale), -WEIGHT_LEVELS, WEIGHT_LEVELS).astype(np.int8)
+            wq, scale = _int8_weight(numpy_helper.to_array(inits[mm.input[1]]))
             q = f"int8row/{mm.name or mm.output[0]}"
             added += [
                 numpy_helper.from_array(wq, f"{q}/weight_int8"),
@@ -152,12 +168,104 @@ def _quantize_matmuls_per_row(graph: onnx.GraphProto, keep_fp32: set[str]) -> tu
             replace[id(mm)] = nodes
             nodes = []
             replaced_weights.add(mm.input[1])
+    _swap_weights(graph, replace, replaced_weights, added)
+    return len(replace), len(groups)
+
+
+def _int8_weight(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """W [K, N] as int8 in [-WEIGHT_LEVELS, WEIGHT_LEVELS] and its scale per output channel [N]."""
+    w = w.astype(np.float32)
+    scale = np.abs(w).max(axis=0) / WEIGHT_LEVELS
+    scale = np.where(scale > 0, scale, 1.0).astype(np.float32)
+    return np.clip(np.rint(w / scale), -WEIGHT_LEVELS, WEIGHT_LEVELS).astype(np.int8), scale
+
+
+def quantized_inputs(graph: onnx.GraphProto, keep_fp32: set[str] = frozenset()) -> dict[str, list[onnx.NodeProto]]:
+    """The activations the int8 variant quantizes: input name -> the MatMuls with a constant 2-D float weight
+    that read it (Q/K/V share one)."""
+    inits = {t.name: t for t in graph.initializer}
+    groups: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        w = inits.get(node.input[1]) if node.op_type == "MatMul" and node.name not in keep_fp32 else None
+        if w is not None and len(w.dims) == 2 and w.data_type == onnx.TensorProto.FLOAT:
+            groups.setdefault(node.input[0], []).append(node)
+    return groups
+
+
+def _quantize_matmuls_static(graph: onnx.GraphProto, keep_fp32: set[str], amax: dict[str, float]) -> tuple[int, int]:
+    """MatMul(x, W) [+ bias] -> MatMulIntegerToFloat(QuantizeLinear(x, s), Wq, s, ws, zp, -, bias), s fixed per tensor."""
+    from onnx import helper, numpy_helper
+
+    inits = {t.name: t for t in graph.initializer}
+    producer = {o: n for n in graph.node for o in n.output}
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+    outputs = {o.name for o in graph.output}
+    groups = quantized_inputs(graph, keep_fp32)
+    added = []
+    replace: dict[int, list[onnx.NodeProto]] = {}
+    replaced = set()
+    for g, (x, matmuls) in enumerate(groups.items()):
+        p = f"int8static/q{g}"
+        # a ReLU's output is never negative: all 256 levels above zero point 0, not 128 around it
+        nonnegative = x in producer and producer[x].op_type == "Relu"
+        levels, zero_point = (255, 0) if nonnegative else (127, 128)
+        scale = np.float32(max(float(amax[x]), 1e-12) / levels)
+        added += [
+            numpy_helper.from_array(np.array(scale, np.float32), f"{p}/scale"),
+            numpy_helper.from_array(np.array(zero_point, np.uint8), f"{p}/zero_point"),
+        ]
+        nodes = [helper.make_node("QuantizeLinear", [x, f"{p}/scale", f"{p}/zero_point"], [f"{p}/xq"], name=f"{p}/Quantize")]
+        for mm in matmuls:
+            wq, wscale = _int8_weight(numpy_helper.to_array(inits[mm.input[1]]))
+            q = f"int8static/{mm.name or mm.output[0]}"
+            added += [numpy_helper.from_array(wq, f"{q}/weight_int8"), numpy_helper.from_array(wscale, f"{q}/weight_scale")]
+            inputs = [f"{p}/xq", f"{q}/weight_int8", f"{p}/scale", f"{q}/weight_scale", f"{p}/zero_point"]
+            out = mm.output[0]
+            # the bias Add after the MatMul goes into the kernel: one node, not two
+            users = consumers.get(out, [])
+            add = users[0] if len(users) == 1 and users[0].op_type == "Add" and out not in outputs else None
+            bias = next((i for i in add.input if i != out), None) if add is not None else None
+            if bias in inits and tuple(inits[bias].dims) == wq.shape[1:] and inits[bias].data_type == onnx.TensorProto.FLOAT:
+                inputs += ["", bias]
+                out = add.output[0]
+                replace[id(add)] = []
+            name = f"{q}/MatMulIntegerToFloat"
+            nodes.append(helper.make_node("MatMulIntegerToFloat", inputs, [out], name=name, domain=_MS_DOMAIN))
+            replace[id(mm)] = nodes
+            nodes = []
+            replaced.add(mm.input[1])
+    _swap_weights(graph, replace, replaced, added)
+    return sum(1 for n in graph.node if n.op_type == "MatMulIntegerToFloat"), len(groups)
+
+
+def _swap_weights(graph: onnx.GraphProto, replace: dict, replaced: set[str], added: list[onnx.TensorProto]) -> None:
+    """Put the new nodes in, drop the float weights no node reads any more, add the int8 ones."""
     _replace_nodes(graph, replace)
     still_used = {i for node in graph.node for i in node.input}
-    kept = [t for t in graph.initializer if t.name not in replaced_weights or t.name in still_used]
+    kept = [t for t in graph.initializer if t.name not in replaced or t.name in still_used]
     del graph.initializer[:]
     graph.initializer.extend(kept + added)
-    return len(replace), len(groups)
+
+
+def calibrate_amax(path: Path, feeds: list[dict[str, np.ndarray]], keep_fp32: set[str] = frozenset()) -> dict[str, float]:
+    """max |x| over `feeds` of every activation the int8 variant quantizes, from the float32 graph at `path`."""
+    import onnxruntime as ort
+
+    m = onnx.load(str(path))
+    names = list(quantized_inputs(m.graph, keep_fp32))
+    known = {o.name for o in m.graph.output}
+    m.graph.output.extend(onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None) for n in names if n not in known)
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    amax = dict.fromkeys(names, 0.0)
+    for f in feeds:
+        for n, v in zip(names, sess.run(names, f)):
+            amax[n] = max(amax[n], float(np.abs(v).max(initial=0.0)))
+    return amax
 
 
 def _key_lengths(model: onnx.ModelProto) -> dict[str, str]:

@@ -217,7 +217,8 @@ class InfoResponse(BaseModel):
     model_dtype: str = Field(
         ...,
         description="Precision of the served variant's weights: `float32`, `float16` or `int8`. With int8 the activations "
-        "differ: they are quantized to 8 bits per row at run time (a row's answer does not depend on its batch), and "
+        "differ: they are quantized to 8 bits with fixed scales calibrated at export (a row's answer does not depend on "
+        "its batch), and "
         "inputs, outputs and the KV cache stay float32.",
         examples=["int8"],
     )

@@ -1,5 +1,6 @@
 """The ONNX Runtime engine: continuous batching changes no output, streaming, stops, options, errors."""
 
+import json
 import subprocess
 import sys
 
@@ -240,12 +241,18 @@ def test_bad_inputs_get_clear_errors(engine):
 
 
 def test_fp16_and_int8_variants_run_in_the_engine(tiny_bundle_dir, engine):
-    ref = [r.token_ids for r in engine.generate(WORDS, greedy())]
-    for variant in ("fp16", "int8"):
-        e = Engine(load_bundle(tiny_bundle_dir), variant=variant, provider="cpu", threads=1)
-        out = [r.token_ids for r in e.generate(WORDS, greedy(), batch_size=4)]
-        agree = sum(a == b for a, b in zip(out, ref))
-        assert agree >= len(WORDS) - 2, (variant, agree)
+    """Greedy answers of each variant against fp32's on the parity corpus (256 words). The tiny model is
+    barely trained, so near-ties are common and int8 rounding flips some: measured 234/256 (fixed
+    scales) and 242/256 (a scale per row) for int8, 256/256 for fp16. The default model agrees on
+    98.8% with either int8 (bundle.json `parity.int8`); its dev WER is the int8 gate's business."""
+    bundle = load_bundle(tiny_bundle_dir)
+    words = json.loads((tiny_bundle_dir / bundle.meta["parity_corpus"]).read_text())["source_ids"]
+    ref = [r.token_ids for r in engine.generate(words, greedy())]
+    for variant, least in (("fp16", 0.97), ("int8", 0.85)):
+        e = Engine(bundle, variant=variant, provider="cpu", threads=1)
+        out = [r.token_ids for r in e.generate(words, greedy(), batch_size=4)]
+        agree = sum(a == b for a, b in zip(out, ref)) / len(words)
+        assert agree >= least, (variant, agree)
 
 
 def test_service_modules_never_import_torch():

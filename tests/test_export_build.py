@@ -232,9 +232,17 @@ def test_requantize_rewrites_a_bundles_int8_from_its_fp32_graphs(tiny_bundle_dir
     capsys.readouterr()
     meta = load_bundle(bundle).meta  # every hash verifies
     assert meta["variants"]["int8"]["quantization"] == INT8_QUANTIZATION
+    assert meta["variants"]["int8"]["calibration"]["split"] == "train"
+    assert meta["variants"]["int8"]["calibration"]["pairs"] > 0
     gate = meta["int8_gate"]
     assert gate["batch_invariant"] and gate["invariance"]["max_abs_diff"] == 0.0
     assert meta["variants"]["int8"]["eval"]["dev"]["words"] == 100
+    for graph in ("encoder", "decoder"):  # fixed scales: every activation scale a constant, no per-row range
+        g = onnx.load(str(bundle / f"{graph}.int8.onnx")).graph
+        constants = {t.name for t in g.initializer}
+        matmuls = [n for n in g.node if n.op_type == "MatMulIntegerToFloat"]
+        assert matmuls and all(n.input[2] in constants for n in matmuls)
+        assert not any(n.op_type == "Abs" for n in g.node)
     expected = "int8" if gate["accurate_enough"] and gate["faster"] else "fp32"
     assert meta["default_variant"]["cpu"] == expected
     assert not (tmp_path / "old.partial").exists()

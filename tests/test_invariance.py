@@ -24,7 +24,7 @@ DEFAULT_META = json.loads((DEFAULT_BUNDLE / "bundle.json").read_text())
 
 # How far a row's logits may move between compositions, relative to the row's largest |logit| at
 # that step; the assertion is |alone - composed| <= this x max|alone logits|.
-# - int8 0.0: bitwise, by design. Activations are quantized per row inside the graph, the MatMuls
+# - int8 0.0: bitwise, by design. Activations are quantized with fixed (calibrated) scales, the MatMuls
 #   accumulate int8 products in int32 (exact in any order), and attention's sums are order-exact,
 #   so nothing a row computes depends on the batch's size, padding or other rows.
 # - fp32 1e-5 (84 float32 ulps): float GEMMs pick their kernel and blocking by the number of rows

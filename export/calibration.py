@@ -1,0 +1,86 @@
+"""Calibration of the int8 variant's fixed activation scales: the largest |x| each quantized activation
+takes on training-split pairs, read from the float32 graphs.
+
+Fixed scales are what make this int8 batch-invariant: a constant cannot depend on the other rows of a
+batch, and it costs one QuantizeLinear per activation where a scale computed per row costs four nodes
+(docs/BENCHMARKS.md, "Batch-invariant int8"). Each pair is run alone (B = 1, no padding), the decoder
+teacher-forced over its whole reference in one call from an empty cache, so every value seen is one a
+served row computes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from tokenizers import Tokenizer
+from tqdm import tqdm
+
+from export.variants import calibrate_amax
+
+CALIBRATION_PAIRS = 1000  # training-split pairs, spread evenly over the split
+
+
+def training_pairs(dataset: str, strip_stress: bool, pairs: int = CALIBRATION_PAIRS) -> list[tuple[str, str]]:
+    """`pairs` (source, first reference) of the training split, evenly spread (never dev or test)."""
+    from training.data import load_examples
+
+    examples = load_examples(dataset, "train", strip_stress)
+    return [(e.source, e.targets[0]) for e in examples[:: max(1, len(examples) // pairs)][:pairs]]
+
+
+def calibrated_amax(
+    encoder: Path, decoder: Path, src_tok: Tokenizer, tgt_tok: Tokenizer, cfg: dict, pairs: list[tuple[str, str]]
+) -> dict[str, dict[str, float]]:
+    """{"encoder": {activation: max |x|}, "decoder": {...}} of the float32 graphs over `pairs`."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    session = ort.InferenceSession(str(encoder), so, providers=["CPUExecutionProvider"])
+    enc_names = [o.name for o in session.get_outputs()]
+    heads = int(cfg["n_heads"])
+    empty = np.zeros((1, heads, 0, int(cfg["d_model"]) // heads), np.float32)
+    self_in = [f"past_key_values.{i}.decoder.{kv}" for i in range(int(cfg["n_decoder_layers"])) for kv in ("key", "value")]
+    enc_feeds, dec_feeds = [], []
+    for source, target in tqdm(pairs, desc="int8 calibration", unit="pair", leave=False):
+        src = src_tok.encode(source, add_special_tokens=False).ids[: int(cfg["max_source_len"])] or [int(cfg["unk_id"])]
+        tgt = tgt_tok.encode(target, add_special_tokens=False).ids[: int(cfg["max_target_len"]) - 1]
+        x = np.asarray([src], np.int64)
+        enc_in = {"input_ids": x, "attention_mask": np.ones_like(x)}
+        enc_out = dict(zip(enc_names, session.run(None, enc_in)))
+        ids = np.asarray([[int(cfg["bos_id"]), *tgt]], np.int64)
+        dec_in = {
+            "input_ids": ids,
+            "position_ids": np.arange(ids.shape[1], dtype=np.int64)[None],
+            "decoder_attention_mask": np.ones_like(ids),
+            "encoder_attention_bias": enc_out["encoder_attention_bias"],
+            **{n.replace("present.", "past_key_values.", 1): v for n, v in enc_out.items() if n.startswith("present.")},
+            **dict.fromkeys(self_in, empty),
+        }
+        enc_feeds.append(enc_in)
+        dec_feeds.append(dec_in)
+    return {"encoder": calibrate_amax(encoder, enc_feeds), "decoder": calibrate_amax(decoder, dec_feeds)}
+
+
+def write_int8(
+    bundle_dir: Path,
+    fp32: dict[str, str],
+    int8: dict[str, str],
+    src_tok: Tokenizer,
+    tgt_tok: Tokenizer,
+    cfg: dict,
+    pairs: list[tuple[str, str]],
+    log=print,
+) -> dict:
+    """The int8 graphs (`int8`'s file names) from the float32 ones in `bundle_dir`, calibrated on `pairs`;
+    returns what bundle.json records of the calibration."""
+    from export.variants import quantize_int8
+
+    if not pairs:
+        raise ValueError("int8 calibration needs at least one training pair")
+    amax = calibrated_amax(bundle_dir / fp32["encoder"], bundle_dir / fp32["decoder"], src_tok, tgt_tok, cfg, pairs)
+    for graph in ("encoder", "decoder"):
+        counts = quantize_int8(bundle_dir / fp32[graph], bundle_dir / int8[graph], activation_amax=amax[graph])
+        log(f"[int8] {int8[graph]}: {counts}")
+    return {"split": "train", "pairs": len(pairs)}
