@@ -69,6 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--keepalive-timeout-s", type=float, help="idle keep-alive connections close after this many seconds (default: 75)"
     )
+    p.add_argument(
+        "--stream-interval-ms",
+        type=float,
+        help="a stream's tokens between its first and last are written at most this often (default: 2; 0: each token)",
+    )
     p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on generation routes")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="(default: info)")
     return p

@@ -47,6 +47,13 @@ class LastChunk(bytes):
     """A stream's last chunk: the fast path (service/fastpath.py) sends it with the body's end, one write, not two."""
 
 
+class CaughtUp:
+    """Yielded by a request's `stream_items` when it has given every token made so far: what follows waits for
+    the engine, so `sse_events` writes what it has gathered (several tokens' events in one write)."""
+
+
+CAUGHT_UP = CaughtUp()
+
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}  # x-accel-buffering: nginx passes each event at once
 
 
@@ -113,7 +120,8 @@ def json_response(answer: GenerateResponse | list[GenerateResponse], headers: di
 
 async def sse_events(job: TextRequest, route: str, metrics: ServiceMetrics, keepalive_s: float) -> AsyncIterator[bytes]:
     """The body of a stream: `data:{event}` per token (in text order, for running text), keep-alive
-    comments while quiet, an error event on failure.
+    comments while quiet, an error event on failure. The events of the tokens read at one wake-up go
+    out as one chunk (one write), the stream's last as a LastChunk.
 
     If the client disconnects, Starlette cancels this generator at its await;
     the `finally` then cancels the request's tickets, so their rows leave the
@@ -121,14 +129,21 @@ async def sse_events(job: TextRequest, route: str, metrics: ServiceMetrics, keep
     """
     outcome = "cancelled"
     index = 0
+    gathered: list[bytes] = []
     try:
         async for item in job.stream_items(keepalive_s):
+            if isinstance(item, CaughtUp):
+                if gathered:
+                    yield b"".join(gathered)
+                    gathered.clear()
+                continue
             if item is None:
                 yield b": keep-alive\n\n"
                 continue
             if isinstance(item, Failed):
                 outcome = item.error.error_type
-                yield LastChunk(b"data:" + _json(errors.error_body(item.error.error_type, item.error.message)) + b"\n\n")
+                gathered.append(b"data:" + _json(errors.error_body(item.error.error_type, item.error.message)) + b"\n\n")
+                yield LastChunk(b"".join(gathered))
                 return
             index += 1
             event = {"index": index, "token": item.token, "top_tokens": item.top_tokens, "generated_text": None, "details": None}
@@ -143,8 +158,10 @@ async def sse_events(job: TextRequest, route: str, metrics: ServiceMetrics, keep
                     }
                 outcome = "success"
                 metrics.request_duration.observe(time.perf_counter() - job.t_arrival)
-            chunk = b"data:" + _json(event) + b"\n\n"
-            yield LastChunk(chunk) if item.last else chunk
+            gathered.append(b"data:" + _json(event) + b"\n\n")
+            if item.last:
+                yield LastChunk(b"".join(gathered))
+                gathered.clear()
     finally:
         if outcome != "success":
             job.cancel()

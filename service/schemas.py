@@ -240,4 +240,7 @@ class InfoResponse(BaseModel):
     max_words: int = Field(..., description="Most words per request, numbers spelt out (word-level bundles).")
     request_timeout_s: float
     keepalive_timeout_s: float = Field(..., description="Idle HTTP keep-alive connections are closed after this long.")
+    stream_interval_ms: float = Field(
+        ..., description="A stream's tokens between its first and last are written at most this often (0: each token)."
+    )
     version: str = Field(..., description="attnserve version.")

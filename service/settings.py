@@ -113,6 +113,14 @@ class Settings(BaseSettings):
         "keeps its own idle connections (httpx 5 s, aiohttp 15 s, the nginx upstream 60 s): if the server closed first, "
         "a request sent on the connection as it closes would be lost without an answer.",
     )
+    stream_interval_ms: float = Field(
+        2.0,
+        ge=0,
+        le=1000,
+        description="A stream writes its first and last token at once and those between at most this often, several "
+        "events in one write (0: every token as it comes). Each write wakes the event loop, which shares the CPU with "
+        "decoding: at sub-millisecond steps, writing every token costs more than the step.",
+    )
     api_key: str | None = Field(
         None, description="When set, generation routes require `Authorization: Bearer <key>`; /health and /ready stay open."
     )

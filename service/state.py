@@ -91,6 +91,7 @@ class Service:
             max_batch_size=settings.max_batch_size,
             max_concurrent_requests=settings.max_concurrent_requests,
             request_timeout_s=settings.request_timeout_s,
+            stream_interval_s=settings.stream_interval_ms / 1000,
         )
         self.ready = False
         self.draining = False

@@ -51,7 +51,7 @@ from service import errors
 from service.decoding import Hypothesis, StoppingCriteria, request_seed
 from service.engine import DecodingOptions, Engine, StepResult
 from service.lexicon import Lexicon
-from service.responses import hypothesis_tokens, prefill, token_dict, top_token_dicts
+from service.responses import CAUGHT_UP, CaughtUp, hypothesis_tokens, prefill, token_dict, top_token_dicts
 from service.scheduler import Failed, Finished, Ticket
 from service.schemas import (
     BestOfSequence,
@@ -378,9 +378,10 @@ class TextRequest:
             if not ok:
                 self.cancel()  # the client went away, or a unit failed: the others' rows leave the batch
 
-    async def stream_items(self, keepalive_s: float) -> AsyncIterator[StreamToken | Failed | None]:
+    async def stream_items(self, keepalive_s: float) -> AsyncIterator[StreamToken | Failed | CaughtUp | None]:
         """The answer's tokens in text order as the engine makes them: StreamToken per token (a lexicon
-        word's at once), None after `keepalive_s` without one, or a Failed that ends the stream."""
+        word's at once), CAUGHT_UP after the tokens of each wake-up, None after `keepalive_s` without one,
+        or a Failed that ends the stream."""
         # one timer per stream, re-armed only when it fires, not a timeout per token: it wakes the ticket
         # being read, which then answers a keep-alive if nothing was yielded for keepalive_s
         loop = asyncio.get_running_loop()
@@ -406,6 +407,7 @@ class TextRequest:
                         reason = u.known[0].finish_reason if end else None
                         yield StreamToken(self.separated(t, k, j), None, reason, last_unit and end)
                     last_yield = loop.time()
+                    yield CAUGHT_UP
                     continue
                 reading, position = u.ticket, 0
                 while u.finished is None:
@@ -428,6 +430,7 @@ class TextRequest:
                         position += 1
                         yield StreamToken(token, top, ev.finish_reason, last_unit and ev.finish_reason is not None)
                     last_yield = loop.time()
+                    yield CAUGHT_UP
         finally:
             timer.cancel()
             # check_quiet's closure holds itself and the timer (which holds check_quiet): cut both, so the stream's

@@ -447,6 +447,81 @@ def test_an_owner_reading_answers_whole_is_woken_once_per_ending_ticket(tiny_bun
     assert len(streamed_events) == 7 and stream_sets >= 3  # woken as its tokens come (the first may precede the count)
 
 
+def test_a_stream_interval_wakes_a_streaming_owner_at_its_first_token_and_at_its_end(tiny_bundle_dir):
+    """With an interval longer than the whole answer, the engine wakes a stream's owner twice: for the first
+    token (time to first token is not delayed) and when the answer ends; every token is still there, in order."""
+    from service.metrics import ServiceMetrics
+    from service.scheduler import Finished, Scheduler
+
+    engine = load_engine(tiny_bundle_dir, step_delay_s=0.005)
+    sched = Scheduler(engine, ServiceMetrics("t"), max_batch_size=8, request_timeout_s=30, stream_interval_s=60.0)
+    sched.start()
+    options = DecodingOptions(max_new_tokens=6, min_new_tokens=6)
+    sets = 0
+
+    async def run() -> list[list]:
+        nonlocal sets
+        ticket = sched.submit_many([(engine.encode_text("attention"), options)], asyncio.get_running_loop())[0]
+        ready = ticket._async_ready
+        plain_set = ready.set
+
+        def counting_set() -> None:
+            nonlocal sets
+            sets += 1
+            plain_set()
+
+        ready.set = counting_set
+        reads = []
+        while not reads or not isinstance(reads[-1][-1], Finished):
+            reads.append(await asyncio.wait_for(ticket.wait_events(), 10))
+        return reads
+
+    try:
+        reads = asyncio.run(run())
+    finally:
+        sched.stop()
+    assert sets == 2
+    assert len(reads) == 2 and len(reads[0]) == 1  # the first token alone, at once
+    tokens = [e.token_id for read in reads for e in read if not isinstance(e, Finished)]
+    assert len(tokens) == 6 and len(reads[1]) == 6  # the other five with the end, in one read
+
+
+def _stream_chunks(url: str, body: dict) -> list[bytes]:
+    """POST /generate_stream on a raw socket; the chunks of its chunked body as the server wrote them."""
+    import json as json_module
+
+    host, port = url.removeprefix("http://").split(":")
+    payload = json_module.dumps(body).encode()
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(
+            b"POST /generate_stream HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(payload)}\r\n\r\n".encode()
+            + payload
+        )
+        stream = sock.makefile("rb")
+        while stream.readline() not in (b"\r\n", b""):  # status line and headers
+            pass
+        chunks = []
+        while (size := int(stream.readline().strip(), 16)) > 0:
+            chunks.append(stream.read(size))
+            stream.read(2)  # the CRLF after each chunk
+        return chunks
+
+
+def test_stream_interval_writes_a_streams_events_together_and_changes_none_of_them(tiny_bundle_dir):
+    """The same stream from a server that writes every token (0) and from one with an interval longer than
+    the answer: the same events, byte for byte, but the first token alone and the rest in one write."""
+    body = {"inputs": "attention", "parameters": {"max_new_tokens": 6, "min_new_tokens": 6, "details": True}}
+    written = {}
+    for interval in (0.0, 1000.0):
+        with service_harness.serving(tiny_bundle_dir, step_delay_s=0.02, stream_interval_ms=interval) as server:
+            written[interval] = _stream_chunks(server.url, body)
+    each, together = written[0.0], written[1000.0]
+    assert b"".join(each) == b"".join(together) and b"".join(each).count(b"data:") == 6
+    assert len(each) == 6  # 20 ms between steps: every token its own write
+    assert len(together) == 2 and together[0].count(b"data:") == 1 and b'"index":1,' in together[0]
+
+
 def test_repeated_parameters_share_their_checked_options_and_bad_ones_are_refused_each_time(tiny_bundle_dir):
     """The validator keeps the DecodingOptions of parameter sets it has seen: the same set gives the same
     (frozen) options; any field that differs gives its own; a refused set is refused again, not remembered."""

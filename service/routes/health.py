@@ -59,6 +59,7 @@ async def info(svc: ServiceDep) -> InfoResponse:
         max_words=settings.max_words,
         request_timeout_s=settings.request_timeout_s,
         keepalive_timeout_s=settings.keepalive_timeout_s,
+        stream_interval_ms=settings.stream_interval_ms,
         version=version(),
     )
 
