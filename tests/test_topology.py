@@ -200,8 +200,10 @@ def test_nginx_balances_streams_and_survives_a_replica_kill(topology):
     phase1 = loadtest_summary(loadtest(nginx, tmp / "phase1", "--requests", "40"), tmp / "phase1")
     assert phase1["ok"] == phase1["requests"] == 40 and phase1["failed"] == 0, phase1["error_samples"]
     assert phase1["output_tokens_per_request"]["mean"] >= 8
-    # Unbuffered streaming: the first token arrives long before the answer is complete.
-    assert phase1["ttft_ms"]["p50"] < 0.5 * phase1["e2e_ms"]["p50"], (phase1["ttft_ms"], phase1["e2e_ms"])
+    # Unbuffered streaming: the first token arrives well before the answer is complete (a buffering proxy would
+    # hand over the whole stream at its end, TTFT ~ e2e). A decoder step is well under a millisecond, so the costs
+    # before the first token (queue, encoder, nginx) are a large part of e2e: TTFT was 0.52 of e2e in one CI run.
+    assert phase1["ttft_ms"]["p50"] < 0.8 * phase1["e2e_ms"]["p50"], (phase1["ttft_ms"], phase1["e2e_ms"])
     after = [httpx.get(f"{r}/metrics", timeout=10).text for r in replicas]
     served = [successes(a) - successes(b) for a, b in zip(after, before)]
     assert all(n >= 5 for n in served) and sum(served) >= 40, f"least_conn should spread the load: {served}"
