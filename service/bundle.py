@@ -38,8 +38,8 @@ REQUIRED_FIELDS = (
 # The precision of each variant's weights (the variant names are Contract 2's). int8: MatMul weights int8,
 # activations quantized to 8 bits with fixed scales calibrated at export (bundles built before: per row inside
 # the graph, or per batch tensor, ONNX Runtime's dynamic quantization; bundle.json `variants.int8.quantization`
-# says which), the graph's inputs,
-# outputs and KV cache float32. fp16 keeps a few ops and the graph boundary in float32.
+# says which), the graph's inputs, outputs and KV cache float32. fp16 keeps a few ops and the graph boundary in
+# float32.
 VARIANT_WEIGHT_DTYPES = {"fp32": "float32", "fp16": "float16", "int8": "int8"}
 
 

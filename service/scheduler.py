@@ -83,7 +83,7 @@ class Ticket:
         self._events: collections.deque = collections.deque()
         # an owner that reads the answer whole shares one `ready` among its tickets and is woken only when
         # one ends (a wake-up is a task step on the event loop: one per token per request adds up under load)
-        self.wakes_each_step = ready is None
+        self.streaming_owner = ready is None  # reads tokens as they come: woken per token (within the stream interval)
         self._async_ready = (ready or asyncio.Event()) if loop is not None else None
         self._thread_ready = threading.Event() if loop is None else None
 
@@ -359,7 +359,7 @@ class Scheduler:
                 self._mean_request_s = 0.9 * self._mean_request_s + 0.1 * (t1 - t.t_arrival)
                 self._finish(t, Finished(r.finish_reason))
                 touched.append(t)
-            elif t.wakes_each_step and (t.n_tokens == 1 or t1 - t.t_woken >= self.stream_interval_s):
+            elif t.streaming_owner and (t.n_tokens == 1 or t1 - t.t_woken >= self.stream_interval_s):
                 t.t_woken = t1
                 touched.append(t)
         if finished:
