@@ -276,13 +276,13 @@ def requantize(
     meta = load_bundle(bundle_dir).meta  # every hash checked before anything is derived from it
     if "int8" not in meta["variants"]:
         raise BuildError(f"{bundle_dir}: the bundle has no int8 variant to rewrite")
+    train_cfg = {"dataset": dataset or meta.get("dataset"), "strip_stress": meta.get("strip_stress", False)}
+    pairs = training_pairs(train_cfg["dataset"], bool(train_cfg["strip_stress"]))  # a missing dataset stops us here
     work = bundle_dir.with_name(bundle_dir.name + ".partial")
     if work.exists():
         shutil.rmtree(work)
     shutil.copytree(bundle_dir, work)
     fp32, int8 = meta["variants"]["fp32"], meta["variants"]["int8"]
-    train_cfg = {"dataset": dataset or meta.get("dataset"), "strip_stress": meta.get("strip_stress", False)}
-    pairs = training_pairs(train_cfg["dataset"], bool(train_cfg["strip_stress"]))
     log(f"[requantize] int8 graphs, activation scales calibrated on {len(pairs)} training pairs")
     tokenizers = [Tokenizer.from_file(str(work / meta["tokenizers"][side])) for side in ("source", "target")]
     calibration = write_int8(work, fp32, int8, *tokenizers, meta["config"], pairs, log)

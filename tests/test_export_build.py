@@ -246,3 +246,18 @@ def test_requantize_rewrites_a_bundles_int8_from_its_fp32_graphs(tiny_bundle_dir
     expected = "int8" if gate["accurate_enough"] and gate["faster"] else "fp32"
     assert meta["default_variant"]["cpu"] == expected
     assert not (tmp_path / "old.partial").exists()
+
+
+def test_requantize_without_its_training_data_stops_with_one_line_and_leaves_nothing(tiny_bundle_dir, tmp_path, capsys):
+    """The int8 scales are calibrated on training pairs: a dataset that is not there is refused before any work."""
+    import shutil
+
+    from export.cli import main
+
+    bundle = tmp_path / "b"
+    shutil.copytree(tiny_bundle_dir, bundle)
+    before = (bundle / "decoder.int8.onnx").read_bytes()
+    assert main(["requantize", str(bundle), "--dataset", str(tmp_path / "missing.tsv")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: data file not found: {tmp_path / 'missing.tsv'}"]
+    assert not (tmp_path / "b.partial").exists() and (bundle / "decoder.int8.onnx").read_bytes() == before
