@@ -16,7 +16,8 @@ import numpy as np
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from export.variants import calibrate_amax
+from export.invariance import cpu_session, cross_feeds, decoder_feeds, self_attention_inputs
+from export.variants import calibrate_amax, quantize_int8
 
 CALIBRATION_PAIRS = 1000  # training-split pairs, spread evenly over the split
 
@@ -33,33 +34,19 @@ def calibrated_amax(
     encoder: Path, decoder: Path, src_tok: Tokenizer, tgt_tok: Tokenizer, cfg: dict, pairs: list[tuple[str, str]]
 ) -> dict[str, dict[str, float]]:
     """{"encoder": {activation: max |x|}, "decoder": {...}} of the float32 graphs over `pairs`."""
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    session = ort.InferenceSession(str(encoder), so, providers=["CPUExecutionProvider"])
+    session = cpu_session(encoder)
     enc_names = [o.name for o in session.get_outputs()]
-    heads = int(cfg["n_heads"])
-    empty = np.zeros((1, heads, 0, int(cfg["d_model"]) // heads), np.float32)
-    self_in = [f"past_key_values.{i}.decoder.{kv}" for i in range(int(cfg["n_decoder_layers"])) for kv in ("key", "value")]
+    self_in = self_attention_inputs(int(cfg["n_decoder_layers"]))
     enc_feeds, dec_feeds = [], []
     for source, target in tqdm(pairs, desc="int8 calibration", unit="pair", leave=False):
         src = src_tok.encode(source, add_special_tokens=False).ids[: int(cfg["max_source_len"])] or [int(cfg["unk_id"])]
         tgt = tgt_tok.encode(target, add_special_tokens=False).ids[: int(cfg["max_target_len"]) - 1]
         x = np.asarray([src], np.int64)
-        enc_in = {"input_ids": x, "attention_mask": np.ones_like(x)}
-        enc_out = dict(zip(enc_names, session.run(None, enc_in)))
+        enc_feeds.append({"input_ids": x, "attention_mask": np.ones_like(x)})
+        cross = cross_feeds(dict(zip(enc_names, session.run(None, enc_feeds[-1]))))
         ids = np.asarray([[int(cfg["bos_id"]), *tgt]], np.int64)
-        dec_in = {
-            "input_ids": ids,
-            "position_ids": np.arange(ids.shape[1], dtype=np.int64)[None],
-            "decoder_attention_mask": np.ones_like(ids),
-            "encoder_attention_bias": enc_out["encoder_attention_bias"],
-            **{n.replace("present.", "past_key_values.", 1): v for n, v in enc_out.items() if n.startswith("present.")},
-            **dict.fromkeys(self_in, empty),
-        }
-        enc_feeds.append(enc_in)
-        dec_feeds.append(dec_in)
+        positions = np.arange(ids.shape[1], dtype=np.int64)[None]
+        dec_feeds.append(decoder_feeds(cross, ids, positions, np.ones_like(ids), None, self_in))
     return {"encoder": calibrate_amax(encoder, enc_feeds), "decoder": calibrate_amax(decoder, dec_feeds)}
 
 
@@ -75,8 +62,6 @@ def write_int8(
 ) -> dict:
     """The int8 graphs (`int8`'s file names) from the float32 ones in `bundle_dir`, calibrated on `pairs`;
     returns what bundle.json records of the calibration."""
-    from export.variants import quantize_int8
-
     if not pairs:
         raise ValueError("int8 calibration needs at least one training pair")
     amax = calibrated_amax(bundle_dir / fp32["encoder"], bundle_dir / fp32["decoder"], src_tok, tgt_tok, cfg, pairs)

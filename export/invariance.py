@@ -54,7 +54,7 @@ def batch_invariance(
     dec_names = [o.name for o in dec.get_outputs()]
     cross_out = [n for n in enc_names if n.startswith("present.")]
     cross_in = [n.replace("present.", "past_key_values.", 1) for n in cross_out]
-    self_in = [f"past_key_values.{i}.decoder.{kv}" for i in range(n_layers) for kv in ("key", "value")]
+    self_in = self_attention_inputs(n_layers)
     self_out = [n.replace("past_key_values.", "present.", 1) for n in self_in]
 
     rows = []
@@ -63,14 +63,14 @@ def batch_invariance(
         e = dict(zip(enc_names, enc.run(None, {"input_ids": x, "attention_mask": np.ones_like(x)})))
         p = int(rng.integers(0, MAX_PAST + 1))
         tokens = rng.integers(4, vocab_size, p + 1).astype(np.int64)
-        feeds = {"encoder_attention_bias": e["encoder_attention_bias"], **{i: e[o] for i, o in zip(cross_in, cross_out)}}
+        feeds = cross_feeds(e)
         if p:  # the row's own past: its first p tokens in one call from an empty cache
-            first = _decoder_feeds(feeds, tokens[None, :p], np.arange(p)[None], np.ones((1, p), np.int64), None, self_in)
+            first = decoder_feeds(feeds, tokens[None, :p], np.arange(p)[None], np.ones((1, p), np.int64), None, self_in)
             d = dict(zip(dec_names, dec.run(None, first)))
             past = [d[o] for o in self_out]
         else:
             past = None
-        step = _decoder_feeds(feeds, tokens[None, p:], np.array([[p]]), np.ones((1, p + 1), np.int64), past, self_in)
+        step = decoder_feeds(feeds, tokens[None, p:], np.array([[p]]), np.ones((1, p + 1), np.int64), past, self_in)
         out = dict(zip(dec_names, dec.run(None, step)))
         rows.append({"ids": ids, "enc": e, "p": p, "token": tokens[p], "past": step, "out": out})
 
@@ -131,7 +131,22 @@ def batch_invariance(
     }
 
 
-def _decoder_feeds(cross: dict, ids, positions, mask, past: list[np.ndarray] | None, self_in: list[str]) -> dict:
+def self_attention_inputs(n_layers: int) -> list[str]:
+    """The decoder's past self-attention cache inputs, in the order its present outputs come."""
+    return [f"past_key_values.{i}.decoder.{kv}" for i in range(n_layers) for kv in ("key", "value")]
+
+
+def cross_feeds(encoder_outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The decoder's inputs that come from the encoder: the attention bias and the cross-attention K/V."""
+    feeds = {"encoder_attention_bias": encoder_outputs["encoder_attention_bias"]}
+    for name, value in encoder_outputs.items():
+        if name.startswith("present."):
+            feeds[name.replace("present.", "past_key_values.", 1)] = value
+    return feeds
+
+
+def decoder_feeds(cross: dict, ids, positions, mask, past: list[np.ndarray] | None, self_in: list[str]) -> dict:
+    """One row's decoder inputs: `cross_feeds`, the tokens at `positions`, and its past (None: an empty cache)."""
     feeds = {**cross, "input_ids": np.asarray(ids, np.int64), "position_ids": np.asarray(positions, np.int64)}
     feeds["decoder_attention_mask"] = mask
     h, dh = cross[next(k for k in cross if k.startswith("past_key_values."))].shape[1::2]

@@ -238,7 +238,7 @@ def _quantize_matmuls_static(graph: onnx.GraphProto, keep_fp32: set[str], amax: 
             nodes = []
             replaced.add(mm.input[1])
     _swap_weights(graph, replace, replaced, added)
-    return sum(1 for n in graph.node if n.op_type == "MatMulIntegerToFloat"), len(groups)
+    return sum(len(matmuls) for matmuls in groups.values()), len(groups)
 
 
 def _swap_weights(graph: onnx.GraphProto, replace: dict, replaced: set[str], added: list[onnx.TensorProto]) -> None:
@@ -250,12 +250,12 @@ def _swap_weights(graph: onnx.GraphProto, replace: dict, replaced: set[str], add
     graph.initializer.extend(kept + added)
 
 
-def calibrate_amax(path: Path, feeds: list[dict[str, np.ndarray]], keep_fp32: set[str] = frozenset()) -> dict[str, float]:
+def calibrate_amax(path: Path, feeds: list[dict[str, np.ndarray]]) -> dict[str, float]:
     """max |x| over `feeds` of every activation the int8 variant quantizes, from the float32 graph at `path`."""
     import onnxruntime as ort
 
     m = onnx.load(str(path))
-    names = list(quantized_inputs(m.graph, keep_fp32))
+    names = list(quantized_inputs(m.graph))
     known = {o.name for o in m.graph.output}
     m.graph.output.extend(onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None) for n in names if n not in known)
     so = ort.SessionOptions()
