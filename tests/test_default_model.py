@@ -127,10 +127,10 @@ def test_default_model_forced_length_beams_rank_alike_alone_and_batched(engine):
 def test_default_bundle_as_served_answers_300_words_under_load_as_alone():
     """What users get: the default bundle on its default CPU variant (int8) behind HTTP. 300 words
     (150 test-split words, 150 pseudo-words; `lexicon: false`, so the model answers) sent by 32
-    concurrent clients answer exactly as each does alone, greedy and with a seed; and 60 of them with
-    best_of 3, beam search and seeded sampling, every hypothesis the same."""
+    concurrent clients answer exactly as each does alone, greedy and with a seed, and so do their streams;
+    and 60 of them with best_of 3, beam search and seeded sampling, every hypothesis the same."""
     import httpx
-    from service_harness import serving
+    from service_harness import serving, stream
 
     rng = random.Random(5)
     dictionary = [e.source for e in load_examples("cmudict", "test", limit=150)]
@@ -142,6 +142,12 @@ def test_default_bundle_as_served_answers_300_words_under_load_as_alone():
         r = httpx.post(url + "/generate", json=body, timeout=120)
         assert r.status_code == 200, r.text
         return [t["id"] for t in r.json()["details"]["tokens"]]
+
+    def streamed_ids(url: str, word: str, params: dict) -> list[int]:
+        body = {"inputs": word, "parameters": {"lexicon": False, "max_new_tokens": 32, **params}}
+        status, events = stream(url + "/generate_stream", body)
+        assert status == 200, events
+        return [e["token"]["id"] for e in events]
 
     def nbest(url: str, word: str, params: dict) -> list[list[int]]:
         body = {"inputs": word, "parameters": {"details": True, "lexicon": False, "max_new_tokens": 32, **params}}
@@ -157,6 +163,10 @@ def test_default_bundle_as_served_answers_300_words_under_load_as_alone():
             with ThreadPoolExecutor(32) as pool:
                 together = list(pool.map(lambda w, p=params: ids(server.url, w, p), words))
             assert together == alone, params
+            # streamed as served (events of a wake-up written together, ATTNSERVE_STREAM_INTERVAL_MS): the same ids
+            with ThreadPoolExecutor(32) as pool:
+                streamed = list(pool.map(lambda w, p=params: streamed_ids(server.url, w, p), words))
+            assert streamed == alone, params
         # n-best on the served variant: beam search (best_of 3) and seeded best_of sampling, 60 words
         for params in ({"best_of": 3}, {"best_of": 3, "do_sample": True, "seed": 9}):
             alone = [nbest(server.url, w, params) for w in words[::5]]
