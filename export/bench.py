@@ -3,7 +3,7 @@
 Backends, all greedy (or all beam search of one width, `--beam`), measured in one run on the same inputs:
 - torch-nocache: PyTorch recomputing the whole prefix every step;
 - torch-cache:   PyTorch with the KV cache (training/decode.py);
-- ort-fp32 / ort-int8: the service's ONNX Runtime engine (service/engine.py);
+- ort-fp32 / ort-int8: the service's ONNX Runtime engine (service/engine/engine.py);
 - ct2-fp32 / ct2-int8: the same weights in CTranslate2 (export/ct2.py), the speed target.
 For batch sizes (default 1 and 32) and output lengths (default 8, 32, 128).
 
@@ -49,7 +49,7 @@ def synthetic_run(work: Path, max_target_len: int = 128):
     from export.bundle import TOKENIZERS, VARIANT_FILES, write_manifest
     from export.calibration import write_int8
     from export.onnx import OPSET, export_decoder, export_encoder, graph_io
-    from service.bundle import FORMAT_VERSION
+    from service.engine.bundle import FORMAT_VERSION
     from training.config import ModelConfig
     from training.model import Transformer
     from training.tokenize import build_tokenizer
@@ -131,8 +131,8 @@ def run_bench(
     import onnxruntime
     import torch
 
-    from service.bundle import load_bundle
-    from service.engine import DecodingOptions, Engine
+    from service.engine.bundle import load_bundle
+    from service.engine.engine import DecodingOptions, Engine
     from training.decode import generate_ids
 
     torch.set_num_threads(threads)

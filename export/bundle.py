@@ -26,7 +26,7 @@ from export.explain import add_explain_graph
 from export.lexicon import with_fields_after, write_lexicon
 from export.onnx import OPSET, export_decoder, export_encoder, external_data_files, graph_io, share_initializers
 from export.variants import FP16_KEEP_FP32_OPS, FP32_BOUNDARY, INT8_QUANTIZATION, convert_fp16
-from service.bundle import FORMAT_VERSION, bounded_length, load_bundle, sha256_file
+from service.engine.bundle import FORMAT_VERSION, bounded_length, load_bundle, sha256_file
 from training.run import load_model, load_run_tokenizers
 
 BUNDLE_JSON = "bundle.json"
@@ -329,7 +329,7 @@ def int8_gate(bundle_dir: Path, train_cfg: dict, eval_limit: int, threads: int |
     """
     from export.invariance import batch_invariance
     from export.verify import bench_engine_speed
-    from service.engine import Engine
+    from service.engine.engine import Engine
     from training.evaluate import evaluate_engine
 
     bundle = load_bundle(bundle_dir)

@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from export.bundle import BuildError
-    from service.bundle import BundleError
+    from service.engine.bundle import BundleError
 
     try:
         if args.command == "build":

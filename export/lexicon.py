@@ -1,4 +1,4 @@
-"""A bundle's lexicon: the training dictionary shipped as known answers (read by service/lexicon.py).
+"""A bundle's lexicon: the training dictionary shipped as known answers (read by service/text/lexicon.py).
 
 `attnserve-export build --lexicon` calls `write_lexicon` while it builds; `add_lexicon`
 gives an existing bundle one (and the word-level flag) without re-exporting its graphs:
@@ -20,8 +20,8 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from service.bundle import load_bundle, sha256_file
-from service.lexicon import LEXICON_FILE, write_lexicon_file
+from service.engine.bundle import load_bundle, sha256_file
+from service.text.lexicon import LEXICON_FILE, write_lexicon_file
 from training.data import load_dictionary
 
 BUNDLE_JSON = "bundle.json"

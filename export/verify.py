@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from service.bundle import load_bundle
-from service.engine import DecodingOptions, Engine
+from service.engine.bundle import load_bundle
+from service.engine.engine import DecodingOptions, Engine
 
 SHAPES = [(1, 1), (2, 7), (3, 1), (4, 11)]
 PAST_LENGTHS = [0, 5]

@@ -97,13 +97,13 @@ def serve_main(argv: list[str] | None = None) -> int:
 
 def serve(settings, engine=None, *, keepalive_s: float | None = None) -> int:
     """Load (unless given an engine), then run uvicorn until SIGTERM/SIGINT; the exit status."""
-    from service.app import create_app
-    from service.bundle import BundleError
-    from service.engine import EngineError
-    from service.lexicon import LexiconError
-    from service.logs import configure_logging
+    from service.engine.bundle import BundleError
+    from service.engine.engine import EngineError
+    from service.http.app import create_app
+    from service.http.logs import configure_logging
+    from service.http.state import SSE_KEEPALIVE_S, load_engine, load_lexicon, resolve_limits
     from service.settings import ConfigError
-    from service.state import SSE_KEEPALIVE_S, load_engine, load_lexicon, resolve_limits
+    from service.text.lexicon import LexiconError
 
     configure_logging(settings.log_level)
     try:
@@ -195,11 +195,11 @@ def generate_main(argv: list[str] | None = None) -> int:
 
     from tqdm import tqdm
 
-    from service.bundle import BundleError
     from service.client import Generator
-    from service.engine import EngineError, InputError
-    from service.lexicon import LexiconError
+    from service.engine.bundle import BundleError
+    from service.engine.engine import EngineError, InputError
     from service.settings import Settings
+    from service.text.lexicon import LexiconError
 
     overrides = {
         k: getattr(args, k)

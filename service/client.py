@@ -7,7 +7,7 @@
         for token in g.stream("attention"): ...        # engine StepResults as they come
         [r.text for r in g.generate_text_many(lines)]  # as the server answers: lexicon first, running text
 
-`generate_text_many` answers as the HTTP API does (service/text_requests.py): a word-level
+`generate_text_many` answers as the HTTP API does (service/text/requests.py): a word-level
 bundle reads running text word by word, the lexicon answers greedy and beam-search requests
 for the words it knows, and the model the others, all in one batch.
 
@@ -24,13 +24,13 @@ from pathlib import Path
 
 import numpy as np
 
-from service.bundle import load_bundle
-from service.decoding import Hypothesis
-from service.engine import DecodingOptions, Engine, GenerationResult, InputError, StepResult
-from service.lexicon import Lexicon
+from service.engine.bundle import load_bundle
+from service.engine.decoding import Hypothesis
+from service.engine.engine import DecodingOptions, Engine, GenerationResult, InputError, StepResult
+from service.engine.scheduler import Failed, Finished, Scheduler, Ticket
 from service.metrics import ServiceMetrics
-from service.scheduler import Failed, Finished, Scheduler, Ticket
-from service.text import WORD_SEPARATOR, TextError, TextReader
+from service.text.lexicon import Lexicon
+from service.text.reader import WORD_SEPARATOR, TextError, TextReader
 
 
 class GenerationError(RuntimeError):

@@ -5,7 +5,7 @@ Histograms, not summaries, so replicas aggregate (`histogram_quantile` over
 process (tests) never share counts. Where each is observed:
 - the route handlers: `attnserve_requests_total{route,outcome}`,
   `attnserve_request_duration_seconds` (successful generation requests);
-- the scheduler's engine thread: everything else (see service/scheduler.py).
+- the scheduler's engine thread: everything else (see service/engine/scheduler.py).
 The README documents each metric and the formulas for TTFT and inter-token latency.
 """
 

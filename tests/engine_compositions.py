@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from service.engine import DecodingOptions, Engine
+from service.engine.engine import DecodingOptions, Engine
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 

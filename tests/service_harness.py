@@ -28,8 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from service.bundle import load_bundle  # noqa: E402
-from service.engine import Engine  # noqa: E402
+from service.engine.bundle import load_bundle  # noqa: E402
+from service.engine.engine import Engine  # noqa: E402
 
 
 class PacedEngine(Engine):
@@ -102,7 +102,7 @@ class ServerThread:
 @contextlib.contextmanager
 def serving(bundle_dir: Path, step_delay_s: float = 0.0, keepalive_s: float = 15.0, **settings) -> Iterator[ServerThread]:
     """A server for one test (or module): real engine, real uvicorn, loopback only."""
-    from service.app import create_app
+    from service.http.app import create_app
     from service.settings import Settings
 
     engine = load_engine(bundle_dir, step_delay_s, settings.get("variant", "auto"))

@@ -216,8 +216,8 @@ def test_info_shows_the_n_best_limits(url):
 
 # ---- outputs ----------------------------------------------------------------------------------
 def test_greedy_output_equals_the_pytorch_reference(url, tiny_run_dir, tiny_bundle_dir):
-    from service.bundle import load_bundle
-    from service.engine import DecodingOptions
+    from service.engine.bundle import load_bundle
+    from service.engine.engine import DecodingOptions
     from training.decode import generate_ids
     from training.run import load_model, load_run_tokenizers
 
@@ -734,7 +734,7 @@ def test_without_an_api_key_no_authorization_is_needed(url):
 def test_an_unexpected_error_on_a_generation_route_is_a_500_with_the_one_shape(url, monkeypatch):
     """The fast path answers /generate ahead of the app's error handlers: a bug still gets the app's 500 (no
     internals, the request id, counted as `internal`), and the server goes on serving."""
-    from service.routes import generate as routes
+    from service.http.routes import generate as routes
 
     async def broken(*args, **kwargs):
         raise RuntimeError("a bug")

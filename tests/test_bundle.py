@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from service.bundle import BundleError, load_bundle
+from service.engine.bundle import BundleError, load_bundle
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import itertools
 import numpy as np
 import pytest
 
-from service.decoding import (
+from service.engine.decoding import (
     BeamSearch,
     DecodingOptions,
     Hypothesis,

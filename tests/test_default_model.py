@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from service.bundle import load_bundle
-from service.engine import DecodingOptions, Engine
+from service.engine.bundle import load_bundle
+from service.engine.engine import DecodingOptions, Engine
 from training.data import load_examples, strip_stress
 from training.metrics import g2p_metrics
 

@@ -7,8 +7,8 @@ import sys
 import numpy as np
 import pytest
 
-from service.bundle import load_bundle
-from service.engine import DecodingOptions, Engine, InputError
+from service.engine.bundle import load_bundle
+from service.engine.engine import DecodingOptions, Engine, InputError
 
 WORDS = ["attention", "hello", "a", "phonetics", "zebra", "characteristically", "it", "onnx", "runtime", "cat"]
 
@@ -256,7 +256,8 @@ def test_fp16_and_int8_variants_run_in_the_engine(tiny_bundle_dir, engine):
 
 
 def test_service_modules_never_import_torch():
-    code = "import sys, service.engine, service.batch, service.bundle, service.decoding; assert 'torch' not in sys.modules"
+    modules = "service.engine.engine, service.engine.batch, service.engine.bundle, service.engine.decoding"
+    code = f"import sys, {modules}; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -24,9 +24,9 @@ import torch
 from service_harness import PacedEngine, ServerThread, metric, scrape
 
 from export.explain import EXPLAIN_DECODER, attention_parity
-from service.bundle import BundleError, load_bundle
-from service.engine import DecodingOptions, Engine
-from service.explain import Explainer
+from service.engine.bundle import BundleError, load_bundle
+from service.engine.engine import DecodingOptions, Engine
+from service.engine.explain import Explainer
 from training.model import decoder_self_bias
 from training.run import load_model
 
@@ -35,7 +35,7 @@ WORDS = ["attention", "cat", "a", "phoneme", "transformer", "supercalifragilisti
 
 @contextlib.contextmanager
 def serving_fp32(bundle_dir: Path, **settings):
-    from service.app import create_app
+    from service.http.app import create_app
     from service.settings import Settings
 
     engine = PacedEngine(load_bundle(bundle_dir), variant="fp32", threads=1)
@@ -147,7 +147,7 @@ def test_explain_tokens_equal_generate_tokens_for_the_same_request(url):
 
 def test_when_int8_serves_explain_tokens_and_logprobs_are_int8s(tiny_bundle_dir):
     """The served variant's logits choose /explain's tokens; the fp32 explain graph only supplies weights."""
-    from service.app import create_app
+    from service.http.app import create_app
     from service.settings import Settings
 
     app = create_app(

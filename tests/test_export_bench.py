@@ -4,8 +4,8 @@ import json
 import subprocess
 import sys
 
-from service.bundle import load_bundle
-from service.engine import DecodingOptions, Engine
+from service.engine.bundle import load_bundle
+from service.engine.engine import DecodingOptions, Engine
 from training.decode import generate_ids
 
 

@@ -4,7 +4,7 @@ import json
 
 import onnx
 
-from service.bundle import load_bundle
+from service.engine.bundle import load_bundle
 
 
 def test_build_writes_every_contract_field(tiny_bundle_dir):
@@ -193,7 +193,7 @@ def test_built_bundle_declares_word_level_source_and_add_lexicon_ships_the_dicti
     import shutil
 
     from export.cli import main
-    from service.lexicon import Lexicon
+    from service.text.lexicon import Lexicon
     from training.data import cmudict_path, parse_cmudict
 
     assert load_bundle(tiny_bundle_dir).word_level_source is True  # a G2P run: one word per source
@@ -217,7 +217,7 @@ def test_requantize_rewrites_a_bundles_int8_from_its_fp32_graphs(tiny_bundle_dir
     from export.bundle import write_manifest
     from export.cli import main
     from export.variants import DYNAMIC_QUANTIZATION, INT8_QUANTIZATION, quantize_int8_dynamic
-    from service.bundle import load_bundle
+    from service.engine.bundle import load_bundle
 
     bundle = tmp_path / "old"
     shutil.copytree(tiny_bundle_dir, bundle)

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 from export.verify import corpus_failures
-from service.bundle import sha256_file
+from service.engine.bundle import sha256_file
 
 
 def run_cli(*args):

@@ -16,8 +16,8 @@ import pytest
 from engine_compositions import invariance_words, logit_diff, three_ways
 
 from export.invariance import batch_invariance
-from service.bundle import load_bundle
-from service.engine import DecodingOptions, Engine
+from service.engine.bundle import load_bundle
+from service.engine.engine import DecodingOptions, Engine
 
 DEFAULT_BUNDLE = Path(__file__).resolve().parent.parent / "models" / "g2p-en"
 DEFAULT_META = json.loads((DEFAULT_BUNDLE / "bundle.json").read_text())

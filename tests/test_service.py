@@ -19,7 +19,7 @@ import pytest
 import service_harness
 from service_harness import ROOT, free_port, load_engine, metric, scrape
 
-from service.engine import DecodingOptions
+from service.engine.engine import DecodingOptions
 
 
 def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = 120) -> None:
@@ -38,7 +38,7 @@ def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = 120) -> None
 
 
 def test_importing_the_service_does_not_import_torch():
-    code = "import sys, service.app, service.cli, service.client, service.scheduler; print('torch' in sys.modules)"
+    code = "import sys, service.http.app, service.cli, service.client, service.engine.scheduler; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "False"
 
@@ -249,7 +249,7 @@ def generator(request):
 
 def test_the_engine_thread_is_named_in_the_os(generator):
     """So its CPU can be told from the event loop's (top -H, /proc, docs/bench/http_overhead.py)."""
-    from service.runtime import ENGINE_THREAD_OS_NAME
+    from service.engine.runtime import ENGINE_THREAD_OS_NAME
 
     generator.generate("cat")
     tasks = Path(f"/proc/{os.getpid()}/task")
@@ -318,7 +318,7 @@ def _batch_hist(m) -> dict:
 
 
 def test_generator_reports_input_the_model_cannot_read(generator):
-    from service.engine import InputError
+    from service.engine.engine import InputError
 
     with pytest.raises(InputError, match="'\u2603'"):
         generator.generate("snow\u2603man")
@@ -345,8 +345,8 @@ def test_attnserve_generate_writes_a_tsv_in_input_order(tmp_path, generator):
 
 
 def test_a_cancelled_queued_request_frees_its_slot(tiny_bundle_dir):
+    from service.engine.scheduler import Failed, Finished, Scheduler
     from service.metrics import ServiceMetrics
-    from service.scheduler import Failed, Finished, Scheduler
 
     engine = load_engine(tiny_bundle_dir, step_delay_s=0.02)
     sched = Scheduler(engine, ServiceMetrics("t"), max_batch_size=1, max_concurrent_requests=2, request_timeout_s=30)
@@ -375,8 +375,8 @@ def test_a_cancelled_queued_request_frees_its_slot(tiny_bundle_dir):
 
 
 def test_a_request_the_engine_refuses_fails_alone_not_with_its_group(tiny_bundle_dir):
+    from service.engine.scheduler import Failed, Finished, Scheduler
     from service.metrics import ServiceMetrics
-    from service.scheduler import Failed, Finished, Scheduler
 
     engine = load_engine(tiny_bundle_dir, step_delay_s=0.05)
     sched = Scheduler(engine, ServiceMetrics("t"), max_batch_size=4, max_concurrent_requests=8, request_timeout_s=30)
@@ -402,8 +402,8 @@ def test_a_request_the_engine_refuses_fails_alone_not_with_its_group(tiny_bundle
 def test_an_owner_reading_answers_whole_is_woken_once_per_ending_ticket(tiny_bundle_dir):
     """/generate's tickets share one event, set when a ticket ends, not at every token; a stream's own event
     is set at every step that gives it a token."""
+    from service.engine.scheduler import Finished, Scheduler
     from service.metrics import ServiceMetrics
-    from service.scheduler import Finished, Scheduler
 
     class CountingEvent(asyncio.Event):
         def __init__(self):
@@ -450,8 +450,8 @@ def test_an_owner_reading_answers_whole_is_woken_once_per_ending_ticket(tiny_bun
 def test_a_stream_interval_wakes_a_streaming_owner_at_its_first_token_and_at_its_end(tiny_bundle_dir):
     """With an interval longer than the whole answer, the engine wakes a stream's owner twice: for the first
     token (time to first token is not delayed) and when the answer ends; every token is still there, in order."""
+    from service.engine.scheduler import Finished, Scheduler
     from service.metrics import ServiceMetrics
-    from service.scheduler import Finished, Scheduler
 
     engine = load_engine(tiny_bundle_dir, step_delay_s=0.005)
     sched = Scheduler(engine, ServiceMetrics("t"), max_batch_size=8, request_timeout_s=30, stream_interval_s=60.0)
@@ -526,8 +526,8 @@ def test_repeated_parameters_share_their_checked_options_and_bad_ones_are_refuse
     """The validator keeps the DecodingOptions of parameter sets it has seen: the same set gives the same
     (frozen) options; any field that differs gives its own; a refused set is refused again, not remembered."""
     from service import errors
-    from service.schemas import GenerateParameters
-    from service.validation import Validator
+    from service.http.schemas import GenerateParameters
+    from service.http.validation import Validator
 
     v = Validator(load_engine(tiny_bundle_dir), max_input_tokens=32, max_new_tokens=16, max_best_of=2)
     greedy = v.options(GenerateParameters(max_new_tokens=8), stream=False)

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from service.bundle import load_bundle
-from service.lexicon import Lexicon
-from service.text import MAX_WORDS, WORD_SEPARATOR, CharIds, TextError, TextReader, check_separator, split_words
+from service.engine.bundle import load_bundle
+from service.text.lexicon import Lexicon
+from service.text.reader import MAX_WORDS, WORD_SEPARATOR, CharIds, TextError, TextReader, check_separator, split_words
 
 DEFAULT_BUNDLE = Path(__file__).resolve().parent.parent / "models" / "g2p-en"
 

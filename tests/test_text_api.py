@@ -19,7 +19,7 @@ import pytest
 from service_harness import free_port, metric, scrape, serving, stream
 from tokenizers import Tokenizer
 
-from service.text import WORD_SEPARATOR
+from service.text.reader import WORD_SEPARATOR
 from training.data import cmudict_path, parse_cmudict
 
 ROOT = Path(__file__).resolve().parent.parent

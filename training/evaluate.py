@@ -54,8 +54,8 @@ def evaluate_bundle(
 ) -> dict:
     """Greedy decoding (or beam search of width num_beams > 1, scoring its best hypothesis) through
     the service's ONNX engine: what users get. The model alone: no lexicon is consulted."""
-    from service.bundle import load_bundle
-    from service.engine import Engine
+    from service.engine.bundle import load_bundle
+    from service.engine.engine import Engine
 
     bundle = load_bundle(bundle_dir)
     engine = Engine(bundle, variant=variant, threads=threads)
@@ -92,7 +92,7 @@ def evaluate_engine(
 ) -> dict:
     """Task metrics of greedy (num_beams 1) or beam-search outputs from an ONNX engine (continuous
     batching, sources truncated to the model's limit as training's evaluation does)."""
-    from service.engine import DecodingOptions
+    from service.engine.engine import DecodingOptions
 
     examples = load_examples(dataset, split, strip_stress, limit)
     sources = [e.source for e in examples]

@@ -18,11 +18,11 @@ from pathlib import Path
 
 from step_python import timing  # docs/bench/, beside this script
 
-import service.batch as batch_module
-import service.decoding as decoding
-import service.engine as engine_module
-from service.bundle import load_bundle
-from service.engine import DecodingOptions, Engine
+import service.engine.batch as batch_module
+import service.engine.decoding as decoding
+import service.engine.engine as engine_module
+from service.engine.bundle import load_bundle
+from service.engine.engine import DecodingOptions, Engine
 
 BUNDLE = Path(__file__).resolve().parents[2] / "models" / "g2p-en"
 WORDS = ["phonetics", "attention", "zebra", "characteristically", "onnx", "runtime", "hello", "cat"]

@@ -87,8 +87,8 @@ def portable_args(argv: list[str]) -> list[str]:
 
 def thread_cpu_s(pid: int) -> dict[str, float]:
     """CPU seconds by thread of a server: "event_loop" (the main thread, which runs uvicorn's loop), "engine"
-    (the scheduler's thread, named in the OS by service.runtime.name_os_thread) and "other"."""
-    from service.runtime import ENGINE_THREAD_OS_NAME
+    (the scheduler's thread, named in the OS by service.engine.runtime.name_os_thread) and "other"."""
+    from service.engine.runtime import ENGINE_THREAD_OS_NAME
 
     out = {"event_loop": 0.0, "engine": 0.0, "other": 0.0}
     for task in Path(f"/proc/{pid}/task").iterdir():

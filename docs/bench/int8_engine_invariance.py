@@ -19,8 +19,8 @@ from pathlib import Path
 
 from export.bundle import write_manifest
 from export.variants import quantize_int8_dynamic
-from service.bundle import load_bundle
-from service.engine import DecodingOptions, Engine
+from service.engine.bundle import load_bundle
+from service.engine.engine import DecodingOptions, Engine
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 from engine_compositions import invariance_words, three_ways  # noqa: E402  (tests/ is not a package)

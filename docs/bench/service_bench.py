@@ -116,9 +116,9 @@ def post_generate(sock: socket.socket, stream, text: str) -> None:
 
 def latency(bundle: Path, inputs: list[str], threads: int, rounds: int) -> dict:
     """The three paths, interleaved round by round so that the machine's other load hits them alike."""
-    from service.bundle import load_bundle
     from service.client import Generator
-    from service.engine import DecodingOptions, Engine
+    from service.engine.bundle import load_bundle
+    from service.engine.engine import DecodingOptions, Engine
 
     engine = Engine(load_bundle(bundle), threads=threads)
     opts = DecodingOptions(max_new_tokens=engine.max_target_len)

@@ -9,9 +9,9 @@ Every generation route goes through here, so the routes stay thin and /generate 
     job.stream_items(keepalive_s)               # /generate_stream: tokens in text order, as they come
 
 Units. A word-level bundle (`bundle.json` `word_level_source`) reads running text word by
-word (service/text.py): each word is a unit. Any other bundle reads its input whole: one unit.
+word (service/text/reader.py): each word is a unit. Any other bundle reads its input whole: one unit.
 
-Who answers a unit. The lexicon (service/lexicon.py) answers greedy requests, beam search
+Who answers a unit. The lexicon (service/text/lexicon.py) answers greedy requests, beam search
 (best_of without sampling) included, unless the request says `"lexicon": false`. Sampled
 requests, `top_n_tokens` and `decoder_input_details` always go to the model: they ask for the
 model's own distribution. With best_of N, the lexicon's answers come first, in dictionary
@@ -48,12 +48,11 @@ import numpy as np
 from fastapi import Request
 
 from service import errors
-from service.decoding import Hypothesis, StoppingCriteria, request_seed
-from service.engine import DecodingOptions, Engine, StepResult
-from service.lexicon import Lexicon
-from service.responses import CAUGHT_UP, CaughtUp, hypothesis_tokens, prefill, token_dict, top_token_dicts
-from service.scheduler import Failed, Finished, Ticket
-from service.schemas import (
+from service.engine.decoding import Hypothesis, StoppingCriteria, request_seed
+from service.engine.engine import DecodingOptions, Engine, StepResult
+from service.engine.scheduler import Failed, Finished, Ticket
+from service.http.responses import CAUGHT_UP, CaughtUp, hypothesis_tokens, prefill, token_dict, top_token_dicts
+from service.http.schemas import (
     BestOfSequence,
     Details,
     GenerateParameters,
@@ -63,7 +62,8 @@ from service.schemas import (
     WordAlternative,
     WordDetails,
 )
-from service.text import TextError, TextReader, Word
+from service.text.lexicon import Lexicon
+from service.text.reader import TextError, TextReader, Word
 
 
 @dataclass

@@ -11,12 +11,12 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
 from service import errors
-from service.dependencies import GENERATION_GUARDS, ServiceDep
-from service.explain import DeadlinePassed, ExplainResponse, explanation_response
-from service.responses import ERROR_RESPONSES
-from service.schemas import ErrorResponse, GenerateParameters, GenerateRequest
-from service.text_requests import read_words
-from service.validation import ValidRequest
+from service.engine.explain import DeadlinePassed, ExplainResponse, explanation_response
+from service.http.dependencies import GENERATION_GUARDS, ServiceDep
+from service.http.responses import ERROR_RESPONSES
+from service.http.schemas import ErrorResponse, GenerateParameters, GenerateRequest
+from service.http.validation import ValidRequest
+from service.text.requests import read_words
 
 ROUTE = "/explain"
 STATIC_DIR = Path(__file__).resolve().parents[1] / "static"

@@ -9,7 +9,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from service import errors
-from service.state import Service
+from service.http.state import Service
 
 BEARER = HTTPBearer(auto_error=False, description="Required when the server has an API key (ATTNSERVE_API_KEY).")
 
@@ -28,7 +28,7 @@ ServiceDep = Annotated[Service, Depends(get_service)]
 
 def api_key_matches(given: str, key: str | None) -> bool:
     """Whether a bearer token is the server's API key (any token when it has none); constant time.
-    The one check: `authorize` and the generation fast path (service/fastpath.py) both call it."""
+    The one check: `authorize` and the generation fast path (service/http/fastpath.py) both call it."""
     return key is None or hmac.compare_digest(given.encode(), key.encode())
 
 

@@ -9,7 +9,7 @@ import time
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.logs import request_id_var
+from service.http.logs import request_id_var
 
 access_log = logging.getLogger("attnserve.access")
 

@@ -1,7 +1,7 @@
 """Generation: POST /generate, POST /generate_stream and TGI's POST / (what huggingface_hub calls).
 
 What a request becomes (the lexicon's answers, running text's words, the engine's tickets) is
-service/text_requests.py's; these handlers only wait and answer.
+service/text/requests.py's; these handlers only wait and answer.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import time
 
 from fastapi import APIRouter, Request, Response
 
-from service.dependencies import GENERATION_GUARDS, ServiceDep
-from service.responses import (
+from service.http.dependencies import GENERATION_GUARDS, ServiceDep
+from service.http.responses import (
     ERROR_RESPONSES,
     SSE_CONTENT,
     SSE_HEADERS,
@@ -21,8 +21,8 @@ from service.responses import (
     sse_events,
     timing_headers,
 )
-from service.schemas import CompatGenerateRequest, GenerateRequest, GenerateResponse
-from service.state import Service
+from service.http.schemas import CompatGenerateRequest, GenerateRequest, GenerateResponse
+from service.http.state import Service
 
 router = APIRouter(dependencies=GENERATION_GUARDS, responses=ERROR_RESPONSES)
 

@@ -8,11 +8,11 @@ import numpy as np
 from fastapi import APIRouter, Response
 
 from service import errors
-from service.bundle import VARIANT_WEIGHT_DTYPES
-from service.dependencies import ServiceDep
-from service.lexicon import Lexicon
+from service.engine.bundle import VARIANT_WEIGHT_DTYPES
+from service.http.dependencies import ServiceDep
+from service.http.schemas import ErrorResponse, HealthResponse, InfoResponse, LexiconInfo, ReadyResponse
 from service.metrics import CONTENT_TYPE
-from service.schemas import ErrorResponse, HealthResponse, InfoResponse, LexiconInfo, ReadyResponse
+from service.text.lexicon import Lexicon
 from service.version import version
 
 router = APIRouter()

@@ -12,17 +12,17 @@
     GET  /docs, /redoc     the API's documentation, every asset served from here (no CDN)
 
 `create_app(settings)` only wires (after vLLM's build_app): the lifespan, the
-routers (service/routes/), the middleware and the error handlers. Its lifespan
+routers (service/http/routes/), the middleware and the error handlers. Its lifespan
 loads the bundle once (or takes an engine already loaded), warms it up, then
 starts the engine thread, so /ready is 200 only when a request can be served
 at once. Where the rest lives:
 
-    service/state.py         the Service the routes share (engine, validator, scheduler, metrics)
-    service/dependencies.py  how routes reach it, and the generation routes' guards (API key, drain)
-    service/validation.py    request body -> source ids + decoding options, or 422
-    service/responses.py     /generate's body, TGI's timing headers, the SSE stream
-    service/middleware.py    request id and access log
-    service/fastpath.py      the app class: the generation routes' common case answered ahead of its middleware
+    service/http/state.py         the Service the routes share (engine, validator, scheduler, metrics)
+    service/http/dependencies.py  how routes reach it, and the generation routes' guards (API key, drain)
+    service/http/validation.py    request body -> source ids + decoding options, or 422
+    service/http/responses.py     /generate's body, TGI's timing headers, the SSE stream
+    service/http/middleware.py    request id and access log
+    service/http/fastpath.py      the app class: the generation routes' common case answered ahead of its middleware
 """
 
 from __future__ import annotations
@@ -37,14 +37,14 @@ from fastapi import FastAPI, Request
 from starlette.types import Scope
 
 from service import errors
-from service.engine import Engine
-from service.fastpath import AttnserveApp
-from service.lexicon import Lexicon
-from service.middleware import RequestContext
-from service.routes import docs, explain, generate, health
-from service.schemas import StreamResponse
+from service.engine.engine import Engine
+from service.http.fastpath import AttnserveApp
+from service.http.middleware import RequestContext
+from service.http.routes import docs, explain, generate, health
+from service.http.schemas import StreamResponse
+from service.http.state import SSE_KEEPALIVE_S, Service, load_engine, load_lexicon, warm_up
 from service.settings import Settings
-from service.state import SSE_KEEPALIVE_S, Service, load_engine, load_lexicon, warm_up
+from service.text.lexicon import Lexicon
 from service.version import version
 
 log = logging.getLogger("attnserve.service")
@@ -97,10 +97,10 @@ def create_app(
         description="Greedy and sampled generation from an encoder-decoder Transformer on ONNX Runtime, "
         "in Text Generation Inference's API shapes.",
         lifespan=lifespan,
-        docs_url=None,  # FastAPI's pages load their assets from a CDN: service/routes/docs.py serves its own
+        docs_url=None,  # FastAPI's pages load their assets from a CDN: service/http/routes/docs.py serves its own
         redoc_url=None,
     )
-    app.state.service = None  # set by the lifespan; routes get it through service.dependencies.get_service
+    app.state.service = None  # set by the lifespan; routes get it through service.http.dependencies.get_service
     app.state.settings = settings
 
     app.include_router(generate.router)

@@ -1,6 +1,6 @@
 """Request validation beyond the schema: a request body -> source ids + decoding options, or a 422 saying what to fix.
 
-After TGI's validation.rs: the schema (service/schemas.py) checks types and
+After TGI's validation.rs: the schema (service/http/schemas.py) checks types and
 ranges field by field; this module checks what needs the model or the
 server's limits (the tokenizer, `max_input_tokens`, `max_new_tokens`) and what
 spans several fields, then builds the engine's `DecodingOptions`. Every
@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from service import errors
-from service.engine import DecodingOptions, Engine, InputError
-from service.schemas import GenerateParameters, GenerateRequest
+from service.engine.engine import DecodingOptions, Engine, InputError
+from service.http.schemas import GenerateParameters, GenerateRequest
 
 
 def unsupported_parameters(p: GenerateParameters) -> list[str]:

@@ -1,6 +1,6 @@
 """What the routes share: the `Service`, built once by the app's lifespan, and how its engine is loaded and warmed up.
 
-Routes reach it through the `get_service` dependency (service/dependencies.py).
+Routes reach it through the `get_service` dependency (service/http/dependencies.py).
 """
 
 from __future__ import annotations
@@ -8,17 +8,17 @@ from __future__ import annotations
 import asyncio
 
 from service import errors
-from service.bundle import load_bundle
-from service.engine import DecodingOptions, Engine
-from service.explain import Explainer
-from service.lexicon import Lexicon
+from service.engine.bundle import load_bundle
+from service.engine.engine import DecodingOptions, Engine
+from service.engine.explain import Explainer
+from service.engine.scheduler import Scheduler
+from service.http.schemas import GenerateRequest
+from service.http.validation import Validator
 from service.metrics import ServiceMetrics
-from service.scheduler import Scheduler
-from service.schemas import GenerateRequest
 from service.settings import ConfigError, Settings
-from service.text import TextReader
-from service.text_requests import TextRequest
-from service.validation import Validator
+from service.text.lexicon import Lexicon
+from service.text.reader import TextReader
+from service.text.requests import TextRequest
 
 SSE_KEEPALIVE_S = 15.0  # a comment line this often on a quiet stream keeps proxies from closing it
 
@@ -63,8 +63,8 @@ class Service:
         self.engine = engine
         self.keepalive_s = keepalive_s
         self.max_input_tokens, self.max_new_tokens = resolve_limits(settings, engine)
-        self.lexicon = lexicon  # known answers before the model (service/lexicon.py); None: the model answers all
-        # a word-level bundle reads running text word by word (service/text.py); None: inputs are read whole
+        self.lexicon = lexicon  # known answers before the model (service/text/lexicon.py); None: the model answers all
+        # a word-level bundle reads running text word by word (service/text/reader.py); None: inputs are read whole
         self.reader = (
             TextReader(
                 engine.src_tokenizer,

@@ -8,7 +8,7 @@ service's scheduler drives its continuous-batching primitives:
     results = engine.step(batch)                        # ONE decoder call for all rows
     batch.remove([r.generation for r in results if r.finish_reason])  # cancelled ones too
 
-Token choice, seeding and stopping are service/decoding.py's: this module runs
+Token choice, seeding and stopping are service/engine/decoding.py's: this module runs
 the graphs and keeps the batch, and calls it once per step for all rows.
 
 A request (a `Generation`) owns one batch row, or N: its beams (beam search,
@@ -18,7 +18,7 @@ search follow their beams: after each step `ActiveBatch.reorder` gathers their
 self-attention cache by parent (Whisper's rearrange_kv_cache). Rows that finish
 leave the batch at once, so a short request is never held by a long one.
 
-The batch and its cache (layout, joins, compaction, beam reorder) are service/batch.py's.
+The batch and its cache (layout, joins, compaction, beam reorder) are service/engine/batch.py's.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ import onnxruntime as ort
 from onnxruntime.capi import _pybind_state as C
 from tokenizers import Tokenizer
 
-from service.batch import ActiveBatch
-from service.bundle import BundleError, LoadedBundle
-from service.decoding import (
+from service.engine.batch import ActiveBatch
+from service.engine.bundle import BundleError, LoadedBundle
+from service.engine.decoding import (
     DecodingOptions,
     Generation,
     Hypothesis,
@@ -44,7 +44,7 @@ from service.decoding import (
     length_limit,
     new_generation,
 )
-from service.runtime import available_cpus, gpu_present
+from service.engine.runtime import available_cpus, gpu_present
 
 __all__ = ["DecodingOptions", "Engine", "EngineError", "Generation", "GenerationResult", "InputError", "StepResult"]
 
@@ -252,7 +252,7 @@ class Engine:
         return logits, (outs[self.n_outputs - 1].numpy() if self.has_next_token else None)
 
     def step(self, batch: ActiveBatch) -> list[StepResult]:
-        """ONE decoder call for every row, then token choice for every row (service/decoding.py);
+        """ONE decoder call for every row, then token choice for every row (service/engine/decoding.py);
         returns a StepResult per streaming generation and per generation that finished."""
         if not len(batch):
             return []

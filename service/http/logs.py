@@ -1,7 +1,7 @@
 """Structured logs: one JSON object per line, carrying the request id of the request being served.
 
 The request id lives in a context variable set by the HTTP middleware
-(service/middleware.py), so any log line written while serving a request (the route,
+(service/http/middleware.py), so any log line written while serving a request (the route,
 the error handlers, uvicorn's own) carries it without passing it around.
 """
 

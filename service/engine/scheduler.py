@@ -29,9 +29,9 @@ import time
 from dataclasses import dataclass
 
 from service import errors
-from service.engine import DecodingOptions, Engine, Generation, InputError, StepResult
+from service.engine.engine import DecodingOptions, Engine, Generation, InputError, StepResult
+from service.engine.runtime import ENGINE_THREAD_OS_NAME, name_os_thread
 from service.metrics import ServiceMetrics
-from service.runtime import ENGINE_THREAD_OS_NAME, name_os_thread
 
 log = logging.getLogger("attnserve.scheduler")
 

@@ -4,7 +4,7 @@ What the real clients send (huggingface_hub 0.x sends every parameter, most as
 null; 2.x only what was set) must validate: null means unset, and TGI's
 parameters this server does not implement are accepted while unset and refused
 with a 422 naming them when set to something it cannot honour
-(service/validation.py). Unknown extra fields are ignored, as TGI does.
+(service/http/validation.py). Unknown extra fields are ignored, as TGI does.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ class GenerateParameters(BaseModel):
     lexicon: bool | None = Field(
         None, description="Extension: false asks for the model's own answer even when the bundle's lexicon knows the input."
     )
-    # TGI parameters accepted for compatibility; a value other than "unset" is refused (service/validation.py).
+    # TGI parameters accepted for compatibility; a value other than "unset" is refused (service/http/validation.py).
     watermark: bool | None = Field(False, description="Only false (or null) is supported.")
     grammar: dict[str, Any] | None = Field(None, description="Only null is supported.")
     adapter_id: str | None = Field(None, description="Only null is supported.")

@@ -225,7 +225,7 @@ class TextReader:
 
     @classmethod
     def from_bundle(cls, bundle, **limits) -> TextReader:
-        """A reader for a loaded bundle (service.bundle.LoadedBundle) that declares `word_level_source`."""
+        """A reader for a loaded bundle (service.engine.bundle.LoadedBundle) that declares `word_level_source`."""
         if not bundle.word_level_source:
             raise ValueError(f"{bundle.dir}: bundle.json does not declare word_level_source; its model reads whole inputs")
         return cls(

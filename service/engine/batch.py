@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from service.decoding import Generation, Row, RowState
+from service.engine.decoding import Generation, Row, RowState
 
 if TYPE_CHECKING:
-    from service.engine import Engine
+    from service.engine.engine import Engine
 
 NEG_INF = -1e9  # the bias value the graphs use for masked keys (never -inf)
 

@@ -5,7 +5,7 @@ it around a handler that does little: FastAPI's and Starlette's middleware layer
 telemetry, body limits, exception handling), routing, dependency resolution and body
 parsing. `AttnserveApp` is the FastAPI app with one difference: a `POST /generate`,
 `/generate_stream` or `/` goes first to `answer_generation`, which answers a well-formed one
-itself with the very handlers of service/routes/generate.py, and does what the middleware
+itself with the very handlers of service/http/routes/generate.py, and does what the middleware
 does for it (the request id, the access-log line, the body-size limit, a 500 for the
 unexpected). Anything else goes through the app's whole stack unchanged, and so does any
 request the fast path would have to refuse before its job is queued (no service yet,
@@ -31,12 +31,12 @@ from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from service import errors
-from service.dependencies import api_key_matches
-from service.logs import request_id_var
-from service.middleware import log_access, request_id
-from service.responses import SSE_HEADERS, LastChunk, SSEResponse, sse_events
-from service.routes import generate
-from service.schemas import CompatGenerateRequest, GenerateRequest
+from service.http.dependencies import api_key_matches
+from service.http.logs import request_id_var
+from service.http.middleware import log_access, request_id
+from service.http.responses import SSE_HEADERS, LastChunk, SSEResponse, sse_events
+from service.http.routes import generate
+from service.http.schemas import CompatGenerateRequest, GenerateRequest
 
 ROUTES = {"/generate": GenerateRequest, "/generate_stream": GenerateRequest, "/": CompatGenerateRequest}
 
@@ -163,7 +163,7 @@ async def _stream(headers: list[tuple[bytes, bytes]], body: AsyncIterator[bytes]
 
 
 def _authorized(headers: dict[bytes, bytes], key: str | None) -> bool:
-    """The API key check of service/dependencies.py on the raw header (the app answers the 401 when it fails)."""
+    """The API key check of service/http/dependencies.py on the raw header (the app answers the 401 when it fails)."""
     if key is None:
         return True
     scheme, _, given = headers.get(b"authorization", b"").decode("latin-1").partition(" ")

@@ -7,9 +7,9 @@ tampered, truncated, missing or mismatched file stops start-up with ONE line
 naming it. Other files in the directory (a model card, plots) are ignored.
 
 Optional fields read here: `lexicon` {`file`, ...} names the bundle's lexicon
-(service/lexicon.py), listed in `files` like every file; `word_level_source`
+(service/text/lexicon.py), listed in `files` like every file; `word_level_source`
 (bool) says the source is one word, so running text is split into words first
-(service/text.py).
+(service/text/reader.py).
 """
 
 from __future__ import annotations

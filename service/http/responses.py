@@ -13,13 +13,13 @@ import orjson
 from fastapi.responses import Response, StreamingResponse
 
 from service import errors
-from service.engine import Engine, Hypothesis, StepResult
+from service.engine.engine import Engine, Hypothesis, StepResult
+from service.engine.scheduler import Failed
+from service.http.schemas import ErrorResponse, GenerateParameters, GenerateResponse, PrefillToken
 from service.metrics import ServiceMetrics
-from service.scheduler import Failed
-from service.schemas import ErrorResponse, GenerateParameters, GenerateResponse, PrefillToken
 
 if TYPE_CHECKING:  # the request type uses this module's token helpers
-    from service.text_requests import TextRequest
+    from service.text.requests import TextRequest
 
 ERROR_RESPONSES = {
     code: {"model": ErrorResponse, "description": text}
@@ -44,7 +44,7 @@ class SSEResponse(StreamingResponse):
 
 
 class LastChunk(bytes):
-    """A stream's last chunk: the fast path (service/fastpath.py) sends it with the body's end, one write, not two."""
+    """A stream's last chunk: the fast path (service/http/fastpath.py) sends it with the body's end, one write, not two."""
 
 
 class CaughtUp:

@@ -1,8 +1,8 @@
 """Which token comes next: the one module every decode loop calls.
 
-The ONNX engine (service/engine.py), the PyTorch reference decoder
+The ONNX engine (service/engine/engine.py), the PyTorch reference decoder
 (training/decode.py, which `attnserve-export verify` compares with) and the
-/explain loop (service/explain.py) all produce a step's logits their own way,
+/explain loop (service/engine/explain.py) all produce a step's logits their own way,
 then hand them here. Nothing else in the tree picks a token, seeds a
 generator or decides that a sequence has stopped.
 

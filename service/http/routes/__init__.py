@@ -1,0 +1,1 @@
+"""The HTTP routes, one router per resource; service/http/app.py includes them."""

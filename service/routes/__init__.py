@@ -1,1 +1,0 @@
-"""The HTTP routes, one router per resource; service/app.py includes them."""
