@@ -15,8 +15,8 @@ import os
 
 import numpy as np
 import onnxruntime as ort
+from measure import call_times  # docs/bench/, beside this script
 from onnx import TensorProto, helper, numpy_helper
-from raw_step_ab import call_times  # docs/bench/, beside this script
 
 H, D = 4, 64
 node = helper.make_node
@@ -121,7 +121,7 @@ def invariance(sess: ort.InferenceSession, rng: np.random.Generator, trials: int
 def microseconds(sess: ort.InferenceSession, b: int, s: int, rng: np.random.Generator, calls: int = 400) -> float:
     feeds = {x: rng.standard_normal((b, H, t, D)).astype(np.float32) for x, t in (("q", 1), ("k", s), ("v", s))}
     feeds["bias"] = np.zeros((b, 1, 1, s), np.float32)
-    return float(np.median(call_times(sess, feeds, calls, warm_up=30)) * 1e6)
+    return float(np.median(call_times(lambda: sess.run(None, feeds), calls, warm_up=30)) * 1e6)
 
 
 def main() -> None:

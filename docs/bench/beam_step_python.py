@@ -16,7 +16,8 @@ import json
 import time
 from pathlib import Path
 
-from step_python import timing  # docs/bench/, beside this script
+from measure import cpu_model  # docs/bench/, beside this script
+from step_python import timing
 
 import service.engine.batch as batch_module
 import service.engine.decoding as decoding
@@ -58,6 +59,7 @@ def main() -> None:
     report = {
         "requests": args.requests,
         "rows": 4 * args.requests,
+        "cpu": cpu_model(),
         "us_per_step_total": round((time.perf_counter() - t) / steps * 1e6, 1),
     }
     report.update({f"us_per_step: {k}": round(v / steps * 1e6, 1) for k, v in spent.most_common()})

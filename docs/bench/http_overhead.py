@@ -38,6 +38,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from measure import cpu_model  # docs/bench/, beside this script
+
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent  # the venv's console scripts
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -286,7 +288,7 @@ def main() -> int:
     words_file.write_text("\n".join(words) + "\n")
     result: dict = {
         "label": args.label,
-        "machine": f"{os.cpu_count()}-core {platform.machine()} " + _cpu_model(),
+        "machine": f"{os.cpu_count()}-core {platform.machine()} " + cpu_model(),
         "server_repo": checkout_name(args.server_repo),
         "command": " ".join(["docs/bench/http_overhead.py", *portable_args(sys.argv[1:])]),
         "engine": engine_in_process(words_file, args.words, max(40, args.words // 100), args.max_batch_size),
@@ -362,14 +364,6 @@ def table(r: dict) -> str:
             f"= {lv['words_per_s_vs_in_process']:.2f} x in-process {e['decode_words_per_s']:.0f} | |"
         )
     return "\n".join(rows)
-
-
-def _cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            flags = Path("/proc/cpuinfo").read_text()
-            return line.split(":", 1)[1].strip() + (" AVX-512" if "avx512f" in flags else " AVX2" if "avx2" in flags else "")
-    return platform.processor()
 
 
 if __name__ == "__main__":

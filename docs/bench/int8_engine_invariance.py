@@ -17,6 +17,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from measure import cpu_model  # docs/bench/, beside this script
+
 from export.bundle import write_manifest
 from export.variants import quantize_int8_dynamic
 from service.engine.bundle import load_bundle
@@ -42,7 +44,7 @@ def main() -> None:
     p.add_argument("--bundle", type=Path, default=Path("models/g2p-en"))
     p.add_argument("--out", type=Path)
     args = p.parse_args()
-    report: dict = {"loadavg_start": os.getloadavg(), "results": {}}
+    report: dict = {"cpu": cpu_model(), "loadavg_start": os.getloadavg(), "results": {}}
     with tempfile.TemporaryDirectory() as tmp:
         dynamic = Path(tmp) / "dynamic"
         shutil.copytree(args.bundle, dynamic)

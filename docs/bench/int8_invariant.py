@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from measure import cpu_model  # docs/bench/, beside this script
 
 from export.bundle import write_manifest
 from export.invariance import batch_invariance, cpu_session
@@ -41,13 +42,6 @@ from service.engine.engine import DecodingOptions, Engine
 from training.evaluate import evaluate_engine
 
 ENGINE_SPEED_CANDIDATES = ("fp32", "int8-dynamic", "int8-row", "int8-row-exact")
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 def make_candidates(bundle_dir: Path, work: Path) -> dict[str, Path]:

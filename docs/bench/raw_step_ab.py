@@ -13,30 +13,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import time
+from functools import partial
 
 import numpy as np
 import onnxruntime as ort
+from measure import call_times, cpu_model  # docs/bench/, beside this script
 
 SHAPES = [(1, 8, 10), (1, 40, 20), (32, 8, 10), (32, 32, 10), (32, 48, 20)]  # (B, P, S): the default model's range
-
-
-def cpu_model() -> str:
-    with open("/proc/cpuinfo") as fh:
-        return next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), platform.processor())
-
-
-def call_times(sess: ort.InferenceSession, feeds: dict, calls: int, warm_up: int) -> list[float]:
-    """Seconds of each of `calls` runs of `sess` on `feeds`, after `warm_up` untimed ones."""
-    for _ in range(warm_up):
-        sess.run(None, feeds)
-    times = []
-    for _ in range(calls):
-        t = time.perf_counter()
-        sess.run(None, feeds)
-        times.append(time.perf_counter() - t)
-    return times
 
 
 def session(path: str, threads: int) -> ort.InferenceSession:
@@ -87,7 +70,7 @@ def main() -> None:
         per_round = {"a": [], "b": []}
         for _ in range(args.rounds):
             for key, sess in (("a", a), ("b", b)):
-                per_round[key].append(min(call_times(sess, f, calls, warm_up=3)))
+                per_round[key].append(min(call_times(partial(sess.run, None, f), calls, warm_up=3)))
         ms_a, ms_b = (float(np.median(per_round[k]) * 1e3) for k in ("a", "b"))
         cells.append({"batch": bsz, "past": past, "source": src, "ms_a": ms_a, "ms_b": ms_b, "b_over_a": ms_b / ms_a})
         print(f"B={bsz:2d} P={past:2d} S={src:2d}: A {ms_a:.3f} ms  B {ms_b:.3f} ms  B/A {ms_b / ms_a:.3f}", flush=True)

@@ -22,6 +22,8 @@ import json
 import time
 from pathlib import Path
 
+from measure import cpu_model  # docs/bench/, beside this script
+
 import service.engine.engine as engine_module
 from service.engine.bundle import load_bundle
 from service.engine.engine import DecodingOptions, Engine
@@ -124,6 +126,7 @@ def main() -> None:
                 "ms_encoder_per_request": round(s["encoder"] * 1000, 3),
                 "ms_python_marginal_per_step": round(marginal * 1000, 4),
                 "ms_python_per_request": round((python_8 - 8 * marginal) * 1000, 3),
+                "cpu": cpu_model(),
             }
         )
     )
