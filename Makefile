@@ -19,11 +19,11 @@ $(BIN)/.installed: pyproject.toml
 
 setup: $(BIN)/.installed
 
-# The service alone (no torch): what `make demo` needs.
+# The service and the load tester (no torch): what `make demo` needs, and `attnserve-loadtest` against it.
 $(BIN)/.installed-serve: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[cpu]'
+	$(BIN)/pip install -q -e '.[cpu,loadtest]'
 	touch $@
 
 # Serve the default model (models/g2p-en), answer one request, then keep serving until Ctrl-C.

@@ -1,5 +1,5 @@
 import sys
 
-from export.cli import main
+from export import main
 
 sys.exit(main())

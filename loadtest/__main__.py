@@ -1,5 +1,5 @@
 import sys
 
-from loadtest.cli import main
+from loadtest import main
 
 sys.exit(main())

@@ -1,5 +1,5 @@
 import sys
 
-from training.cli import train_main
+from training import train_main
 
 sys.exit(train_main())
