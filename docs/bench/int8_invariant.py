@@ -1,4 +1,4 @@
-"""Batch-invariant int8: the candidates compared on one bundle (docs/BENCHMARKS.md, "Batch-invariant int8").
+"""Batch-invariant int8: the candidates compared on one bundle (docs/bench/HISTORY.md, "Batch-invariant int8").
 
 Every candidate is derived from the bundle's own fp32 graphs into a scratch copy of the bundle:
 
