@@ -83,9 +83,11 @@ def beam_table(report: dict) -> list[str]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("reports", nargs="+", type=Path, help="attnserve-bench JSON reports (greedy)")
+    p.add_argument("reports", nargs="*", type=Path, help="attnserve-bench JSON reports (greedy)")
     p.add_argument("--beam", type=Path, help="an attnserve-bench --beam report")
     args = p.parse_args()
+    if not args.reports and not args.beam:
+        p.error("give at least one report, or --beam REPORT")
     for path in args.reports:
         report = json.loads(path.read_text())
         m = report["machine"]
