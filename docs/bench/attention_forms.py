@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 import onnxruntime as ort
-from measure import call_times  # docs/bench/, beside this script
+from measure import call_times, cpu_model  # docs/bench/, beside this script
 from onnx import TensorProto, helper, numpy_helper
 
 H, D = 4, 64
@@ -130,7 +130,13 @@ def main() -> None:
     args = ap.parse_args()
     rng = np.random.default_rng(1)
     sessions = {name: session(nodes) for name, nodes in FORMS.items()}
-    report = {"invariance_max_abs_diff": {}, "us": {}, "loadavg": os.getloadavg(), "onnxruntime": ort.__version__}
+    report = {
+        "invariance_max_abs_diff": {},
+        "us": {},
+        "cpu": cpu_model(),
+        "loadavg": os.getloadavg(),
+        "onnxruntime": ort.__version__,
+    }
     for name, sess in sessions.items():
         report["invariance_max_abs_diff"][name] = invariance(sess, rng)
         print(f"{name:20s} max |alone - batched| {report['invariance_max_abs_diff'][name]:.2e}", flush=True)
