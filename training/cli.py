@@ -33,9 +33,17 @@ def _load_yaml(path: Path) -> dict:
 
 
 def resolve_config(
-    preset: str | None = None, config: Path | None = None, overrides: list[str] = (), resume_dir: Path | None = None
+    preset: str | None = None,
+    config: Path | None = None,
+    overrides: list[str] = (),
+    resume_dir: Path | None = None,
+    init_from: Path | None = None,
 ):
-    """The training config: defaults < preset < YAML file < `--set`; a resumed run starts from its config.json."""
+    """The training config: defaults < preset < YAML file < `--set`; a resumed run starts from its config.json.
+
+    With `init_from` (a bundle), the bundle's architecture, tokenizers and task replace those keys;
+    a key the YAML file or `--set` gives another value is refused, naming it.
+    """
     from training.config import PRESETS, ConfigError, TrainConfig
 
     if resume_dir is not None:
@@ -55,6 +63,17 @@ def resolve_config(
             if unknown:
                 raise ConfigError(f"{config}: unknown config key(s) {unknown}; valid keys: {', '.join(sorted(values))}")
             values.update(from_file)
+    set_values = dict(item.split("=", 1) for item in overrides if "=" in item)
+    init_from = init_from or set_values.get("init_from") or values.get("init_from") or None
+    if init_from and resume_dir is None:
+        from training.warmstart import adopt_bundle
+
+        bad = [item for item in overrides if "=" not in item]
+        if bad:
+            raise ConfigError(f"--set expects key=value, got {bad[0]!r}")
+        explicit = set(from_file if config else ()) | set(set_values)
+        # --set values are strings here; TrainConfig.from_dict converts them to each key's type
+        return TrainConfig.from_dict(adopt_bundle({**values, **set_values}, explicit, init_from))
     return TrainConfig.from_dict(values).with_overrides(list(overrides))
 
 
@@ -67,9 +86,17 @@ def train_main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a key")
     p.add_argument("--out", type=Path, required=True, help="run directory to write")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    p.add_argument(
+        "--init-from",
+        type=Path,
+        metavar="BUNDLE",
+        help="start from a model bundle's weights and tokenizers; its architecture and task replace the config's",
+    )
     args = p.parse_args(argv)
     try:
-        cfg = resolve_config(args.preset, args.config, args.overrides, args.out if args.resume else None)
+        if args.init_from is not None and args.resume:
+            raise ConfigError("--init-from starts a new run; --resume continues one (its config.json records the bundle)")
+        cfg = resolve_config(args.preset, args.config, args.overrides, args.out if args.resume else None, args.init_from)
         from training.train import train  # torch: only once the config is known to be good
 
         train(cfg, args.out, resume=args.resume)

@@ -90,9 +90,9 @@ _CHOICES = {
     "src_tokenizer": KINDS,
     "tgt_tokenizer": KINDS,
 }
-_POSITIVE = ("max_steps", "max_tokens", "log_every", "eval_every", "checkpoint_every", "eval_batch_size", "bpe_vocab_size")
+_POSITIVE = ("finetune_repeat", "max_tokens", "log_every", "eval_every", "checkpoint_every", "eval_batch_size", "bpe_vocab_size")
 _NON_NEGATIVE = (
-    *("average_last", "warmup_steps", "train_limit", "eval_limit"),
+    *("average_last", "warmup_steps", "train_limit", "eval_limit", "replay_pairs"),
     *("threads", "max_minutes", "grad_clip", "weight_decay"),
 )
 _BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
@@ -134,6 +134,12 @@ class TrainConfig(Architecture):
     lowercase_source: bool = True
     bpe_vocab_size: int = 8000
     train_limit: int = 0  # 0 = all; a small number for smoke tests
+    # starting from a bundle, and fine-tuning a user's pairs (training/warmstart.py)
+    init_from: str = ""  # a model bundle: its weights, tokenizers and architecture start the run
+    finetune_data: str = ""  # TSV/JSONL pairs that ALL train (no hash split); dev/test stay `dataset`'s
+    finetune_repeat: int = 1  # each finetune_data pair appears this many times per epoch
+    replay_pairs: int = 0  # with finetune_data: this many of `dataset`'s training pairs mixed in (against forgetting)
+    dev_data: str = ""  # a TSV/JSONL file whose pairs are all the dev set (default: `dataset`'s dev split)
     # optimization
     lr: float = 1e-3
     weight_decay: float = 0.01
@@ -165,6 +171,8 @@ class TrainConfig(Architecture):
         for key in _NON_NEGATIVE:
             if getattr(self, key) < 0:
                 raise ConfigError(f"{key} must be >= 0; got {getattr(self, key)!r}")
+        if self.max_steps < 0 or (self.max_steps == 0 and not self.init_from):
+            raise ConfigError(f"max_steps must be positive (0 only with init_from: a bundle as a run); got {self.max_steps}")
         for key in ("dropout", "label_smoothing"):
             if not 0 <= getattr(self, key) < 1:
                 raise ConfigError(f"{key} must be in [0, 1); got {getattr(self, key)!r}")

@@ -82,9 +82,14 @@ def _numbered_lines(path: Path):
 
 def load_pairs_file(path: Path) -> list[tuple[str, str]]:
     """TSV (`source<TAB>target`) or JSONL (`{"source": ..., "target": ...}`) pairs."""
+    return [(src, tgt) for _, src, tgt in load_numbered_pairs(path)]
+
+
+def load_numbered_pairs(path: Path) -> list[tuple[int, str, str]]:
+    """(line number, source, target) of a TSV or JSONL file of pairs, so later checks can name FILE:LINE."""
     if not path.is_file():
         raise DataError(f"data file not found: {path}")
-    pairs: list[tuple[str, str]] = []
+    pairs: list[tuple[int, str, str]] = []
     jsonl = path.suffix in (".jsonl", ".json")
     for lineno, line in _numbered_lines(path):
         if not line.strip():
@@ -104,7 +109,7 @@ def load_pairs_file(path: Path) -> list[tuple[str, str]]:
             src, tgt = cols
         if not src.strip() or not tgt.strip():
             raise DataError(f"{path}:{lineno}: empty source or target")
-        pairs.append((src, tgt))
+        pairs.append((lineno, src, tgt))
     if not pairs:
         raise DataError(f"{path}: no examples found")
     return pairs

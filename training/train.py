@@ -35,11 +35,12 @@ from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from training.config import ConfigError, TrainConfig
-from training.data import Example, load_examples, token_batches
+from training.data import Example, token_batches
 from training.decode import collate, evaluate_model
 from training.model import Transformer
 from training.run import load_run_tokenizers
-from training.tokenize import build_tokenizer, encode
+from training.tokenize import UNK_ID, build_tokenizer, encode
+from training.warmstart import bundle_state_dict, bundle_tokenizers, dev_examples, training_examples
 
 
 class StopRequested(KeyboardInterrupt):
@@ -250,23 +251,26 @@ def _train(cfg, out_dir: Path, resume: bool, on_step, rank: int, world: int, dev
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
 
-    train_ex = load_examples(cfg.dataset, "train", cfg.strip_stress, cfg.train_limit or None)
-    dev_ex = load_examples(cfg.dataset, "dev", cfg.strip_stress)
-    if cfg.eval_limit:
-        dev_ex = dev_ex[: cfg.eval_limit]
-
     if ckpt is not None:
         src_tok, tgt_tok = load_run_tokenizers(out_dir)
+    elif cfg.init_from:
+        src_tok, tgt_tok = bundle_tokenizers(cfg.init_from)
     else:
+        src_tok, tgt_tok = None, None
+    train_ex = training_examples(cfg, src_tok, tgt_tok)
+    dev_ex = dev_examples(cfg)
+    if src_tok is None or tgt_tok is None:
         src_tok, tgt_tok = _shared_tokenizers(cfg, train_ex, is_main, world)
 
     pairs: list[tuple[list[int], list[int]]] = []
-    skipped = 0
+    skipped, unknown = 0, 0
     for e in train_ex:
         s = encode(src_tok, e.source)
         for t in e.targets:
             tid = encode(tgt_tok, t)
-            if 0 < len(s) <= cfg.max_source_len and len(tid) < cfg.max_target_len:
+            if cfg.init_from and UNK_ID in tid:  # a symbol the bundle's vocabulary lacks (its training data had none)
+                unknown += 1
+            elif 0 < len(s) <= cfg.max_source_len and len(tid) < cfg.max_target_len:
                 pairs.append((s, tid))
             else:
                 skipped += 1
@@ -275,6 +279,12 @@ def _train(cfg, out_dir: Path, resume: bool, on_step, rank: int, world: int, dev
 
     mcfg = cfg.model_config(src_tok.get_vocab_size(), tgt_tok.get_vocab_size())
     model = Transformer(mcfg).to(device)  # same seed, same init on every rank
+    if cfg.init_from and ckpt is None:
+        bundle_cfg, bundle_state = bundle_state_dict(cfg.init_from)
+        changed = sorted(k for k, v in bundle_cfg.items() if k != "dropout" and mcfg.to_dict().get(k) != v)
+        if changed:
+            raise ConfigError(f"--init-from: the bundle's model differs from the run's config in {changed}")
+        model.load_state_dict(bundle_state)
     torch.manual_seed(cfg.seed + rank)  # but each rank its own dropout draws
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), weight_decay=cfg.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
@@ -304,9 +314,11 @@ def _train(cfg, out_dir: Path, resume: bool, on_step, rank: int, world: int, dev
             _truncate_log(out_dir / "train_log.jsonl", step)
             _truncate_log(out_dir / "metrics.jsonl", step)
         print(
-            f"[train] {len(pairs)} pairs ({skipped} too long, skipped), {len(dev_ex)} dev examples, "
+            f"[train] {len(pairs)} pairs ({skipped} too long, {unknown} with symbols outside the vocabulary: skipped), "
+            f"{len(dev_ex)} dev examples, "
             f"{model.num_parameters() / 1e6:.2f}M parameters, world size {world}, device {device}"
             + (f", resuming after step {step}" if ckpt is not None else "")
+            + (f", initialised from {cfg.init_from}" if cfg.init_from and ckpt is None else "")
         )
 
     def save(name: str, rng_per_rank: list[dict] | None = None) -> None:
