@@ -124,6 +124,11 @@ class Settings(BaseSettings):
     api_key: str | None = Field(
         None, description="When set, generation routes require `Authorization: Bearer <key>`; /health and /ready stay open."
     )
+    served_model_name: str | None = Field(
+        None,
+        description="The model's name on the OpenAI-compatible routes (/v1: `model` in requests, GET /v1/models), as "
+        "vLLM's --served-model-name; default: the bundle's `model_id`.",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="Log level of the JSON logs.")
 
     @model_validator(mode="before")

@@ -9,7 +9,7 @@ generator or decides that a sequence has stopped.
 - `DecodingOptions`: a request's settings, validated once (`InputError` says what to fix).
 - Logit processors work on a whole step `[R, V]` with one parameter vector per
   row (`RowParams`), in the order Hugging Face and TGI apply them: repetition
-  penalty, frequency penalty, end token suppressed before `min_new_tokens`,
+  penalty, frequency and presence penalties, end token suppressed before `min_new_tokens`,
   temperature, top-k, top-p, typical-p. Rows with different settings share one
   call; a processor touches only the rows that use it.
 - Token choice: greedy is the argmax of the processed row (the lowest id among
@@ -66,6 +66,7 @@ class DecodingOptions:
     typical_p: float | None = None
     repetition_penalty: float | None = None
     frequency_penalty: float | None = None
+    presence_penalty: float | None = None  # OpenAI's: minus this once a token has been generated at all
     seed: int | None = None
     stop: tuple[str, ...] = ()
     logprobs: bool = False
@@ -95,6 +96,8 @@ class DecodingOptions:
             raise InputError(f"repetition_penalty must be > 0, got {self.repetition_penalty!r}")
         if self.frequency_penalty is not None and not -2.0 <= self.frequency_penalty <= 2.0:
             raise InputError(f"frequency_penalty must be between -2 and 2, got {self.frequency_penalty!r}")
+        if self.presence_penalty is not None and not -2.0 <= self.presence_penalty <= 2.0:
+            raise InputError(f"presence_penalty must be between -2 and 2, got {self.presence_penalty!r}")
         if self.seed is not None and (not _is_int(self.seed) or self.seed < 0):
             raise InputError(f"seed must be a non-negative integer, got {self.seed!r}")
         if not _is_int(self.min_new_tokens) or not 0 <= self.min_new_tokens <= self.max_new_tokens:
@@ -184,6 +187,7 @@ class RowParams:
         "typical_p": (np.float64, 1.0),
         "repetition_penalty": (np.float64, 1.0),
         "frequency_penalty": (np.float64, 0.0),
+        "presence_penalty": (np.float64, 0.0),
         "min_new_tokens": (np.int64, 0),
         "top_n_tokens": (np.int64, 0),
         "logprobs": (np.bool_, False),
@@ -214,6 +218,7 @@ class RowParams:
             "typical_p": options.typical_p if sampled and options.typical_p is not None else 1.0,
             "repetition_penalty": options.repetition_penalty or 1.0,
             "frequency_penalty": options.frequency_penalty or 0.0,
+            "presence_penalty": options.presence_penalty or 0.0,
             "min_new_tokens": options.min_new_tokens,
             "top_n_tokens": options.top_n_tokens,
             # the raw log-probability is needed to report it, and to rank n-best lists
@@ -240,7 +245,12 @@ class RowParams:
         penalty (min_new_tokens alone is handled on the in-graph argmax or, for beams, on the raw
         log-probabilities; see choose_tokens). Kept until a row changes."""
         if self._needs_processing is None:
-            self._needs_processing = (self.mode == SAMPLE) | (self.repetition_penalty != 1.0) | (self.frequency_penalty != 0.0)
+            self._needs_processing = (
+                (self.mode == SAMPLE)
+                | (self.repetition_penalty != 1.0)
+                | (self.frequency_penalty != 0.0)
+                | (self.presence_penalty != 0.0)
+            )
         return self._needs_processing
 
 
@@ -285,6 +295,9 @@ def process_logits(
         rows = np.flatnonzero(params.frequency_penalty != 0.0)
         if rows.size:  # OpenAI's / TGI's: minus penalty x times the token was generated
             x[rows] -= params.frequency_penalty[rows, None] * counts[rows]
+        rows = np.flatnonzero(params.presence_penalty != 0.0)
+        if rows.size:  # OpenAI's: minus penalty once for every token generated at least once
+            x[rows] -= params.presence_penalty[rows, None] * (counts[rows] > 0)
     forced = np.flatnonzero(n_generated < params.min_new_tokens)
     if forced.size:
         x[forced, eos_id] = -np.inf
@@ -684,7 +697,7 @@ class RowState:
         self.params.set_row(i, opts)
         self.counts[i] = 0
         self.joined_at[i] = self.steps
-        self.penalised = self.penalised or bool(opts.repetition_penalty or opts.frequency_penalty)
+        self.penalised = self.penalised or bool(opts.repetition_penalty or opts.frequency_penalty or opts.presence_penalty)
         self.active[i] = True
         row.slot = i
         self.rows[i] = row
@@ -713,9 +726,8 @@ class RowState:
         self.rows = [self.rows[i] for i in keep] + list(add)
         self.active = np.array([q is not None for q in self.rows], dtype=bool)
         self.penalised = any(
-            bool(q.generation.options.repetition_penalty or q.generation.options.frequency_penalty)
-            for q in self.rows
-            if q is not None
+            bool(o.repetition_penalty or o.frequency_penalty or o.presence_penalty)
+            for o in (q.generation.options for q in self.rows if q is not None)
         )
         for i, q in enumerate(self.rows):
             if q is not None:

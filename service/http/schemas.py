@@ -67,6 +67,9 @@ class GenerateParameters(BaseModel):
     frequency_penalty: float | None = Field(
         None, ge=-2, le=2, description="Subtract this times a token's count so far from its logit (0 or null: off)."
     )
+    presence_penalty: float | None = Field(
+        None, ge=-2, le=2, description="Extension (OpenAI's): subtract this from the logit of every token generated so far."
+    )
     lexicon: bool | None = Field(
         None, description="Extension: false asks for the model's own answer even when the bundle's lexicon knows the input."
     )

@@ -1,0 +1,640 @@
+"""OpenAI requests as the TGI routes' requests, and the answers back in OpenAI's shapes.
+
+A completion (or a chat's one user message) becomes one or more `GenerateRequest`s, admitted through
+`Service.admit` exactly as /generate and /generate_stream admit theirs: the same validator, request
+layer (service/text/requests.py: running text, the lexicon), scheduler, limits and metrics.
+
+How the OpenAI parameters map:
+
+- Decoding is greedy unless `temperature` > 0 (an omitted temperature is the model's own default,
+  greedy, where OpenAI's default is 1). `top_p` and `top_k` apply only when sampling; `seed` only seeds
+  a sampled request.
+- `n` > 1 (or `best_of` > 1, or `num_beams`) without sampling: one request, the beam search n-best
+  (TGI's `best_of` without sampling), the first `n` returned. It cannot be streamed.
+- `n` > 1 with sampling: n requests, the j-th seeded with seed + j (the server picks the seed when none
+  is given), so every sample is reproducible and streams. `best_of` > `n` with sampling: one request
+  with TGI's sampled `best_of`, the `n` best by mean log-probability returned (not streamable).
+- A list of prompts: its prompts' requests, answered in order; prompt i's j-th choice has index i*n + j.
+- `stop`: OpenAI's rule, the text ends before the first stop sequence generated (the engine stops
+  there too). A stream holds back the last few characters that could begin a stop sequence.
+- `logprobs` (`top_logprobs` for chat): TGI's token log-probabilities and `top_n_tokens`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+import orjson
+
+from service.engine.scheduler import Failed
+from service.errors import ServiceError
+from service.http import errors
+from service.http.openai.errors import OpenAIError, bad_request, from_error
+from service.http.openai.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
+from service.http.schemas import GenerateParameters, GenerateRequest
+from service.http.state import Service
+from service.text.requests import StreamToken, TextRequest
+
+log = logging.getLogger("attnserve.service")
+
+FINISH = {"eos_token": "stop", "stop_sequence": "stop", "length": "length"}
+KEEPALIVE = b": keep-alive\n\n"
+DONE = b"data: [DONE]\n\n"
+
+
+def served_model_name(svc: Service) -> str:
+    return svc.settings.served_model_name or svc.engine.bundle.model_id
+
+
+# ---- the request as the TGI routes' requests -------------------------------------------------------
+@dataclass(frozen=True)
+class Plan:
+    """What a completion asks for: each prompt's requests (one, or n seeded samples), how many choices each
+    gives, and what the answer shows."""
+
+    prompts: list[str]
+    n: int
+    parameters: list[GenerateParameters]  # one per request of a prompt
+    choices_per_request: int  # n when one request answers all n choices, else 1
+    stream: bool
+    stop: tuple[str, ...]
+    logprobs: int | None  # None: none asked; k: each token's and the k most likely at each step
+    include_usage: bool
+    input_param: str  # the field the prompt came in: "prompt" or "messages"
+
+    @property
+    def n_requests(self) -> int:
+        return len(self.prompts) * len(self.parameters)
+
+
+def unknown_fields(body: SamplingFields, route: str) -> None:
+    """Newer clients send fields this server does not know: ignored, with a debug line naming them."""
+    if body.model_extra:
+        log.debug("ignored unknown fields on %s: %s", route, ", ".join(sorted(body.model_extra)))
+
+
+def check_model(svc: Service, model: str) -> None:
+    name = served_model_name(svc)
+    if model != name:
+        raise OpenAIError(
+            404,
+            f"the model '{model}' does not exist on this server; it serves '{name}' (GET /v1/models)",
+            param="model",
+            code="model_not_found",
+            outcome="validation",
+        )
+
+
+def plan(
+    svc: Service,
+    body: SamplingFields,
+    prompts: list[str],
+    *,
+    max_tokens: tuple[str, int | None],
+    best_of: int | None,
+    logprobs: tuple[str, int | None],
+    input_param: str,
+) -> Plan:
+    """Check the parameters against the server's limits (400s naming the field) and build the requests' parameters.
+    `max_tokens`, `logprobs`: (the field's name in this route, its value)."""
+    settings = svc.settings
+    check_model(svc, body.model)
+    for i, p in enumerate(prompts):
+        if not p.strip():
+            raise bad_request(input_param if len(prompts) == 1 else f"{input_param}.{i}", "the prompt is empty: send some text")
+    max_name, max_value = max_tokens
+    if max_value is not None and max_value > svc.max_new_tokens:
+        raise bad_request(max_name, f"{max_name} must be at most {svc.max_new_tokens} on this server, got {max_value}")
+    n = body.n or 1
+    if n > settings.max_best_of:
+        raise bad_request("n", f"n must be at most {settings.max_best_of} on this server (max_best_of), got {n}")
+    if best_of is not None and best_of < n:
+        raise bad_request("best_of", f"best_of must be at least n ({n}), got {best_of}")
+    if best_of is not None and best_of > settings.max_best_of:
+        raise bad_request("best_of", f"best_of must be at most {settings.max_best_of} on this server, got {best_of}")
+    if body.num_beams is not None and body.num_beams > settings.max_best_of:
+        raise bad_request("num_beams", f"num_beams must be at most {settings.max_best_of} on this server, got {body.num_beams}")
+    lp_name, lp_value = logprobs
+    if lp_value is not None and lp_value > settings.max_top_n_tokens:
+        raise bad_request(lp_name, f"{lp_name} must be at most {settings.max_top_n_tokens} on this server, got {lp_value}")
+    stream = bool(body.stream)
+    if body.stream_options is not None and not stream:
+        raise bad_request("stream_options", "stream_options is only allowed with stream: true")
+    sampling = bool(body.temperature)  # omitted or 0: greedy
+    if body.num_beams is not None and sampling:
+        raise bad_request("num_beams", "num_beams is beam search, which does not sample: drop num_beams, or temperature")
+    beam = not sampling and (n > 1 or (best_of or 1) > 1 or body.num_beams is not None)
+    if stream and beam:
+        which = "n" if n > 1 else "best_of" if (best_of or 1) > 1 else "num_beams"
+        raise bad_request(
+            which,
+            f"{which}: without sampling (temperature omitted or 0) this is the beam search n-best, which cannot be streamed: "
+            "its answers are known only when every beam has finished; set stream: false, or sample (temperature > 0)",
+        )
+    ranked = sampling and (best_of or n) > n  # TGI's sampled best_of: the n best of best_of candidates
+    if stream and ranked:
+        raise bad_request("best_of", "best_of > n cannot be streamed: the best are known only when every candidate has finished")
+    seed = (body.seed if body.seed is not None else secrets.randbits(63)) if sampling else None
+    top_k = body.top_k if body.top_k and body.top_k > 0 else None
+
+    def params(seed_j: int | None, tgi_best_of: int | None) -> GenerateParameters:
+        return GenerateParameters(
+            max_new_tokens=max_value,
+            do_sample=sampling,
+            temperature=body.temperature if sampling else None,
+            top_k=top_k if sampling else None,
+            top_p=body.top_p if sampling else None,
+            repetition_penalty=body.repetition_penalty,
+            frequency_penalty=body.frequency_penalty,
+            presence_penalty=body.presence_penalty,
+            seed=seed_j,
+            stop=list(body.stop) if body.stop else None,
+            details=True,
+            best_of=tgi_best_of,
+            num_beams=body.num_beams,
+            top_n_tokens=lp_value or None,
+            lexicon=body.lexicon,
+        )
+
+    if beam:
+        requests, per_request = [params(None, max(n, best_of or 1))], n
+    elif ranked:
+        requests, per_request = [params(seed, best_of)], n
+    elif sampling:
+        requests, per_request = [params(seed + j, None) for j in range(n)], 1
+    else:
+        requests, per_request = [params(None, None)], 1
+    planned = Plan(
+        prompts,
+        n,
+        requests,
+        per_request,
+        stream,
+        tuple(body.stop or ()),
+        lp_value,
+        bool(body.stream_options and body.stream_options.include_usage),
+        input_param,
+    )
+    limit = svc.scheduler.max_concurrent_requests
+    if planned.n_requests > limit:
+        raise bad_request(
+            input_param if len(prompts) > 1 else "n",
+            f"{len(prompts)} prompt(s) x {len(requests)} request(s) each = {planned.n_requests} requests, and this server runs "
+            f"at most {limit} at once (max_concurrent_requests); send fewer prompts per request",
+        )
+    return planned
+
+
+def admit(svc: Service, planned: Plan) -> list[list[TextRequest]]:
+    """Every request of every prompt, admitted through the TGI routes' path (Service.admit); all or none:
+    a refusal cancels those already queued. A refusal of the scheduler (429) for requests that can never be
+    admitted together (each word of running text counts) is a 400: retrying would not help."""
+    jobs: list[list[TextRequest]] = []
+    row: list[TextRequest] = []
+    try:
+        for prompt in planned.prompts:
+            row = []
+            for p in planned.parameters:
+                job = svc.admit(GenerateRequest(inputs=prompt, parameters=p), stream=planned.stream)
+                row.append(job)
+                if planned.choices_per_request > 1 and len(job.units) > 1:
+                    raise bad_request(
+                        "n",
+                        f"this model reads running text word by word, and the prompt reads as {len(job.units)} words: "
+                        "the n-best (n > 1 without sampling, or best_of > n) is per word; send each word as its own prompt "
+                        "(a list of prompts), or sample (temperature > 0)",
+                    )
+            jobs.append(row)
+    except (errors.APIError, ServiceError, OpenAIError) as e:
+        held = sum(u.ticket is not None for done in jobs for job in done for u in job.units)
+        cancel_all([*jobs, row])
+        err = from_error(e, planned.input_param)
+        limit = svc.scheduler.max_concurrent_requests
+        if err.status == 429 and held + model_units(svc, planned, planned.prompts[len(jobs) :]) > limit:
+            raise bad_request(
+                planned.input_param,
+                f"this request needs more than the {limit} requests this server runs at once (max_concurrent_requests; "
+                "each word of running text counts); send fewer prompts or words",
+            ) from None
+        raise err from None
+    return jobs
+
+
+def model_units(svc: Service, planned: Plan, prompts: list[str]) -> int:
+    """The engine's share of `prompts` (each request's words that the lexicon cannot answer, or 1 per request when
+    inputs are read whole): how many of the server's `max_concurrent_requests` they need."""
+    total = 0
+    for prompt in prompts:
+        for p in planned.parameters:
+            if svc.reader is None:
+                total += 1
+                continue
+            lexicon = svc.lexicon if p.lexicon is not False and not p.do_sample and not p.top_n_tokens else None
+            n_best = p.best_of or 1
+            try:
+                words = svc.reader.words(prompt)
+            except Exception:  # unreadable: the request layer says so when it is admitted
+                words = []
+            total += sum(lexicon is None or len(lexicon.lookup(w.text)) < n_best for w in words)
+    return total
+
+
+def cancel_all(jobs: list[list[TextRequest]]) -> None:
+    for row in jobs:
+        for job in row:
+            job.cancel()
+
+
+# ---- a choice's text, tokens and end ---------------------------------------------------------------
+@dataclass
+class TokenOut:
+    """A token as a choice shows it: its text, where it starts in the choice's text, its raw log-probability
+    (None for a lexicon answer's) and the step's most likely tokens [(text, logprob)] when asked for."""
+
+    text: str
+    offset: int
+    logprob: float | None
+    top: list[tuple[str, float]] | None
+
+
+@dataclass
+class ChoiceText:
+    """A choice's text as its tokens come, with OpenAI's stop rule: the text ends before the first stop
+    sequence. What may still begin one (the longest stop's length - 1 characters) is held back until the
+    next token, so a stream never sends text it would then have to take back."""
+
+    stop: tuple[str, ...]
+    text: str = ""
+    sent: int = 0
+    pending: list[TokenOut] = field(default_factory=list)
+    tokens: int = 0  # tokens read (end tokens included): the usage's completion tokens
+    finish_reason: str | None = None
+
+    def add(self, token: dict, top: list[dict] | None, finish: str | None) -> tuple[str, list[TokenOut], str | None]:
+        """One token (TGI's Token dict; `finish`: the TGI finish reason when it is the choice's last).
+        Returns the text now released, its tokens, and the OpenAI finish reason once the choice has ended."""
+        if self.finish_reason is not None:
+            return "", [], None
+        self.tokens += 1
+        start = len(self.text)
+        self.text += token["text"]
+        if not token["special"]:
+            self.pending.append(
+                TokenOut(token["text"], start, token["logprob"], [(t["text"], t["logprob"]) for t in top] if top else None)
+            )
+        cut = self._stop_at()
+        if cut is not None:
+            end, finish = cut, "stop"
+            self.text = self.text[:cut]
+        elif finish is not None:
+            end, finish = len(self.text), FINISH.get(finish, "stop")
+        else:
+            end = len(self.text) - max(0, max((len(s) for s in self.stop), default=1) - 1)
+        if finish is None and end <= self.sent:
+            return "", [], None
+        delta = self.text[self.sent : max(self.sent, end)]
+        self.sent = max(self.sent, end)
+        if finish is not None:
+            released, self.pending = [t for t in self.pending if t.offset < end], []
+        else:
+            released = [t for t in self.pending if t.offset + len(t.text) <= end]
+            self.pending = self.pending[len(released) :]
+        self.finish_reason = finish
+        return delta, released, finish
+
+    def _stop_at(self) -> int | None:
+        hits = [i for s in self.stop if (i := self.text.find(s, self.sent)) != -1]
+        return min(hits) if hits else None
+
+
+@dataclass
+class Choice:
+    index: int
+    text: str
+    tokens: list[TokenOut]
+    finish_reason: str
+    completion_tokens: int
+
+
+def answered_choices(job: TextRequest, k: int, base: int, stop: tuple[str, ...]) -> list[Choice]:
+    """The first k answers of a finished request as choices base, base + 1, ... Running text (several units)
+    has one answer: its words' best answers joined by the word separator."""
+    if len(job.units) == 1:
+        answers, top = job.answers(job.units[0])
+        candidates = [(a.tokens, top if j == 0 else None, a.finish_reason) for j, a in enumerate(answers[:k])]
+    else:
+        tokens, tops, finish = [], [], "eos_token"
+        for i, u in enumerate(job.units):
+            answers, top = job.answers(u)
+            tokens += [job.separated(t, i, j) for j, t in enumerate(answers[0].tokens)]
+            tops += top if top is not None else [None] * len(answers[0].tokens)
+            finish = answers[0].finish_reason
+        candidates = [(tokens, tops, finish)]
+    out = []
+    for j, (tokens, top, finish) in enumerate(candidates):
+        text = ChoiceText(stop)
+        shown: list[TokenOut] = []
+        for t, (token, step_top) in enumerate(zip(tokens, top or [None] * len(tokens))):
+            _, released, ended = text.add(token, step_top, finish if t == len(tokens) - 1 else None)
+            shown += released
+            if ended:
+                break
+        if text.finish_reason is None:  # no tokens at all
+            text.finish_reason = FINISH.get(finish, "stop")
+        out.append(Choice(base + j, text.text, shown, text.finish_reason, text.tokens))
+    return out
+
+
+# ---- answering ------------------------------------------------------------------------------------
+@dataclass
+class Answer:
+    id: str
+    created: int
+    model: str
+    choices: list[Choice]
+    prompt_tokens: int
+
+    def usage(self) -> dict:
+        completion = sum(c.completion_tokens for c in self.choices)
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": completion,
+            "total_tokens": self.prompt_tokens + completion,
+        }
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+async def answer_whole(svc: Service, request, planned: Plan, jobs: list[list[TextRequest]], prefix: str) -> Answer | None:
+    """Wait for every request, then the choices in OpenAI's order; None when the client went away."""
+    try:
+        for row in jobs:
+            for job in row:
+                if not await job.collect(request):
+                    return None
+    except (errors.APIError, ServiceError) as e:
+        raise from_error(e, planned.input_param) from None
+    finally:
+        cancel_all(jobs)  # after a failure or a disconnect: the others' rows leave the batch (finished ones: nothing)
+    choices = []
+    for i, row in enumerate(jobs):
+        for j, job in enumerate(row):
+            choices += answered_choices(job, planned.choices_per_request, i * planned.n + j, planned.stop)
+    prompt_tokens = sum(row[0].input_length for row in jobs)
+    return Answer(new_id(prefix), int(time.time()), served_model_name(svc), choices, prompt_tokens)
+
+
+Render = Callable[[int, str, list[TokenOut], str | None, bool], dict]  # index, text, tokens, finish, first -> choice
+
+
+async def stream_answer(
+    svc: Service,
+    planned: Plan,
+    jobs: list[list[TextRequest]],
+    route: str,
+    envelope: dict,
+    render: Render,
+) -> AsyncIterator[bytes]:
+    """The SSE body: per choice, a chunk per token gathered into one write per wake-up (`render` makes the
+    choice object), its last chunk with `finish_reason`; then a usage chunk with `choices: []` when asked,
+    then `data: [DONE]`. A failure mid-stream is an `error` event in OpenAI's shape, and ends it."""
+    outcome = "cancelled"
+    counted: list[ChoiceText] = []
+    streams = []
+    for i, row in enumerate(jobs):
+        for j, job in enumerate(row):
+            text = ChoiceText(planned.stop)
+            counted.append(text)
+            streams.append(_choice_chunks(svc, job, i * planned.n + j, text, envelope, render))
+    t_arrival = jobs[0][0].t_arrival
+    try:
+        if len(streams) == 1:
+            async for chunk in streams[0]:
+                yield chunk
+        else:
+            async for chunk in _merged(streams):
+                yield chunk
+        if planned.include_usage:
+            prompt_tokens = sum(row[0].input_length for row in jobs)
+            completion = sum(t.tokens for t in counted)
+            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion, "total_tokens": prompt_tokens + completion}
+            yield _event({**envelope, "choices": [], "usage": usage})
+        outcome = "success"
+        svc.metrics.request_duration.observe(time.perf_counter() - t_arrival)
+        yield DONE
+    except (errors.APIError, ServiceError, OpenAIError) as e:
+        err = from_error(e, planned.input_param)
+        outcome = err.outcome
+        yield _event(err.body())
+    finally:
+        cancel_all(jobs)
+        svc.metrics.request_done(route, outcome)
+
+
+async def _choice_chunks(
+    svc: Service, job: TextRequest, index: int, text: ChoiceText, envelope: dict, render: Render
+) -> AsyncIterator[bytes]:
+    """One choice's chunks: its tokens' events, gathered per wake-up of the engine; keep-alive comments."""
+    gathered: list[bytes] = []
+    first = True
+    async for item in job.stream_items(svc.keepalive_s):
+        if item is None:
+            yield KEEPALIVE
+            continue
+        if isinstance(item, Failed):
+            raise item.error
+        if not isinstance(item, StreamToken):  # caught up with the engine: write what is gathered
+            if gathered:
+                yield b"".join(gathered)
+                gathered.clear()
+            continue
+        delta, released, finish = text.add(item.token, item.top_tokens, item.finish_reason if item.last else None)
+        if delta or released or finish:
+            gathered.append(_event({**envelope, "choices": [render(index, delta, released, finish, first)]}))
+            first = False
+        if finish:
+            yield b"".join(gathered)
+            job.cancel()  # a stop sequence may end running text before its last word
+            return
+
+
+async def _merged(streams: list[AsyncIterator[bytes]]) -> AsyncIterator[bytes]:
+    """The chunks of several choices as they come (each choice's in order)."""
+    queue: asyncio.Queue = asyncio.Queue()
+    end = object()
+
+    async def pump(stream: AsyncIterator[bytes]) -> None:
+        try:
+            async for chunk in stream:
+                await queue.put(chunk)
+            await queue.put(end)
+        except Exception as e:  # handed to the reader, which ends the stream with it
+            await queue.put(e)
+
+    tasks = [asyncio.ensure_future(pump(s)) for s in streams]
+    try:
+        remaining = len(tasks)
+        while remaining:
+            item = await queue.get()
+            if item is end:
+                remaining -= 1
+            elif isinstance(item, Exception):
+                raise item
+            else:
+                yield item
+    finally:
+        for t in tasks:
+            t.cancel()
+
+
+def _event(obj: dict) -> bytes:
+    return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+
+# ---- the two shapes ---------------------------------------------------------------------------------
+def completion_logprobs(tokens: list[TokenOut], with_top: bool) -> dict:
+    return {
+        "tokens": [t.text for t in tokens],
+        "token_logprobs": [t.logprob for t in tokens],
+        "top_logprobs": [dict(t.top or []) for t in tokens] if with_top else None,
+        "text_offset": [t.offset for t in tokens],
+    }
+
+
+def chat_logprobs(tokens: list[TokenOut]) -> dict:
+    def entry(text: str, logprob: float | None) -> dict:
+        return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
+
+    return {"content": [{**entry(t.text, t.logprob), "top_logprobs": [entry(x, lp) for x, lp in t.top or []]} for t in tokens]}
+
+
+def completion_request(svc: Service, body: CompletionRequest) -> Plan:
+    """/v1/completions' checks (besides the schema's) and its plan."""
+    unknown_fields(body, "/v1/completions")
+    if body.echo:
+        raise bad_request("echo", "echo: true is not supported: the prompt is not part of the model's output; send echo: false")
+    if body.suffix:
+        raise bad_request("suffix", "suffix is not supported: this model does not insert text; send null")
+    if body.logit_bias:
+        raise bad_request("logit_bias", "logit_bias is not supported; send null or {}")
+    prompts = [body.prompt] if isinstance(body.prompt, str) else list(body.prompt)
+    return plan(
+        svc,
+        body,
+        prompts,
+        max_tokens=("max_tokens", body.max_tokens),
+        best_of=body.best_of,
+        logprobs=("logprobs", body.logprobs),
+        input_param="prompt",
+    )
+
+
+def chat_request(svc: Service, body: ChatCompletionRequest) -> Plan:
+    """/v1/chat/completions' checks: exactly one user message of text, no tools, no structured output."""
+    unknown_fields(body, "/v1/chat/completions")
+    accepted = (
+        "this model has no conversation format: it answers exactly one message of role 'user' whose content is text "
+        "(a string, or a list of 'text' parts)"
+    )
+    if len(body.messages) != 1:
+        raise bad_request("messages", f"{accepted}; got {len(body.messages)} messages (no history, no system message)")
+    message = body.messages[0]
+    if message.role != "user":
+        raise bad_request("messages.0.role", f"{accepted}; got role '{message.role}'")
+    content = message.content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                raise bad_request("messages.0.content", f"{accepted}; got a content part of type '{kind}'")
+            parts.append(part["text"])
+        content = "".join(parts)
+    if not isinstance(content, str):
+        raise bad_request("messages.0.content", f"{accepted}; got {type(content).__name__}")
+    for name in ("tools", "tool_choice", "functions", "function_call"):
+        if getattr(body, name):
+            raise bad_request(name, f"{name} is not supported: this model has no tool or function calling")
+    if body.response_format is not None and body.response_format != {"type": "text"}:
+        raise bad_request("response_format", "only text output is supported; send null or {'type': 'text'}")
+    if body.logit_bias:
+        raise bad_request("logit_bias", "logit_bias is not supported; send null or {}")
+    if body.max_tokens is not None and body.max_completion_tokens is not None and body.max_tokens != body.max_completion_tokens:
+        raise bad_request("max_completion_tokens", "max_tokens and max_completion_tokens differ: send one of them")
+    if body.top_logprobs is not None and not body.logprobs:
+        raise bad_request("top_logprobs", "top_logprobs needs logprobs: true")
+    max_tokens = ("max_completion_tokens", body.max_completion_tokens)
+    if body.max_completion_tokens is None:
+        max_tokens = ("max_tokens", body.max_tokens)
+    return plan(
+        svc,
+        body,
+        [content],
+        max_tokens=max_tokens,
+        best_of=None,
+        logprobs=("top_logprobs", (body.top_logprobs or 0) if body.logprobs else None),
+        input_param="messages",
+    )
+
+
+def completion_body(answer: Answer, planned: Plan) -> dict:
+    return {
+        "id": answer.id,
+        "object": "text_completion",
+        "created": answer.created,
+        "model": answer.model,
+        "choices": [
+            {
+                "index": c.index,
+                "text": c.text,
+                "logprobs": completion_logprobs(c.tokens, bool(planned.logprobs)) if planned.logprobs is not None else None,
+                "finish_reason": c.finish_reason,
+            }
+            for c in answer.choices
+        ],
+        "usage": answer.usage(),
+    }
+
+
+def chat_body(answer: Answer, planned: Plan) -> dict:
+    return {
+        "id": answer.id,
+        "object": "chat.completion",
+        "created": answer.created,
+        "model": answer.model,
+        "choices": [
+            {
+                "index": c.index,
+                "message": {"role": "assistant", "content": c.text},
+                "logprobs": chat_logprobs(c.tokens) if planned.logprobs is not None else None,
+                "finish_reason": c.finish_reason,
+            }
+            for c in answer.choices
+        ],
+        "usage": answer.usage(),
+    }
+
+
+def completion_chunk_renderer(planned: Plan) -> Render:
+    def render(index: int, text: str, tokens: list[TokenOut], finish: str | None, first: bool) -> dict:
+        logprobs = completion_logprobs(tokens, bool(planned.logprobs)) if planned.logprobs is not None else None
+        return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}
+
+    return render
+
+
+def chat_chunk_renderer(planned: Plan) -> Render:
+    def render(index: int, text: str, tokens: list[TokenOut], finish: str | None, first: bool) -> dict:
+        delta = {"role": "assistant", "content": text} if first else {"content": text}
+        logprobs = chat_logprobs(tokens) if planned.logprobs is not None else None
+        return {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
+
+    return render

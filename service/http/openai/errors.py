@@ -1,0 +1,161 @@
+"""OpenAI's error shape on /v1/*: `{"error": {"message", "type", "param", "code"}}` (docs/ARCHITECTURE.md records the exception).
+
+The TGI routes keep the project's `{"error", "error_type"}`. Here the same outcomes keep their status codes
+(a 422 becomes OpenAI's 400) and their `error_type` becomes `code`, so the metrics' `outcome` label does
+not change; `type` is the one OpenAI's clients expect for the status. Three ways in:
+
+- `OpenAIError`, raised by these routes with the `param` at fault;
+- `from_error`, for what the shared layers raise (`APIError`, `ServiceError`, FastAPI's validation error);
+- `OpenAIErrorShape`, an ASGI middleware that reshapes the project's error bodies answered on /v1/* before any
+  route ran (the body-size limit's 413, an unknown path's 404, a wrong method's 405).
+"""
+
+from __future__ import annotations
+
+import re
+
+import orjson
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.errors import ServiceError
+from service.http import errors
+
+PREFIX = "/v1/"
+
+TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "invalid_request_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+    500: "server_error",
+    503: "service_unavailable_error",
+    504: "timeout_error",
+}
+
+
+class OpenAIError(Exception):
+    """An error answered in OpenAI's shape. `outcome`: the metrics' outcome label (the project's error_type)."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        outcome: str = "validation",
+        headers: dict[str, str] | None = None,
+    ):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code if code is not None else outcome
+        self.outcome = outcome
+        self.headers = headers or {}
+
+    def body(self) -> dict:
+        return {
+            "error": {
+                "message": self.message,
+                "type": TYPES.get(self.status, "api_error"),
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+    def response(self) -> Response:
+        return Response(orjson.dumps(self.body()), status_code=self.status, headers=self.headers, media_type="application/json")
+
+
+def bad_request(param: str | None, message: str) -> OpenAIError:
+    """A 400 naming the field at fault; the message says what to send instead."""
+    return OpenAIError(400, message, param=param)
+
+
+# the shared layers name the TGI field at fault first ("inputs: ...", "parameters.best_of must ...")
+_FIELD = re.compile(r"^(inputs|parameters(?:\.(\w+))?)\b")
+TGI_TO_OPENAI = {"max_new_tokens": "max_tokens", "top_n_tokens": "logprobs", "best_of": "best_of", "num_beams": "num_beams"}
+
+
+def from_error(err: Exception, input_param: str = "prompt") -> OpenAIError:
+    """What the shared layers raise, in OpenAI's shape: `APIError` and `ServiceError` keep their status (422: 400),
+    Retry-After and error_type (as `code`); `input_param` names the field a refused input came from."""
+    if isinstance(err, OpenAIError):
+        return err
+    if isinstance(err, RequestValidationError):
+        return validation_error(err)
+    if isinstance(err, ServiceError):
+        err = errors.api_error(err)
+    if not isinstance(err, errors.APIError):
+        raise TypeError(f"not an API error: {type(err).__name__}")
+    status = 400 if err.status == 422 else err.status
+    param = None
+    m = _FIELD.match(err.message)
+    if status == 400 and m:
+        param = input_param if m.group(1) == "inputs" else TGI_TO_OPENAI.get(m.group(2) or "")
+    return OpenAIError(status, err.message, param=param, outcome=err.error_type, headers=err.headers)
+
+
+def validation_error(exc: RequestValidationError) -> OpenAIError:
+    """FastAPI's body validation error: a 400 naming the first field at fault (`messages.0.role`)."""
+    found = list(exc.errors())
+    first = found[0] if found else {}
+    loc = [str(x) for x in first.get("loc", ()) if x != "body"]
+    param = None if first.get("type") == "json_invalid" else ".".join(loc) or None  # (a JSON error's loc is a position)
+    return OpenAIError(400, errors.describe_validation_errors(found), param=param)
+
+
+def reshape(body: bytes, status: int) -> bytes | None:
+    """A project error body (`{"error": str, "error_type": str}`) in OpenAI's shape; None when it is not one."""
+    try:
+        old = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if not (isinstance(old, dict) and isinstance(old.get("error"), str) and "error_type" in old):
+        return None
+    err = OpenAIError(400 if status == 422 else status, old["error"], outcome=old["error_type"])
+    return orjson.dumps(err.body())
+
+
+class OpenAIErrorShape:
+    """ASGI middleware: on /v1/* paths, an error answered in the project's shape by a layer in front of the
+    routes (the body-size limit, routing) is answered in OpenAI's. Other paths pass untouched."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith(PREFIX):
+            await self.app(scope, receive, send)
+            return
+        start: Message | None = None
+        chunks: list[bytes] = []
+
+        async def send_shaped(message: Message) -> None:
+            nonlocal start
+            if message["type"] == "http.response.start" and message["status"] >= 400:
+                start = message  # held until the body is known
+                return
+            if start is None or message["type"] != "http.response.body":
+                await send(message)
+                return
+            chunks.append(message.get("body", b""))
+            if message.get("more_body", False):
+                return
+            body = b"".join(chunks)
+            status = start["status"]
+            shaped = reshape(body, status)
+            if shaped is not None:
+                headers = [(k, v) for k, v in start["headers"] if k.lower() != b"content-length"]
+                headers.append((b"content-length", str(len(shaped)).encode()))
+                start = {**start, "status": 400 if status == 422 else status, "headers": headers}
+                body = shaped
+            await send(start)
+            await send({"type": "http.response.body", "body": body})
+
+        await self.app(scope, receive, send_shaped)

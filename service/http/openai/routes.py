@@ -1,0 +1,142 @@
+"""OpenAI's routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models.
+
+Their errors are OpenAI's shape (service/http/openai/errors.py): `OpenAIRoute` answers whatever a route,
+its guards (API key, drain) or its body's validation raise, and counts it in the metrics under the
+route's own `route` label with the project's `error_type` as `outcome`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
+
+from service.errors import ServiceError
+from service.http import errors
+from service.http.dependencies import GENERATION_GUARDS, ServiceDep, authorize
+from service.http.openai import completions as c
+from service.http.openai.errors import OpenAIError, OpenAIErrorShape, from_error
+from service.http.openai.schemas import (
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    CompletionRequest,
+    CompletionResponse,
+    ModelCard,
+    ModelList,
+    OpenAIErrorResponse,
+)
+from service.http.responses import SSE_HEADERS, SSEResponse
+
+COMPLETIONS = "/v1/completions"
+CHAT = "/v1/chat/completions"
+MODELS = "/v1/models"
+ROUTES = (COMPLETIONS, CHAT)  # generation routes: their outcomes count in attnserve_requests_total
+
+ERRORS = {
+    code: {"model": OpenAIErrorResponse, "description": text}
+    for code, text in {
+        400: "Invalid parameters; `param` names the field",
+        401: "Missing or wrong API key",
+        404: "No such model (`code`: model_not_found)",
+        413: "Body larger than the limit",
+        429: "Queued + running requests at the bound (`code`: overloaded); see Retry-After",
+        503: "Draining for shutdown or engine stopped",
+        504: "Not finished within the request timeout",
+    }.items()
+}
+SSE_DOC = {
+    "description": "stream true: Server-Sent Events `data: {chunk}`, then `data: [DONE]`",
+    "content": {"text/event-stream": {}},
+}
+
+
+class OpenAIRoute(APIRoute):
+    """A route whose errors, its dependencies' and its body validation's included, are answered in OpenAI's shape."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+        path = self.path
+
+        async def route(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except (OpenAIError, errors.APIError, ServiceError, RequestValidationError) as e:
+                err = from_error(e, "messages" if path == CHAT else "prompt")
+            svc = request.app.state.service
+            if svc is not None and path in ROUTES:
+                svc.metrics.request_done(path, err.outcome)
+            return err.response()
+
+        return route
+
+
+router = APIRouter(route_class=OpenAIRoute, responses=ERRORS, tags=["OpenAI-compatible"])
+
+
+def json_answer(body: dict) -> Response:
+    return Response(orjson.dumps(body), media_type="application/json")
+
+
+@router.post(
+    COMPLETIONS,
+    response_model=CompletionResponse,
+    responses={200: SSE_DOC},
+    dependencies=GENERATION_GUARDS,
+    summary="OpenAI's completions: one prompt or a list (greedy unless temperature > 0)",
+)
+async def completions(svc: ServiceDep, request: Request, body: CompletionRequest) -> Response:
+    planned = c.completion_request(svc, body)
+    return await answer(
+        svc, request, planned, COMPLETIONS, "cmpl", "text_completion", c.completion_body, c.completion_chunk_renderer
+    )
+
+
+@router.post(
+    CHAT,
+    response_model=ChatCompletionResponse,
+    responses={200: SSE_DOC},
+    dependencies=GENERATION_GUARDS,
+    summary="OpenAI's chat completions: exactly one user message, answered as its text's completion",
+)
+async def chat_completions(svc: ServiceDep, request: Request, body: ChatCompletionRequest) -> Response:
+    planned = c.chat_request(svc, body)
+    return await answer(svc, request, planned, CHAT, "chatcmpl", "chat.completion.chunk", c.chat_body, c.chat_chunk_renderer)
+
+
+async def answer(svc, request: Request, planned: c.Plan, route: str, prefix: str, chunk_object: str, body, renderer) -> Response:
+    jobs = c.admit(svc, planned)
+    if planned.stream:
+        envelope = {
+            "id": c.new_id(prefix),
+            "object": chunk_object,
+            "created": int(time.time()),
+            "model": c.served_model_name(svc),
+        }
+        events = c.stream_answer(svc, planned, jobs, route, envelope, renderer(planned))
+        return SSEResponse(events, headers=SSE_HEADERS)
+    done = await c.answer_whole(svc, request, planned, jobs, prefix)
+    if done is None:
+        svc.metrics.request_done(route, "cancelled")
+        return Response(status_code=499)  # nobody reads it: the client has gone
+    svc.metrics.request_done(route, "success")
+    svc.metrics.request_duration.observe(time.perf_counter() - jobs[0][0].t_arrival)
+    return json_answer(body(done, planned))
+
+
+@router.get(MODELS, response_model=ModelList, dependencies=[Depends(authorize)], summary="OpenAI's model list: the served model")
+async def models(svc: ServiceDep, request: Request) -> ModelList:
+    created = request.app.state.openai_created
+    return ModelList(data=[ModelCard(id=c.served_model_name(svc), created=created)])
+
+
+def install(app: FastAPI) -> None:
+    """The /v1 routes, and OpenAI's error shape for what is answered on /v1/* before a route runs (the body-size
+    limit, unknown paths): call it after the body-size limit's middleware is added, so that it wraps it."""
+    app.state.openai_created = int(time.time())
+    app.include_router(router)
+    app.add_middleware(OpenAIErrorShape)
