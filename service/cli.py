@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import logging
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -107,11 +108,16 @@ def serve(settings, engine=None, *, keepalive_s: float | None = None) -> int:
 
     configure_logging(settings.log_level)
     try:
+        sock = bind(settings.host, settings.port)  # a port already taken fails here, before loading or any "ready"
+    except OSError as e:
+        return _fail(f"cannot listen on {settings.host}:{settings.port} (--port / ATTNSERVE_PORT): {e.strerror or e}")
+    try:
         if engine is None:
             engine = load_engine(settings)
         resolve_limits(settings, engine)
         lexicon = load_lexicon(settings, engine)  # a bad override line stops here, before the port opens
     except (BundleError, EngineError, ConfigError, LexiconError) as e:
+        sock.close()
         return _fail(str(e))
     app = create_app(settings, engine, keepalive_s=SSE_KEEPALIVE_S if keepalive_s is None else keepalive_s, lexicon=lexicon)
     config = uvicorn.Config(
@@ -124,8 +130,22 @@ def serve(settings, engine=None, *, keepalive_s: float | None = None) -> int:
         timeout_graceful_shutdown=max(5.0, settings.drain_timeout_s),
         timeout_keep_alive=settings.keepalive_timeout_s,  # uvicorn's 5 s equals httpx's idle expiry: see Settings
     )
-    DrainingServer(config, app).run()  # a failed start-up exits 3 from inside uvicorn
+    DrainingServer(config, app).run(sockets=[sock])  # uvicorn listens on the socket bound above
     return 0
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port as uvicorn binds (SO_REUSEADDR), not yet listening: a client is refused until
+    uvicorn listens on it, after start-up. Raises OSError when the port is taken or the address is not this host's."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 class DrainingServer(uvicorn.Server):
