@@ -33,6 +33,7 @@ examples:
   attnserve-loadtest http://127.0.0.1:8000 --concurrency 1,4,16,64 --requests 200
   attnserve-loadtest http://127.0.0.1:8000 --rate 5,20,50 --duration 30 --slo ttft_ms=100,e2e_ms=500
   attnserve-loadtest http://127.0.0.1:8000 --no-stream --concurrency 64 --requests 2000   # POST /generate
+  attnserve-loadtest http://127.0.0.1:8000 --api openai --concurrency 1,16 --requests 200  # POST /v1/completions
 """
 
 
@@ -107,7 +108,17 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="send non-streaming requests (default endpoint /generate): end-to-end latency only, no TTFT or ITL",
     )
-    p.add_argument("--endpoint", help="generation route (default /generate_stream, or /generate with --no-stream)")
+    p.add_argument(
+        "--api",
+        choices=["tgi", "openai"],
+        default="tgi",
+        help="tgi: TGI's /generate_stream (default); openai: OpenAI's /v1/completions, streamed with usage",
+    )
+    p.add_argument("--model", help="--api openai: the `model` to send (default: the first of GET /v1/models)")
+    p.add_argument(
+        "--endpoint",
+        help="generation route (default /generate_stream, /generate with --no-stream, /v1/completions with --api openai)",
+    )
     p.add_argument("--no-metrics", action="store_true", help="do not scrape URL/metrics before and after each level")
     p.add_argument("--out", type=Path, help="directory for results.json, CSVs and plots (default loadtest-results/TIME)")
     p.add_argument("--no-plots", action="store_true")
@@ -147,6 +158,19 @@ async def _server_info(client: aiohttp.ClientSession, base: str, headers: dict[s
         return f"{type(e).__name__}: {e}"
 
 
+async def _served_model(client: aiohttp.ClientSession, base: str, headers: dict[str, str]) -> str:
+    """The first model of GET /v1/models (OpenAI's API); ConnectionError saying why when there is none."""
+    try:
+        async with client.get(base + "/v1/models", headers=headers, timeout=aiohttp.ClientTimeout(total=10)) as resp:
+            body = await resp.json(content_type=None) if resp.status == 200 else None
+    except (aiohttp.ClientError, TimeoutError, ValueError) as e:
+        raise ConnectionError(f"GET {base}/v1/models failed: {type(e).__name__}: {e}; give --model") from None
+    models = body.get("data") if isinstance(body, dict) else None
+    if not models or not isinstance(models[0], dict) or "id" not in models[0]:
+        raise ConnectionError(f"GET {base}/v1/models named no model; give --model")
+    return models[0]["id"]
+
+
 async def run(args, levels: list[Level], inputs: list[str], slo: dict, result: dict) -> None:
     """Run every level, appending each finished one to result["levels"] (kept if interrupted)."""
     base = args.url.rstrip("/")
@@ -174,6 +198,11 @@ async def run(args, levels: list[Level], inputs: list[str], slo: dict, result: d
     async with open_session(connect_timeout_s=min(args.timeout, 10.0)) as client:
         info = await _server_info(client, base, headers)
         result["server_info"] = info if isinstance(info, dict) else {"unavailable": info}
+        if args.api == "openai":
+            target.api = "openai"
+            target.model = args.model or await _served_model(client, base, headers)
+            body = params.openai_payload("", 0, target.model, target.stream)
+            result["config"]["parameters"] = {k: v for k, v in body.items() if k != "prompt"}
         sender = Sender(client, target)
         for i, level in enumerate(levels):
             warmup = level.default_warmup() if args.warmup is None else args.warmup
@@ -214,7 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.warmup is not None and args.warmup < 0:
         parser.error("--warmup must be >= 0")
     if args.endpoint is None:
-        args.endpoint = "/generate" if args.no_stream else "/generate_stream"
+        args.endpoint = "/v1/completions" if args.api == "openai" else "/generate" if args.no_stream else "/generate_stream"
+    if args.model is not None and args.api != "openai":
+        parser.error("--model is for --api openai")
     if not args.endpoint.startswith("/"):
         parser.error("--endpoint must start with '/'")
     if not args.url.startswith(("http://", "https://")):
@@ -254,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
             "n_inputs": len(inputs),
             "slo": slo or None,
             "endpoint": args.endpoint,
+            "api": args.api,
             "stream": not args.no_stream,
         },
         "levels": [],

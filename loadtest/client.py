@@ -1,4 +1,4 @@
-"""One generation request against a TGI-style server, timed: streamed (per token) or not.
+"""One generation request against a TGI-style or OpenAI-style server, timed: streamed (per token) or not.
 
 Streamed (`/generate_stream`): the server answers Server-Sent Events, one per
 generated token: `data:{"index", "token": {"id", "text", "logprob", "special"},
@@ -9,6 +9,13 @@ generated token: `data:{"index", "token": {"id", "text", "logprob", "special"},
 Not streamed (`/generate`, `--no-stream`): one JSON answer `{"generated_text", ...}`
 (TGI's `/` answers a one-element list of it); only its end-to-end latency is
 measured, and its token count is TGI's `x-generated-tokens` header.
+
+OpenAI's API (`--api openai`, `/v1/completions`): the same request as OpenAI's completion
+`{"model", "prompt", "max_tokens", ...}`. Streamed, the server answers `data: {chunk}` events whose
+`choices[0].text` is each token's text, the choice's last with `finish_reason`, then a usage chunk
+(`stream_options.include_usage`) and `data: [DONE]`. TTFT is the first chunk with text, the end is the
+chunk with `finish_reason`, and the token count is the usage's `completion_tokens` (the chunks with
+text when the server sends no usage). Errors come as `{"error": {"message", ...}}`.
 """
 
 from __future__ import annotations
@@ -70,6 +77,26 @@ class GenerationParams:
             params["seed"] = self.seed + index
         return {"inputs": text, "parameters": params}
 
+    def openai_payload(self, text: str, index: int, model: str, stream: bool) -> dict:
+        """The same request as OpenAI's completion (/v1/completions). Sampling is temperature > 0 there: with
+        do_sample and no temperature, temperature 1 is sent. top_k and lexicon are vLLM-style extensions."""
+        body: dict = {"model": model, "prompt": text, "stream": stream}
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+        if not self.lexicon:
+            body["lexicon"] = False
+        if self.max_new_tokens is not None:
+            body["max_tokens"] = self.max_new_tokens
+        if self.do_sample or self.temperature is not None:
+            body["temperature"] = self.temperature if self.temperature is not None else 1.0
+        for name in ("top_k", "top_p"):
+            value = getattr(self, name)
+            if value is not None:
+                body[name] = value
+        if self.seed is not None:
+            body["seed"] = self.seed + index
+        return body
+
 
 @dataclass
 class RequestRecord:
@@ -110,6 +137,8 @@ def _error_message(body: bytes) -> str:
         obj = json.loads(text)
     except json.JSONDecodeError:
         return text[:200]
+    if isinstance(obj, dict) and isinstance(obj.get("error"), dict):  # OpenAI's shape
+        return str(obj["error"].get("message"))[:200]
     if isinstance(obj, dict) and "error" in obj:
         return str(obj["error"])[:200]
     return text[:200]
@@ -143,8 +172,9 @@ async def stream_request(
     due: float,
     level_start: float,
     timeout_s: float,
+    api: str = "tgi",
 ) -> RequestRecord:
-    """POST `payload` to the streaming `url` and time each token event.
+    """POST `payload` to the streaming `url` and time each token event (`api`: "tgi" or "openai", the events' shape).
 
     `due` and `level_start` are `time.perf_counter()` values. The whole request
     (queueing in the client pool included) must finish within `timeout_s` of `due`.
@@ -161,22 +191,41 @@ async def stream_request(
                     rec.error_kind = error_kind_for_status(resp.status)
                     rec.error = _error_message(await resp.read())
                 else:
+                    usage_tokens = None
                     async for raw in resp.content:  # one line at a time
                         if not raw.startswith(b"data:"):
                             continue  # blank separators, comments, `event:` lines
                         now = time.perf_counter()
-                        event = json.loads(raw[5:])
-                        if "error" in event:
-                            rec.error_kind, rec.error = "stream", str(event["error"])[:200]
+                        data = raw[5:].strip()
+                        if api == "openai" and data == b"[DONE]":
                             break
+                        event = json.loads(data)
+                        if "error" in event:
+                            error = event["error"]
+                            rec.error_kind = "stream"
+                            rec.error = str(error.get("message") if isinstance(error, dict) else error)[:200]
+                            break
+                        if api == "openai":
+                            if event.get("usage"):
+                                usage_tokens = event["usage"].get("completion_tokens")
+                            for choice in event.get("choices") or ():
+                                if choice.get("text"):
+                                    tokens += 1
+                                    first = first if first is not None else now
+                                if choice.get("finish_reason") and final is None:
+                                    final = now  # then the usage chunk and [DONE]
+                            continue
                         if event.get("token") is not None:
                             tokens += 1
                             first = first if first is not None else now
                         if event.get("generated_text") is not None:
                             final = now
                             break
+                    if usage_tokens is not None:
+                        tokens = usage_tokens
                     if rec.error_kind is None and final is None:
-                        rec.error_kind, rec.error = "stream", "stream ended before the event carrying generated_text"
+                        end = "a chunk with finish_reason" if api == "openai" else "the event carrying generated_text"
+                        rec.error_kind, rec.error = "stream", f"stream ended before {end}"
     except TimeoutError:  # ours, or aiohttp's connect timeout (a subclass)
         rec.error_kind, rec.error = "timeout", f"no complete answer within {timeout_s:g} s"
     except aiohttp.ClientPayloadError as e:
@@ -208,8 +257,9 @@ async def generate_request(
     due: float,
     level_start: float,
     timeout_s: float,
+    api: str = "tgi",
 ) -> RequestRecord:
-    """POST `payload` to a non-streaming `url` (`/generate`) and time the whole answer.
+    """POST `payload` to a non-streaming `url` (`/generate`, or OpenAI's `/v1/completions`) and time the whole answer.
 
     Nothing arrives before the answer, so TTFT and ITL stay None. The token count
     is the `x-generated-tokens` header (attnserve and TGI send it), else the
@@ -227,14 +277,21 @@ async def generate_request(
                     rec.error = _error_message(body)
                 else:
                     answer = json.loads(body)
-                    if isinstance(answer, list) and len(answer) == 1:  # TGI's POST / answers [answer]
-                        answer = answer[0]
-                    if not isinstance(answer, dict) or not isinstance(answer.get("generated_text"), str):
-                        rec.error_kind, rec.error = "stream", "answer without generated_text"
+                    if api == "openai":
+                        choices = answer.get("choices") if isinstance(answer, dict) else None
+                        if not choices:
+                            rec.error_kind, rec.error = "stream", "answer without choices"
+                        else:
+                            rec.output_tokens = int((answer.get("usage") or {}).get("completion_tokens") or 0)
                     else:
-                        header = resp.headers.get("x-generated-tokens", "")
-                        details = answer.get("details") or {}
-                        rec.output_tokens = int(header) if header.isdigit() else int(details.get("generated_tokens") or 0)
+                        if isinstance(answer, list) and len(answer) == 1:  # TGI's POST / answers [answer]
+                            answer = answer[0]
+                        if not isinstance(answer, dict) or not isinstance(answer.get("generated_text"), str):
+                            rec.error_kind, rec.error = "stream", "answer without generated_text"
+                        else:
+                            header = resp.headers.get("x-generated-tokens", "")
+                            details = answer.get("details") or {}
+                            rec.output_tokens = int(header) if header.isdigit() else int(details.get("generated_tokens") or 0)
     except TimeoutError:
         rec.error_kind, rec.error = "timeout", f"no complete answer within {timeout_s:g} s"
     except aiohttp.ClientPayloadError as e:

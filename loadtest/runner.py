@@ -47,6 +47,8 @@ class Target:
     params: GenerationParams
     timeout_s: float
     stream: bool = True  # Server-Sent Events (timed per token), or one JSON answer (timed as a whole)
+    api: str = "tgi"  # "tgi": TGI's bodies and events; "openai": OpenAI's completions
+    model: str | None = None  # the `model` an OpenAI request names
 
 
 class Sender:
@@ -64,10 +66,22 @@ class Sender:
 
     async def send(self, index: int, due: float, level_start: float) -> RequestRecord:
         t = self.target
-        payload = t.params.payload(t.inputs[index % len(t.inputs)], index)
+        text = t.inputs[index % len(t.inputs)]
+        if t.api == "openai":
+            payload = t.params.openai_payload(text, index, t.model, t.stream)
+        else:
+            payload = t.params.payload(text, index)
         send = stream_request if t.stream else generate_request
         return await send(
-            self.client, t.url, payload, t.headers, index=index, due=due, level_start=level_start, timeout_s=t.timeout_s
+            self.client,
+            t.url,
+            payload,
+            t.headers,
+            index=index,
+            due=due,
+            level_start=level_start,
+            timeout_s=t.timeout_s,
+            api=t.api,
         )
 
 

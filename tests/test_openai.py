@@ -476,3 +476,37 @@ def test_litellm_text_completion_reads_the_shapes(url, monkeypatch):
     assert r.choices[0].message.content == "AH0 T EH1 N SH AH0 N"
     with pytest.raises(litellm.exceptions.NotFoundError):
         litellm.text_completion(model="text-completion-openai/nope", prompt="x", api_base=url + "/v1", api_key="x", max_retries=0)
+
+
+# ---- attnserve-loadtest --api openai ------------------------------------------------------------------
+def test_loadtest_api_openai_times_streamed_completions_and_counts_the_servers_tokens(tiny_bundle_dir, tmp_path):
+    import json
+
+    from loadtest.cli import main
+
+    def run(name: str, *args: str) -> dict:
+        out = tmp_path / name
+        base = ("--concurrency", "4", "--requests", "12", "--warmup", "0", "--max-new-tokens", "24", "--no-plots")
+        assert main([server.url, "--out", str(out), "--no-progress", *base, *args]) == 0
+        return json.loads((out / "results.json").read_text())
+
+    with serving(tiny_bundle_dir, max_batch_size=8) as server:
+        tgi = run("tgi")
+        result = run("openai", "--api", "openai")
+        whole = run("openai-whole", "--api", "openai", "--no-stream")
+        sampled = run("openai-sampled", "--api", "openai", "--do-sample", "--seed", "3")
+        samples = scrape(server.url)
+    assert result["config"]["endpoint"] == "/v1/completions" and result["config"]["parameters"]["model"] == "g2p-tiny"
+    (lv,) = result["levels"]
+    s, srv = lv["summary"], lv["server"]
+    assert s["ok"] == 12 and s["failed"] == 0
+    for key in ("ttft_ms", "itl_ms", "e2e_ms"):
+        assert 0 < s[key]["min"] <= s[key]["p50"] <= s[key]["max"]
+    for r in lv["records"]:
+        assert 0 < r["ttft_s"] <= r["e2e_s"] and r["output_tokens"] >= 1
+    # the usage chunk's tokens are the server's own count, and the same as TGI's events for the same greedy inputs
+    assert srv["generated_tokens"]["sum"] == s["output_tokens"] == tgi["levels"][0]["summary"]["output_tokens"]
+    assert whole["levels"][0]["summary"]["output_tokens"] == s["output_tokens"]
+    assert whole["levels"][0]["summary"]["ttft_ms"] is None
+    assert sampled["levels"][0]["summary"]["ok"] == 12
+    assert metric(samples, "attnserve_requests_total", route="/v1/completions", outcome="success") == 36
