@@ -170,6 +170,7 @@ class Validator:
                 logprobs=bool(p.details) or stream,  # TGI's tokens always carry a logprob where it shows them
                 typical_p=p.typical_p,
                 frequency_penalty=p.frequency_penalty,
+                presence_penalty=p.presence_penalty,
                 best_of=p.best_of or 1,
                 num_beams=p.num_beams,
                 top_n_tokens=p.top_n_tokens or 0,
