@@ -129,8 +129,8 @@ class TrainConfig(Architecture):
     dataset: str = "cmudict"  # "cmudict" or a TSV/JSONL file of pairs
     task: str = "g2p"  # "g2p" (WER/PER) or "seq2seq" (exact match, token accuracy, chrF)
     strip_stress: bool = False
-    src_tokenizer: str = "char"
-    tgt_tokenizer: str = "whitespace"
+    src_tokenizer: str = "char"  # "char", "whitespace" (whole words seen in training) or "bpe"
+    tgt_tokenizer: str = "whitespace"  # G2P's phonemes; targets of single words need "char" (or "bpe")
     lowercase_source: bool = True
     bpe_vocab_size: int = 8000
     train_limit: int = 0  # 0 = all; a small number for smoke tests
@@ -248,3 +248,40 @@ PRESETS: dict[str, dict] = {
         max_tokens=4096,
     ),
 }
+
+
+def config_reference() -> str:
+    """Every training key with its default and the comment beside it in this file, as YAML (`attnserve-train
+    --help-config`): a file to start a config from, and the reference the README points to."""
+    import inspect
+    import json
+    import re
+
+    comments: dict[str, str] = {}
+    sections: dict[str, str] = {}  # first key of a section -> its heading comment
+    pending = "the model (Architecture)"
+    for cls in (Architecture, TrainConfig):
+        for line in inspect.getsource(cls).splitlines():
+            if m := re.match(r"^    # (.+)$", line):
+                pending = m.group(1)
+            elif m := re.match(r"^    (\w+): [^=]+=[^#]+?(?:\s+#\s*(.*))?$", line):
+                comments[m.group(1)] = m.group(2) or ""
+                if pending:
+                    sections[m.group(1)], pending = pending, ""
+    out = [
+        "# attnserve-train keys and their defaults: defaults < --preset < --config FILE.yaml < --set KEY=VALUE",
+        *(f"# --preset {name}: {', '.join(f'{k}={v}' for k, v in keys.items())}" for name, keys in PRESETS.items()),
+    ]
+    for f in fields(TrainConfig):
+        if f.name in sections:
+            out += ["", f"# {sections[f.name]}"]
+        value = (
+            json.dumps(f.default)
+            if isinstance(f.default, str)
+            else str(f.default).lower()
+            if isinstance(f.default, bool)
+            else f.default
+        )
+        note = f"  # {comments[f.name]}" if comments.get(f.name) else ""
+        out.append(f"{f.name}: {value}{note}")
+    return "\n".join(out) + "\n"

@@ -56,3 +56,41 @@ def decode(tok: Tokenizer, ids: Iterable[int]) -> str:
 def tokens(tok: Tokenizer, text: str) -> list[str]:
     """The token strings of `text` (what token-level metrics compare)."""
     return tok.encode(text, add_special_tokens=False).tokens
+
+
+UNKNOWN_WARN_FRACTION = 0.03  # more dev tokens than this unknown to a tokenizer: train() warns at start
+
+
+def unknown_fraction(tok: Tokenizer, texts: Iterable[str]) -> tuple[int, int]:
+    """(tokens of `texts` that `tok` maps to <unk>, all their tokens)."""
+    unknown = total = 0
+    for text in texts:
+        ids = encode(tok, text)
+        unknown += ids.count(UNK_ID)
+        total += len(ids)
+    return unknown, total
+
+
+def unknown_tokens_warning(side: str, key: str, kind: str, unknown: int, total: int, from_bundle: bool) -> str | None:
+    """The warning train() prints when more than UNKNOWN_WARN_FRACTION of the dev set's `side` tokens are unknown
+    to its tokenizer (`key` = `kind`), naming the setting that likely fixes it; None below that."""
+    if not total or unknown / total <= UNKNOWN_WARN_FRACTION:
+        return None
+    share = (
+        f"{100 * unknown / total:.1f}% of the dev set's {side} tokens ({unknown} of {total}) are unknown to the {side} tokenizer"
+    )
+    if from_bundle:
+        fix = (
+            f"the bundle's {side} vocabulary (--init-from) lacks them and cannot grow: check that the data uses the "
+            "bundle's symbols, or train from scratch without --init-from"
+        )
+    elif kind == "whitespace":
+        fix = (
+            f"{key}=whitespace knows only the whole words seen in training, so a word first seen in dev is <unk>: "
+            f"for single words or open vocabularies use --set {key}=char (or --set {key}=bpe)"
+        )
+    elif kind == "bpe":
+        fix = f"{key}=bpe has not seen these symbols in training: use --set {key}=char, or more training data"
+    else:
+        fix = f"{key}={kind} has not seen these characters in training: check the dev data, or add pairs that use them"
+    return f"WARNING: {share}; the model cannot {'read' if side == 'source' else 'produce'} them. {fix}."

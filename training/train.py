@@ -22,6 +22,7 @@ import math
 import os
 import random
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -39,7 +40,7 @@ from training.data import Example, token_batches
 from training.decode import collate, evaluate_model
 from training.model import Transformer
 from training.run import load_run_tokenizers
-from training.tokenize import UNK_ID, build_tokenizer, encode
+from training.tokenize import UNK_ID, build_tokenizer, encode, unknown_fraction, unknown_tokens_warning
 from training.warmstart import bundle_state_dict, bundle_tokenizers, dev_examples, training_examples
 
 
@@ -220,6 +221,18 @@ def _shared_tokenizers(cfg: TrainConfig, train_ex: list[Example], is_main: bool,
     return Tokenizer.from_str(payload[0]), Tokenizer.from_str(payload[1])
 
 
+def _warn_unknown_dev_tokens(cfg: TrainConfig, src_tok: Tokenizer, tgt_tok: Tokenizer, dev_ex: list[Example]) -> None:
+    """A tokenizer that maps much of the dev set to <unk> dooms the run (exact match 0, silently): say so at the start."""
+    sides = (
+        ("source", "src_tokenizer", cfg.src_tokenizer, src_tok, [e.source for e in dev_ex]),
+        ("target", "tgt_tokenizer", cfg.tgt_tokenizer, tgt_tok, [t for e in dev_ex for t in e.targets]),
+    )
+    for side, key, kind, tok, texts in sides:
+        warning = unknown_tokens_warning(side, key, kind, *unknown_fraction(tok, texts), from_bundle=bool(cfg.init_from))
+        if warning:
+            print(f"\n{warning}\n", file=sys.stderr, flush=True)
+
+
 def train(cfg: TrainConfig, out_dir: Path, resume: bool = False, on_step: StepHook | None = None) -> dict:
     """Train into `out_dir` (or continue the run there with `resume`); returns the last dev metrics.
 
@@ -320,6 +333,7 @@ def _train(cfg, out_dir: Path, resume: bool, on_step, rank: int, world: int, dev
             + (f", resuming after step {step}" if ckpt is not None else "")
             + (f", initialised from {cfg.init_from}" if cfg.init_from and ckpt is None else "")
         )
+        _warn_unknown_dev_tokens(cfg, src_tok, tgt_tok, dev_ex)
 
     def save(name: str, rng_per_rank: list[dict] | None = None) -> None:
         state = {
