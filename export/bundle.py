@@ -22,6 +22,7 @@ import torch
 from tokenizers import Tokenizer
 
 from export.calibration import training_pairs, write_int8
+from export.errors import BuildError
 from export.explain import add_explain_graph
 from export.lexicon import with_fields_after, write_lexicon
 from export.onnx import OPSET, export_decoder, export_encoder, external_data_files, graph_io, share_initializers
@@ -44,10 +45,6 @@ INT8_MIN_SPEEDUP = 1.05  # and it must be at least this much faster, at batch 1 
 # since any difference, however small, can flip an int8 rounding step and grow to 1e-2 in the logits
 INT8_MAX_INVARIANCE_DIFF = 0.0
 LENGTH_MARGIN = 3  # tokens beyond the longest training target of the same source length
-
-
-class BuildError(RuntimeError):
-    """The bundle could not be built or failed its checks; one line."""
 
 
 def write_manifest(bundle_dir: Path, meta: dict) -> None:

@@ -18,6 +18,7 @@ from tqdm import tqdm
 
 from export.invariance import cpu_session, cross_feeds, decoder_feeds, self_attention_inputs
 from export.variants import calibrate_amax, quantize_int8
+from service.engine.names import ATTENTION_MASK, INPUT_IDS
 
 CALIBRATION_PAIRS = 1000  # training-split pairs, spread evenly over the split
 
@@ -42,7 +43,7 @@ def calibrated_amax(
         src = src_tok.encode(source, add_special_tokens=False).ids[: int(cfg["max_source_len"])] or [int(cfg["unk_id"])]
         tgt = tgt_tok.encode(target, add_special_tokens=False).ids[: int(cfg["max_target_len"]) - 1]
         x = np.asarray([src], np.int64)
-        enc_feeds.append({"input_ids": x, "attention_mask": np.ones_like(x)})
+        enc_feeds.append({INPUT_IDS: x, ATTENTION_MASK: np.ones_like(x)})
         cross = cross_feeds(dict(zip(enc_names, session.run(None, enc_feeds[-1]))))
         ids = np.asarray([[int(cfg["bos_id"]), *tgt]], np.int64)
         positions = np.arange(ids.shape[1], dtype=np.int64)[None]

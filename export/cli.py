@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--threads", type=int)
     args = p.parse_args(argv)
 
-    from export.bundle import BuildError
+    from export.errors import BuildError
     from service.engine.bundle import BundleError
 
     try:

@@ -26,7 +26,10 @@ import numpy as np
 import onnxruntime as ort
 import torch
 
-from export.onnx import DecoderGraph, decoder_io, example_inputs, export_decoder, graph_io
+from export.errors import BuildError
+from export.onnx import DecoderGraph, example_inputs, export_decoder, graph_io
+from service.engine.names import cross_attention_names, decoder_io
+from service.engine.runtime import session_options
 from training.model import Transformer
 
 EXPLAIN_DECODER = "decoder.explain.onnx"
@@ -34,23 +37,17 @@ EXPLAIN_IO_KEY = "decoder.explain"
 ATTENTION_TOLERANCE = 1e-4  # max |ONNX - PyTorch| of any attention weight, and of any row sum - 1
 
 
-def cross_attention_names(n_layers: int) -> list[str]:
-    return [f"cross_attentions.{i}" for i in range(n_layers)]
-
-
 def add_explain_graph(model: Transformer, bundle_dir: Path, meta: dict, encoder_file: str = "encoder.onnx") -> dict:
     """Export decoder.explain.onnx into `bundle_dir`, check it against PyTorch, and record it in `meta`
     (the bundle.json dict being built: its "explain" entry and io["decoder.explain"]). Returns the entry.
 
-    Raises export.bundle.BuildError when the graph's weights differ from the model's by more than
+    Raises BuildError when the graph's weights differ from the model's by more than
     ATTENTION_TOLERANCE or a row does not sum to 1.
     """
     path = Path(bundle_dir) / EXPLAIN_DECODER
     export_decoder(model, path, next_token=True, explain=True)
     figures = attention_parity(model, path)
     if not figures["ok"]:
-        from export.bundle import BuildError  # export.bundle imports this module
-
         raise BuildError(f"{EXPLAIN_DECODER}: cross-attention differs from PyTorch ({figures})")
     n = model.cfg.n_decoder_layers
     entry = {
@@ -85,10 +82,7 @@ def attention_parity(model: Transformer, path: Path, b: int = 3, s: int = 7, p: 
     inputs[2], inputs[3] = mask, bias
     names_in, names_out = decoder_io(n, next_token=True, explain=True)
     expected = DecoderGraph(model, next_token=True, explain=True)(*inputs)
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    so.log_severity_level = 3
-    session = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(str(path), session_options(threads=1), providers=["CPUExecutionProvider"])
     got = session.run(names_out, {k: v.numpy() for k, v in zip(names_in, inputs)})
     first = len(names_out) - n  # the cross_attentions.{i} outputs come last
     attn_diff = max(float(np.abs(g - e.numpy()).max()) for g, e in zip(got[first:], expected[first:]))

@@ -18,18 +18,30 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from service.engine.names import (
+    ATTENTION_MASK,
+    DECODER,
+    DECODER_ATTENTION_MASK,
+    ENCODER,
+    ENCODER_ATTENTION_BIAS,
+    INPUT_IDS,
+    LOGITS,
+    PAST,
+    POSITION_IDS,
+    PRESENT,
+    past_name,
+    past_names,
+    present_names,
+)
+from service.engine.runtime import session_options
+
 MAX_PAST = 12  # past lengths drawn from 0..MAX_PAST
 EXTRA_SOURCE_PAD = 3  # batched rows are padded this much beyond the longest source
 EXTRA_PAST_PAD = 2  # and this much beyond the longest past
 
 
 def cpu_session(path: Path, threads: int = 1) -> ort.InferenceSession:
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.log_severity_level = 3
-    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(str(path), session_options(threads), providers=["CPUExecutionProvider"])
 
 
 def batch_invariance(
@@ -52,15 +64,15 @@ def batch_invariance(
     rng = np.random.default_rng(seed)
     enc_names = [o.name for o in enc.get_outputs()]
     dec_names = [o.name for o in dec.get_outputs()]
-    cross_out = [n for n in enc_names if n.startswith("present.")]
-    cross_in = [n.replace("present.", "past_key_values.", 1) for n in cross_out]
+    cross_out = present_names(n_layers, ENCODER)
+    cross_in = past_names(n_layers, ENCODER)
     self_in = self_attention_inputs(n_layers)
-    self_out = [n.replace("past_key_values.", "present.", 1) for n in self_in]
+    self_out = present_names(n_layers, DECODER)
 
     rows = []
     for ids in source_ids:  # alone: B = 1, no padding anywhere
         x = np.asarray([ids], np.int64)
-        e = dict(zip(enc_names, enc.run(None, {"input_ids": x, "attention_mask": np.ones_like(x)})))
+        e = dict(zip(enc_names, enc.run(None, {INPUT_IDS: x, ATTENTION_MASK: np.ones_like(x)})))
         p = int(rng.integers(0, MAX_PAST + 1))
         tokens = rng.integers(4, vocab_size, p + 1).astype(np.int64)
         feeds = cross_feeds(e)
@@ -85,24 +97,24 @@ def batch_invariance(
         mask = np.zeros((b, s), np.int64)
         for j, r in enumerate(chunk):
             x[j, : len(r["ids"])], mask[j, : len(r["ids"])] = r["ids"], 1
-        e = dict(zip(enc_names, enc.run(None, {"input_ids": x, "attention_mask": mask})))
+        e = dict(zip(enc_names, enc.run(None, {INPUT_IDS: x, ATTENTION_MASK: mask})))
         for j, r in enumerate(chunk):
             n = len(r["ids"])
-            enc_diff = max(enc_diff, _diff(e["encoder_attention_bias"][j, ..., :n], r["enc"]["encoder_attention_bias"][0]))
+            enc_diff = max(enc_diff, _diff(e[ENCODER_ATTENTION_BIAS][j, ..., :n], r["enc"][ENCODER_ATTENTION_BIAS][0]))
             for o in cross_out:
                 enc_diff = max(enc_diff, _diff(e[o][j, :, :n], r["enc"][o][0]))
         # The decoder step gets each row's own alone-computed cache, padded with finite garbage
         # (what a reused slot holds in the engine): masked slots must not matter.
         feeds = {
-            "input_ids": np.array([[r["token"]] for r in chunk], np.int64),
-            "position_ids": np.array([[r["p"]] for r in chunk], np.int64),
-            "decoder_attention_mask": np.zeros((b, p + 1), np.int64),
-            "encoder_attention_bias": np.full((b, 1, 1, s), -1e9, np.float32),
+            INPUT_IDS: np.array([[r["token"]] for r in chunk], np.int64),
+            POSITION_IDS: np.array([[r["p"]] for r in chunk], np.int64),
+            DECODER_ATTENTION_MASK: np.zeros((b, p + 1), np.int64),
+            ENCODER_ATTENTION_BIAS: np.full((b, 1, 1, s), -1e9, np.float32),
         }
         for j, r in enumerate(chunk):
             n = len(r["ids"])
-            feeds["decoder_attention_mask"][j, p - r["p"] :] = 1
-            feeds["encoder_attention_bias"][j, ..., :n] = r["enc"]["encoder_attention_bias"][0]
+            feeds[DECODER_ATTENTION_MASK][j, p - r["p"] :] = 1
+            feeds[ENCODER_ATTENTION_BIAS][j, ..., :n] = r["enc"][ENCODER_ATTENTION_BIAS][0]
         for name in cross_in:
             h, dh = chunk[0]["past"][name].shape[1::2]
             arr = rng.standard_normal((b, h, s, dh)).astype(np.float32)
@@ -118,7 +130,7 @@ def batch_invariance(
             feeds[name] = arr
         out = dict(zip(dec_names, dec.run(None, feeds)))
         for j, r in enumerate(chunk):
-            logit_diff = max(logit_diff, _diff(out["logits"][j], r["out"]["logits"][0]))
+            logit_diff = max(logit_diff, _diff(out[LOGITS][j], r["out"][LOGITS][0]))
             for o in self_out:
                 present_diff = max(present_diff, _diff(out[o][j, :, p - r["p"] :], r["out"][o][0]))
     return {
@@ -133,23 +145,23 @@ def batch_invariance(
 
 def self_attention_inputs(n_layers: int) -> list[str]:
     """The decoder's past self-attention cache inputs, in the order its present outputs come."""
-    return [f"past_key_values.{i}.decoder.{kv}" for i in range(n_layers) for kv in ("key", "value")]
+    return past_names(n_layers, DECODER)
 
 
 def cross_feeds(encoder_outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The decoder's inputs that come from the encoder: the attention bias and the cross-attention K/V."""
-    feeds = {"encoder_attention_bias": encoder_outputs["encoder_attention_bias"]}
+    feeds = {ENCODER_ATTENTION_BIAS: encoder_outputs[ENCODER_ATTENTION_BIAS]}
     for name, value in encoder_outputs.items():
-        if name.startswith("present."):
-            feeds[name.replace("present.", "past_key_values.", 1)] = value
+        if name.startswith(PRESENT):
+            feeds[past_name(name)] = value
     return feeds
 
 
 def decoder_feeds(cross: dict, ids, positions, mask, past: list[np.ndarray] | None, self_in: list[str]) -> dict:
     """One row's decoder inputs: `cross_feeds`, the tokens at `positions`, and its past (None: an empty cache)."""
-    feeds = {**cross, "input_ids": np.asarray(ids, np.int64), "position_ids": np.asarray(positions, np.int64)}
-    feeds["decoder_attention_mask"] = mask
-    h, dh = cross[next(k for k in cross if k.startswith("past_key_values."))].shape[1::2]
+    feeds = {**cross, INPUT_IDS: np.asarray(ids, np.int64), POSITION_IDS: np.asarray(positions, np.int64)}
+    feeds[DECODER_ATTENTION_MASK] = mask
+    h, dh = cross[next(k for k in cross if k.startswith(PAST))].shape[1::2]
     for k, name in enumerate(self_in):
         feeds[name] = past[k] if past is not None else np.zeros((1, h, 0, dh), np.float32)
     return feeds

@@ -1,4 +1,4 @@
-"""Export the Transformer as two ONNX graphs with the names of Contract 2.
+"""Export the Transformer as two ONNX graphs with the names of Contract 2 (service/engine/names.py).
 
 - encoder.onnx: runs once per request. Besides the additive source bias it
   projects every decoder layer's cross-attention K/V here, once, so decoder
@@ -23,42 +23,28 @@ import onnx
 import torch
 from torch import Tensor, nn
 
+from service.engine.names import (
+    ATTENTION_MASK,
+    DECODER,
+    DECODER_ATTENTION_MASK,
+    ENCODER,
+    ENCODER_ATTENTION_BIAS,
+    INPUT_IDS,
+    LOGITS,
+    NEXT_TOKEN,
+    POSITION_IDS,
+    cross_attention_names,
+    decoder_io,
+    encoder_io,
+    past_names,
+    present_names,
+)
 from training.model import Transformer, decoder_self_bias
 
 OPSET = 17
 # ONNX Runtime 1.31 loads IR <= 13 while onnx 1.23 writes IR 14 by default:
 # save with the smallest IR version the opset needs.
 MAX_IR_VERSION = 10
-
-
-def past_names(n_layers: int, kind: str) -> list[str]:
-    """Decoder cache input names, key then value per layer; kind is "decoder" or "encoder"."""
-    return [f"past_key_values.{i}.{kind}.{kv}" for i in range(n_layers) for kv in ("key", "value")]
-
-
-def present_names(n_layers: int, kind: str) -> list[str]:
-    return [f"present.{i}.{kind}.{kv}" for i in range(n_layers) for kv in ("key", "value")]
-
-
-def encoder_io(n_layers: int) -> tuple[list[str], list[str]]:
-    return ["input_ids", "attention_mask"], ["encoder_attention_bias", *present_names(n_layers, "encoder")]
-
-
-def decoder_io(n_layers: int, next_token: bool = True, explain: bool = False) -> tuple[list[str], list[str]]:
-    inputs = [
-        "input_ids",
-        "position_ids",
-        "decoder_attention_mask",
-        "encoder_attention_bias",
-        *past_names(n_layers, "decoder"),
-        *past_names(n_layers, "encoder"),
-    ]
-    outputs = ["logits", *present_names(n_layers, "decoder")]
-    if next_token:
-        outputs.append("next_token")
-    if explain:
-        outputs += [f"cross_attentions.{i}" for i in range(n_layers)]
-    return inputs, outputs
 
 
 class EncoderGraph(nn.Module):
@@ -75,7 +61,7 @@ class EncoderGraph(nn.Module):
 
 
 class DecoderGraph(nn.Module):
-    """One cached decoder step. Inputs in `decoder_io` order; outputs:
+    """One cached decoder step. Inputs in `decoder_io` order (service/engine/names.py); outputs:
     logits [B,V] (last position), present self K/V [B,H,P+T,Dh] per layer,
     next_token [B] (in-graph argmax, saves greedy a pass over logits in Python),
     and with `explain` the cross-attention weights [B,H,T,S] per layer."""
@@ -130,7 +116,7 @@ def _save(path: Path) -> None:
 def export_encoder(model: Transformer, path: Path) -> None:
     enc_in, _ = example_inputs(model)
     names_in, names_out = encoder_io(model.cfg.n_decoder_layers)
-    axes = {"input_ids": {0: "B", 1: "S"}, "attention_mask": {0: "B", 1: "S"}, "encoder_attention_bias": {0: "B", 3: "S"}}
+    axes = {INPUT_IDS: {0: "B", 1: "S"}, ATTENTION_MASK: {0: "B", 1: "S"}, ENCODER_ATTENTION_BIAS: {0: "B", 3: "S"}}
     axes.update({name: {0: "B", 2: "S"} for name in names_out[1:]})
     _trace(EncoderGraph(model).eval(), enc_in, path, names_in, names_out, axes)
 
@@ -160,19 +146,19 @@ def export_decoder(model: Transformer, path: Path, next_token: bool = True, expl
     n = model.cfg.n_decoder_layers
     names_in, names_out = decoder_io(n, next_token, explain)
     axes: dict[str, dict[int, str]] = {
-        "input_ids": {0: "B", 1: "T"},
-        "position_ids": {0: "B", 1: "T"},
-        "decoder_attention_mask": {0: "B", 1: "P_plus_T"},
-        "encoder_attention_bias": {0: "B", 3: "S"},
-        "logits": {0: "B"},
+        INPUT_IDS: {0: "B", 1: "T"},
+        POSITION_IDS: {0: "B", 1: "T"},
+        DECODER_ATTENTION_MASK: {0: "B", 1: "P_plus_T"},
+        ENCODER_ATTENTION_BIAS: {0: "B", 3: "S"},
+        LOGITS: {0: "B"},
     }
-    axes.update({name: {0: "B", 2: "P"} for name in past_names(n, "decoder")})
-    axes.update({name: {0: "B", 2: "S"} for name in past_names(n, "encoder")})
-    axes.update({name: {0: "B", 2: "P_plus_T"} for name in present_names(n, "decoder")})
+    axes.update({name: {0: "B", 2: "P"} for name in past_names(n, DECODER)})
+    axes.update({name: {0: "B", 2: "S"} for name in past_names(n, ENCODER)})
+    axes.update({name: {0: "B", 2: "P_plus_T"} for name in present_names(n, DECODER)})
     if next_token:
-        axes["next_token"] = {0: "B"}
+        axes[NEXT_TOKEN] = {0: "B"}
     if explain:
-        axes.update({f"cross_attentions.{i}": {0: "B", 2: "T", 3: "S"} for i in range(n)})
+        axes.update({name: {0: "B", 2: "T", 3: "S"} for name in cross_attention_names(n)})
     _trace(DecoderGraph(model, next_token, explain).eval(), dec_in, path, names_in, names_out, axes)
     ops = {node.op_type for node in onnx.load(str(path)).graph.node}
     if "If" in ops or "Loop" in ops:

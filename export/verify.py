@@ -26,6 +26,18 @@ import numpy as np
 
 from service.engine.bundle import load_bundle
 from service.engine.engine import DecodingOptions, Engine
+from service.engine.names import (
+    ATTENTION_MASK,
+    DECODER,
+    DECODER_ATTENTION_MASK,
+    ENCODER,
+    ENCODER_ATTENTION_BIAS,
+    INPUT_IDS,
+    LOGITS,
+    NEXT_TOKEN,
+    POSITION_IDS,
+    present_names,
+)
 
 SHAPES = [(1, 1), (2, 7), (3, 1), (4, 11)]
 PAST_LENGTHS = [0, 5]
@@ -127,7 +139,7 @@ def graph_inputs(engine: Engine, b: int, s: int, p: int, seed: int = 0) -> tuple
     for r in range(b):
         src_mask[r, : max(1, s - r)] = 1
     src = np.where(src_mask == 1, src, engine.pad_id)
-    enc_feeds = {"input_ids": src, "attention_mask": src_mask}
+    enc_feeds = {INPUT_IDS: src, ATTENTION_MASK: src_mask}
     bias, *cross = engine.encoder.run(None, enc_feeds)
     n2 = 2 * engine.n_layers
     real = [max(0, p - r) for r in range(b)]
@@ -141,10 +153,10 @@ def graph_inputs(engine: Engine, b: int, s: int, p: int, seed: int = 0) -> tuple
     empty = np.zeros((b, engine.n_heads, 0, engine.head_dim), engine.kv_dtype)
     if p:
         feeds = {
-            "input_ids": prefix,
-            "position_ids": positions,
-            "decoder_attention_mask": past_mask,
-            "encoder_attention_bias": bias,
+            INPUT_IDS: prefix,
+            POSITION_IDS: positions,
+            DECODER_ATTENTION_MASK: past_mask,
+            ENCODER_ATTENTION_BIAS: bias,
             **dict(zip(engine.past_names, [empty] * n2)),
             **dict(zip(engine.cross_names, cross)),
         }
@@ -152,10 +164,10 @@ def graph_inputs(engine: Engine, b: int, s: int, p: int, seed: int = 0) -> tuple
     else:
         past = [empty] * n2
     dec_feeds = {
-        "input_ids": rng.integers(4, tgt_v, (b, 1)).astype(np.int64),
-        "position_ids": np.array([[x] for x in real], np.int64),
-        "decoder_attention_mask": np.concatenate([past_mask, np.ones((b, 1), np.int64)], axis=1),
-        "encoder_attention_bias": bias,
+        INPUT_IDS: rng.integers(4, tgt_v, (b, 1)).astype(np.int64),
+        POSITION_IDS: np.array([[x] for x in real], np.int64),
+        DECODER_ATTENTION_MASK: np.concatenate([past_mask, np.ones((b, 1), np.int64)], axis=1),
+        ENCODER_ATTENTION_BIAS: bias,
         **dict(zip(engine.past_names, past)),
         **dict(zip(engine.cross_names, cross)),
     }
@@ -177,21 +189,22 @@ def graph_parity(engine: Engine, model=None) -> dict:
             enc_out = engine.encoder.run(None, enc_feeds)
             dec_names = [o.name for o in engine.decoder.get_outputs()]
             dec_out = dict(zip(dec_names, engine.decoder.run(None, dec_feeds)))
-            expect = {"logits": (b, v), "present.0.decoder.key": (b, h, p + 1, dh)}
-            got = {k: dec_out[k].shape for k in expect} | {"present.0.encoder.key": enc_out[1].shape}
-            expect["present.0.encoder.key"] = (b, h, s, dh)
+            self_key, cross_key = present_names(1, DECODER)[0], present_names(1, ENCODER)[0]  # layer 0's keys
+            expect = {LOGITS: (b, v), self_key: (b, h, p + 1, dh)}
+            got = {k: dec_out[k].shape for k in expect} | {cross_key: enc_out[1].shape}
+            expect[cross_key] = (b, h, s, dh)
             if got != expect:
                 problems.append(f"(B,S,P)=({b},{s},{p}): shapes {got} != {expect}")
-            if "next_token" in dec_out and not np.array_equal(dec_out["next_token"], dec_out["logits"].argmax(-1)):
+            if NEXT_TOKEN in dec_out and not np.array_equal(dec_out[NEXT_TOKEN], dec_out[LOGITS].argmax(-1)):
                 problems.append(f"(B,S,P)=({b},{s},{p}): next_token is not argmax(logits)")
             if model is None:
                 continue
             with torch.no_grad():
-                t_enc = EncoderGraph(model)(*(torch.from_numpy(enc_feeds[k]) for k in ("input_ids", "attention_mask")))
+                t_enc = EncoderGraph(model)(*(torch.from_numpy(enc_feeds[k]) for k in (INPUT_IDS, ATTENTION_MASK)))
                 names = [i.name for i in engine.decoder.get_inputs()]
                 t_dec = DecoderGraph(model, next_token=False)(*(torch.from_numpy(np.asarray(dec_feeds[n])) for n in names))
             enc_diff = max(enc_diff, *(float(np.abs(a - t.numpy()).max()) for a, t in zip(enc_out, t_enc)))
-            logit_diff = max(logit_diff, float(np.abs(dec_out["logits"] - t_dec[0].numpy()).max()))
+            logit_diff = max(logit_diff, float(np.abs(dec_out[LOGITS] - t_dec[0].numpy()).max()))
             n2 = 2 * engine.n_layers
             present_diff = max(
                 present_diff,
@@ -217,8 +230,8 @@ def cached_vs_full(engine: Engine, corpus: dict, model=None, n: int = 16) -> dic
     for src, tgt in list(zip(corpus["source_ids"], corpus["greedy"]))[:n]:
         tokens = [engine.bos_id, *tgt]  # fed tokens; logits predict tgt + eos
         src_a = np.array([src], np.int64)
-        bias, *cross = engine.encoder.run(None, {"input_ids": src_a, "attention_mask": np.ones_like(src_a)})
-        base = {"encoder_attention_bias": bias, **dict(zip(engine.cross_names, cross))}
+        bias, *cross = engine.encoder.run(None, {INPUT_IDS: src_a, ATTENTION_MASK: np.ones_like(src_a)})
+        base = {ENCODER_ATTENTION_BIAS: bias, **dict(zip(engine.cross_names, cross))}
         past = [np.zeros((1, engine.n_heads, 0, engine.head_dim), engine.kv_dtype)] * n2
         stepped = []
         for t, tok in enumerate(tokens):
@@ -226,9 +239,9 @@ def cached_vs_full(engine: Engine, corpus: dict, model=None, n: int = 16) -> dic
                 None,
                 {
                     **base,
-                    "input_ids": np.array([[tok]], np.int64),
-                    "position_ids": np.array([[t]], np.int64),
-                    "decoder_attention_mask": np.ones((1, t + 1), np.int64),
+                    INPUT_IDS: np.array([[tok]], np.int64),
+                    POSITION_IDS: np.array([[t]], np.int64),
+                    DECODER_ATTENTION_MASK: np.ones((1, t + 1), np.int64),
                     **dict(zip(engine.past_names, past)),
                 },
             )
@@ -238,9 +251,9 @@ def cached_vs_full(engine: Engine, corpus: dict, model=None, n: int = 16) -> dic
                 None,
                 {
                     **base,
-                    "input_ids": np.array([tokens[: t + 1]], np.int64),
-                    "position_ids": np.arange(t + 1, dtype=np.int64)[None],
-                    "decoder_attention_mask": np.ones((1, t + 1), np.int64),
+                    INPUT_IDS: np.array([tokens[: t + 1]], np.int64),
+                    POSITION_IDS: np.arange(t + 1, dtype=np.int64)[None],
+                    DECODER_ATTENTION_MASK: np.ones((1, t + 1), np.int64),
                     **dict(zip(engine.past_names, [np.zeros((1, engine.n_heads, 0, engine.head_dim), engine.kv_dtype)] * n2)),
                 },
             )[0][0]
@@ -347,8 +360,8 @@ def fp16_check(bundle, threads: int | None) -> dict:
         for p in PAST_LENGTHS:
             enc32, dec32 = graph_inputs(e32, b, s, p)
             enc16, dec16 = graph_inputs(e16, b, s, p)  # same seed: same ids, fp16 past from the fp16 graph
-            ref = e32.decoder.run(["logits"], dec32)[0]
-            got = e16.decoder.run(["logits"], dec16)[0]
+            ref = e32.decoder.run([LOGITS], dec32)[0]
+            got = e16.decoder.run([LOGITS], dec16)[0]
             diff = max(diff, float(np.abs(ref - got).max()))
     return {
         "max_abs_diff_logits_vs_fp32": diff,

@@ -23,16 +23,37 @@ through numpy.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import numpy as np
 
-from service.engine.decoding import Generation, Row, RowState
-
-if TYPE_CHECKING:
-    from service.engine.engine import Engine
+from service.engine.decoding import Generation, Row, RowState, StepChoice
+from service.engine.names import (
+    DECODER,
+    DECODER_ATTENTION_MASK,
+    ENCODER,
+    ENCODER_ATTENTION_BIAS,
+    INPUT_IDS,
+    POSITION_IDS,
+    past_names,
+)
+from service.engine.runtime import OrtValues
 
 NEG_INF = -1e9  # the bias value the graphs use for masked keys (never -inf)
+
+
+@dataclass(frozen=True)
+class CacheLayout:
+    """What the batch's arrays look like for one decoder graph: its cache shapes and dtypes, and the
+    token a joining row feeds first."""
+
+    n_layers: int
+    n_heads: int
+    head_dim: int
+    kv_dtype: type  # the caches' numpy dtype
+    bias_dtype: type  # encoder_attention_bias's
+    bos_id: int
+    vocab_size: int
 
 
 class ActiveBatch:
@@ -54,23 +75,29 @@ class ActiveBatch:
     MAX_DEAD_SLOT_SHARE = 0.5
     MIN_DEAD_SLOTS = 8
 
-    def __init__(self, engine: Engine):
-        self.engine = engine
-        self.binding = engine.decoder.io_binding() if engine.device != "cpu" else None
+    def __init__(self, layout: CacheLayout, values: OrtValues, binding=None):
+        """`values` makes the step's OrtValues on the decoder's device; `binding`: the decoder's IOBinding
+        on a device (CUDA), None on CPU."""
+        self.layout = layout
+        self.values = values
+        self.on_cpu = values.device == "cpu"
+        self.binding = binding
+        self.past_names = past_names(layout.n_layers, DECODER)
+        self.cross_names = past_names(layout.n_layers, ENCODER)
         self.feeds: dict[str, object] = {}  # CPU: the decoder call's inputs (C OrtValues), see bind_static
         self._reset()
 
     def _reset(self) -> None:
-        e = self.engine
+        e = self.layout
         self.state = RowState(e.vocab_size)  # who is in each row, and what token choice reads per row
-        self.past: list = []  # 2L x [B, H, P, Dh] OrtValues (CPU: ONNX Runtime's C values, see Engine.input_value)
+        self.past: list = []  # 2L x [B, H, P, Dh] OrtValues (CPU: ONNX Runtime's C values, see OrtValues.input)
         self.cross_np: list[np.ndarray] = [np.zeros((0, e.n_heads, 0, e.head_dim), e.kv_dtype)] * (2 * e.n_layers)
         self.bias = np.zeros((0, 1, 1, 0), e.bias_dtype)  # [B, 1, 1, S]
         self.mask = np.zeros((0, 0), np.int64)  # [B, P]
         self.input_ids = np.zeros((0, 1), np.int64)  # [B, 1] the token each row feeds next
         self.positions = np.zeros((0, 1), np.int64)  # [B, 1] that token's position
         self.live = np.zeros((0, 1), np.int64)  # [B, 1] 1 for a row in use, 0 for a free slot
-        self.new_slot = np.ones((0, 1), np.int64)  # [B, 1] the mask's column for each step's new slot (Engine.run_step)
+        self.new_slot = np.ones((0, 1), np.int64)  # [B, 1] the mask's column for each step's new slot (step_inputs)
         self.source_lens = np.zeros((0,), np.int64)
         self.n_live = 0  # rows in use (live.sum(), kept as a count: the decode loop asks every step)
         self.dirty = True
@@ -89,15 +116,14 @@ class ActiveBatch:
         return self.n_live
 
     def _past_numpy(self) -> list[np.ndarray]:
-        e = self.engine
+        e = self.layout
         if not self.past:
             return [np.zeros((len(self.rows), e.n_heads, 0, e.head_dim), e.kv_dtype)] * (2 * e.n_layers)
         return [v.numpy() for v in self.past]
 
     def _set(self, past: list[np.ndarray], cross: list[np.ndarray]) -> None:
-        e = self.engine
         self.past_np = [np.ascontiguousarray(p) for p in past]  # kept alive: OrtValues may share their memory
-        self.past = [e.input_value(p) for p in self.past_np]
+        self.past = [self.values.input(p) for p in self.past_np]
         self.cross_np = [np.ascontiguousarray(c) for c in cross]
         self.dirty = True
 
@@ -105,27 +131,69 @@ class ActiveBatch:
         """Bind what changes only with a rebuild: cross K/V, bias, and the id/position buffers.
         On CPU they go into `feeds`, the decoder call's inputs, as OrtValues sharing the numpy
         buffers' memory (the arrays stay referenced here), so in-place updates need no rebinding."""
-        e = self.engine
-        if e.device == "cpu":
-            values = [*self.cross_np, self.bias, self.input_ids, self.positions]
-            names = [*e.cross_names, "encoder_attention_bias", "input_ids", "position_ids"]
-            self.feeds = {name: e.input_value(a) for name, a in zip(names, values)}
+        values = self.values
+        if self.on_cpu:
+            arrays = [*self.cross_np, self.bias, self.input_ids, self.positions]
+            names = [*self.cross_names, ENCODER_ATTENTION_BIAS, INPUT_IDS, POSITION_IDS]
+            self.feeds = {name: values.input(a) for name, a in zip(names, arrays)}
         else:
             binding = self.binding
-            self.cross_values = [e._ortvalue(c) for c in self.cross_np]
-            for name, value in zip(e.cross_names, self.cross_values):
+            self.cross_values = [values.value(c) for c in self.cross_np]
+            for name, value in zip(self.cross_names, self.cross_values):
                 binding.bind_ortvalue_input(name, value)
-            self.bias_value = e._ortvalue(self.bias)
-            binding.bind_ortvalue_input("encoder_attention_bias", self.bias_value)
+            self.bias_value = values.value(self.bias)
+            binding.bind_ortvalue_input(ENCODER_ATTENTION_BIAS, self.bias_value)
         self.dirty = False
 
-    def bind_step_inputs(self) -> None:
-        """input_ids/position_ids on a device: they are copied there, so they are bound every step."""
-        e = self.engine
-        self.ids_value = e._ortvalue(self.input_ids)
-        self.positions_value = e._ortvalue(self.positions)
-        self.binding.bind_ortvalue_input("input_ids", self.ids_value)
-        self.binding.bind_ortvalue_input("position_ids", self.positions_value)
+    def _next_mask(self) -> np.ndarray:
+        """Before a step: compact if due, grow the mask by the step's slot, bind what a rebuild changed."""
+        if self.compaction_due:
+            self.compact_if_wasteful()
+        # The mask is the only input whose shape changes every step.
+        mask = np.concatenate((self.mask, self.new_slot), axis=1)  # one numpy call: each costs in the step
+        self.mask = mask  # also keeps the array alive: the OrtValue made of it shares its memory
+        if self.dirty:
+            self.bind_static()
+        return mask
+
+    def step_inputs(self) -> dict[str, object]:
+        """CPU: the decoder call's inputs for the next step, every one an OrtValue: the cache, cross K/V,
+        bias, ids and positions already are (ids/positions share numpy buffers updated in place), the
+        mask becomes one. One `run_with_ort_values` call takes them all, where an IOBinding costs a
+        Python-to-C++ call per bound name and per output (docs/BENCHMARKS.md, the engine's Python per step)."""
+        mask = self._next_mask()  # first: a rebuild makes a new `feeds`
+        feeds = self.feeds
+        feeds[DECODER_ATTENTION_MASK] = self.values.input(mask)
+        feeds.update(zip(self.past_names, self.past))
+        return feeds
+
+    def bind_step_inputs(self):
+        """A device: bind the next step's inputs to the IOBinding and return it. The cache stays on the
+        device between steps; input_ids/position_ids/the mask are copied there, so they are bound every step."""
+        mask = self._next_mask()
+        binding, values = self.binding, self.values
+        self.ids_value = values.value(self.input_ids)
+        self.positions_value = values.value(self.positions)
+        binding.bind_ortvalue_input(INPUT_IDS, self.ids_value)
+        binding.bind_ortvalue_input(POSITION_IDS, self.positions_value)
+        binding.bind_cpu_input(DECODER_ATTENTION_MASK, mask)
+        for name, value in zip(self.past_names, self.past):
+            binding.bind_ortvalue_input(name, value)
+        return binding
+
+    def keep_cache(self, present: list) -> None:
+        """After a step: its `present` self-attention outputs (OrtValues) are the next step's past."""
+        self.past = present
+
+    def follow(self, choice: StepChoice) -> None:
+        """After token choice: beams take their parents' cache, every row feeds its new token at its next
+        position, and the rows that finished leave."""
+        if choice.reorder is not None:
+            self.reorder(*choice.reorder)
+        self.input_ids[:, 0] = choice.tokens
+        self.positions += self.live  # in place: the bound OrtValue sees it; free slots stay put
+        if choice.leaving:
+            self.free(choice.leaving)
 
     def add(self, gens: list[Generation]) -> None:
         """Join new generations (fresh from engine.start), all their rows, at a step boundary."""
@@ -163,7 +231,7 @@ class ActiveBatch:
         active = [i for i, q in enumerate(self.rows) if q is not None]
         free = [i for i, q in enumerate(self.rows) if q is None]
         fits = (
-            self.engine.device == "cpu"
+            self.on_cpu
             and bool(self.past)
             and len(adding) <= len(free)
             and all(q.generation.source_len <= self.bias.shape[3] for q in adding)
@@ -179,14 +247,14 @@ class ActiveBatch:
         """Called before a step runs: rebuild when free slots or dead leading self-attention
         slots cost more than a copy would (see the class constants)."""
         self.compaction_due = False
-        if self._wasteful() or (self.engine.device != "cpu" and len(self) < len(self.rows)):
+        if self._wasteful() or (not self.on_cpu and len(self) < len(self.rows)):
             self._rebuild([i for i, q in enumerate(self.rows) if q is not None], [])
 
     def reorder(self, dest: np.ndarray, src: np.ndarray) -> None:
         """Rows `dest` take the self-attention cache of rows `src` (beam search: each beam continues
         from its parent). Whisper's rearrange_kv_cache, on the rows of one request only: those rows
         joined together and step together, so their mask and positions are already equal."""
-        if self.engine.device == "cpu":
+        if self.on_cpu:
             for a in self._past_numpy():  # views on the OrtValues: gathered in place
                 a[dest] = a[src]
         else:  # device memory: round trip through numpy (beam search on CUDA pays a copy)
@@ -194,7 +262,7 @@ class ActiveBatch:
             for a in past:
                 a[dest] = a[src]
             self.past_np = past
-            self.past = [self.engine.input_value(p) for p in past]
+            self.past = [self.values.input(p) for p in past]
 
     def _fill(self, i: int, q: Row) -> None:
         """Put a new row in free slot i, in place. Its past slots keep the old row's (finite)
@@ -205,7 +273,7 @@ class ActiveBatch:
         self.bias[i, 0, 0, :] = NEG_INF
         self.bias[i, 0, 0, : g.source_len] = g.bias
         self.mask[i, :] = 0
-        self.input_ids[i, 0] = self.engine.bos_id
+        self.input_ids[i, 0] = self.layout.bos_id
         self.positions[i, 0] = 0
         self.live[i, 0] = 1
         self.n_live += 1
@@ -225,7 +293,7 @@ class ActiveBatch:
     def _rebuild(self, keep: list[int], add: list[Row]) -> None:
         """Copy the kept rows (in order) and the new ones into fresh arrays: free slots dropped,
         leading self-attention slots no kept row uses trimmed, cross width = the longest source."""
-        e = self.engine
+        e = self.layout
         if not keep and not add:
             self._reset()
             return

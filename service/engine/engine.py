@@ -29,10 +29,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import onnxruntime as ort
-from onnxruntime.capi import _pybind_state as C
 from tokenizers import Tokenizer
 
-from service.engine.batch import ActiveBatch
+from service.engine.batch import ActiveBatch, CacheLayout
 from service.engine.bundle import BundleError, LoadedBundle
 from service.engine.decoding import (
     DecodingOptions,
@@ -44,7 +43,18 @@ from service.engine.decoding import (
     length_limit,
     new_generation,
 )
-from service.engine.runtime import available_cpus, gpu_present
+from service.engine.names import (
+    ATTENTION_MASK,
+    DECODER,
+    ENCODER,
+    ENCODER_ATTENTION_BIAS,
+    INPUT_IDS,
+    LOGITS,
+    NEXT_TOKEN,
+    past_names,
+    present_names,
+)
+from service.engine.runtime import OrtValues, available_cpus, gpu_present, providers, session_options
 
 __all__ = ["DecodingOptions", "Engine", "EngineError", "Generation", "GenerationResult", "InputError", "StepResult"]
 
@@ -101,27 +111,16 @@ class Engine:
         if self.threads < 1:
             raise EngineError(f"threads must be >= 1, got {threads}")
         enc_path, dec_path = bundle.graph_paths(self.variant)
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = self.threads
-        so.inter_op_num_threads = 1
-        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        so.log_severity_level = 3  # errors only: keep CUDA fallback noise out of a CPU user's face
-        # ONNX Runtime's worker threads spin between operators by default. On a shared or
-        # CPU-quota'd machine that burns the cores the other threads need: with 2 threads on a
-        # busy 2-core machine decoding ran 3x slower spinning (docs/BENCHMARKS.md). Off unless asked.
-        so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
-        so.add_session_config_entry("session.inter_op.allow_spinning", "1" if spin else "0")
+        so = session_options(self.threads, spin)
         self.spin = spin
-        providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if use_cuda else ["CPUExecutionProvider"]
         try:
-            self.encoder = ort.InferenceSession(str(enc_path), so, providers=providers)
-            self.decoder = ort.InferenceSession(str(dec_path), so, providers=providers)
+            self.encoder = ort.InferenceSession(str(enc_path), so, providers=providers(use_cuda))
+            self.decoder = ort.InferenceSession(str(dec_path), so, providers=providers(use_cuda))
         except Exception as e:  # ONNX Runtime raises its own exception types; keep one line
             raise BundleError(f"{dec_path.parent}: ONNX Runtime cannot load variant {self.variant!r}: {e}") from None
         self.provider = self.decoder.get_providers()[0]
         self.device = "cuda" if self.provider == "CUDAExecutionProvider" else "cpu"
-        self._cpu_device = C.OrtDevice(C.OrtDevice.cpu(), C.OrtDevice.default_memory(), 0)
+        self.values = OrtValues(self.device)
         self.src_tokenizer = Tokenizer.from_file(str(bundle.src_tokenizer_path))
         self.tgt_tokenizer = Tokenizer.from_file(str(bundle.tgt_tokenizer_path))
 
@@ -133,25 +132,27 @@ class Engine:
         self.max_source_len = bundle.max_source_len
         self.max_target_len = bundle.max_target_len
         dec_inputs = {i.name: i for i in self.decoder.get_inputs()}
-        self.kv_dtype = _np_dtype(dec_inputs["past_key_values.0.decoder.key"].type)
-        self.bias_dtype = _np_dtype(dec_inputs["encoder_attention_bias"].type)
-        self.past_names = [f"past_key_values.{i}.decoder.{kv}" for i in range(self.n_layers) for kv in ("key", "value")]
-        self.cross_names = [f"past_key_values.{i}.encoder.{kv}" for i in range(self.n_layers) for kv in ("key", "value")]
-        self.output_names = ["logits", *(f"present.{i}.decoder.{kv}" for i in range(self.n_layers) for kv in ("key", "value"))]
-        self.has_next_token = "next_token" in {o.name for o in self.decoder.get_outputs()}
+        self.past_names = past_names(self.n_layers, DECODER)
+        self.cross_names = past_names(self.n_layers, ENCODER)
+        self.kv_dtype = _np_dtype(dec_inputs[self.past_names[0]].type)
+        self.bias_dtype = _np_dtype(dec_inputs[ENCODER_ATTENTION_BIAS].type)
+        self.output_names = [LOGITS, *present_names(self.n_layers, DECODER)]
+        self.has_next_token = NEXT_TOKEN in {o.name for o in self.decoder.get_outputs()}
         if self.has_next_token:
-            self.output_names.append("next_token")
+            self.output_names.append(NEXT_TOKEN)
         self.encoder_output_names = [o.name for o in self.encoder.get_outputs()]
         self.n_outputs = len(self.output_names)
-        self.past_slice = range(1, 1 + 2 * self.n_layers)
+        self.cache_outputs = range(1, 1 + 2 * self.n_layers)  # the present self-attention cache among the outputs
         # The C++ session's run over OrtValues, without the Python wrapper's per-call checks and
         # per-output wrapping (ONNX Runtime's public `run_with_ort_values` is this call plus those):
         # the decode step's one call on CPU. Takes {name: C OrtValue}; returns C OrtValues.
         self.run_decoder = self.decoder._sess.run_with_ort_values
 
-        # ---- text -------------------------------------------------------------------------
         self.vocab_size = int(bundle.config["tgt_vocab_size"])
         self.special_token_ids = frozenset(ids.values())
+        self.layout = CacheLayout(
+            self.n_layers, self.n_heads, self.head_dim, self.kv_dtype, self.bias_dtype, self.bos_id, self.vocab_size
+        )
 
     # ---- text -------------------------------------------------------------------------
     def encode_text(self, text: str) -> list[int]:
@@ -194,7 +195,7 @@ class Engine:
         for i, (ids, _) in enumerate(items):
             input_ids[i, : len(ids)] = ids
             mask[i, : len(ids)] = 1
-        bias, *kv = self.encoder.run(None, {"input_ids": input_ids, "attention_mask": mask})  # [n,1,1,s], 2L x [n,H,s,Dh]
+        bias, *kv = self.encoder.run(None, {INPUT_IDS: input_ids, ATTENTION_MASK: mask})  # [n,1,1,s], 2L x [n,H,s,Dh]
         gens = []
         for i, (ids, opts) in enumerate(items):
             li = len(ids)
@@ -205,49 +206,20 @@ class Engine:
         return gens
 
     def new_batch(self) -> ActiveBatch:
-        return ActiveBatch(self)
-
-    def _ortvalue(self, array: np.ndarray) -> ort.OrtValue:
-        return ort.OrtValue.ortvalue_from_numpy(array, self.device, 0)
-
-    def input_value(self, array: np.ndarray):
-        """An OrtValue for a decoder input (the cache, the mask), in the form the step feeds it: on CPU the C
-        value that `run_decoder` takes (and returns), made directly, since the Python wrapper builds a device
-        object per call (1.0 vs 2.9 us, paid every step for the mask); on a device the wrapper IOBinding binds."""
-        if self.device == "cpu":
-            return C.OrtValue.ortvalue_from_numpy(array, self._cpu_device)
-        return self._ortvalue(array)
+        return ActiveBatch(self.layout, self.values, self.decoder.io_binding() if self.device != "cpu" else None)
 
     def run_step(self, batch: ActiveBatch) -> tuple[np.ndarray, np.ndarray | None]:
         """ONE decoder call for every row of the batch: (logits [B, V] float32, in-graph argmax [B] or None)."""
-        if batch.compaction_due:
-            batch.compact_if_wasteful()
-        # The mask gains this step's slot; it is the only input whose shape changes every step.
-        mask = np.concatenate((batch.mask, batch.new_slot), axis=1)  # one numpy call: each costs in the step
-        batch.mask = mask  # also keeps the array alive: the OrtValue below shares its memory
-        if batch.dirty:
-            batch.bind_static()
         if self.device == "cpu":
-            # One call with every input as an OrtValue: the cache, cross K/V, bias, ids and positions
-            # already are (ids/positions share numpy buffers updated in place), the mask becomes one.
-            # An IOBinding costs a Python-to-C++ call per bound name and per output, 16 per step here
-            # (docs/BENCHMARKS.md, the engine's Python per step); this is one.
-            feeds = batch.feeds
-            feeds["decoder_attention_mask"] = self.input_value(mask)
-            feeds.update(zip(self.past_names, batch.past))
-            outs = self.run_decoder(feeds, self.output_names, None)
+            outs = self.run_decoder(batch.step_inputs(), self.output_names, None)
         else:  # device memory: IOBinding keeps the cache on the device between steps
-            binding = batch.binding
-            batch.bind_step_inputs()
-            binding.bind_cpu_input("decoder_attention_mask", mask)
-            for name, value in zip(self.past_names, batch.past):
-                binding.bind_ortvalue_input(name, value)
+            binding = batch.bind_step_inputs()
             binding.clear_binding_outputs()
             for name in self.output_names:
                 binding.bind_output(name, self.device)
             self.decoder.run_with_iobinding(binding)
             outs = binding.get_outputs()
-        batch.past = [outs[i] for i in self.past_slice]  # stays an OrtValue: next step's past
+        batch.keep_cache([outs[i] for i in self.cache_outputs])  # stays OrtValues: the next step's past
         logits = outs[0].numpy()  # [B, V] float32
         return logits, (outs[self.n_outputs - 1].numpy() if self.has_next_token else None)
 
@@ -258,12 +230,7 @@ class Engine:
             return []
         logits, next_tokens = self.run_step(batch)
         choice = choose_tokens(batch.state, logits, next_tokens, self.eos_id, self.decode_ids)
-        if choice.reorder is not None:  # beams continue from their parents: their caches follow
-            batch.reorder(*choice.reorder)
-        batch.input_ids[:, 0] = choice.tokens
-        batch.positions += batch.live  # in place: the bound OrtValue sees it; free slots stay put
-        if choice.leaving:
-            batch.free(choice.leaving)
+        batch.follow(choice)
         return choice.results
 
     # ---- convenience ------------------------------------------------------------------

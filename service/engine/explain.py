@@ -50,6 +50,19 @@ from pydantic import BaseModel, Field
 from service.engine.bundle import BundleError, LoadedBundle
 from service.engine.decoding import RowState, choose_tokens, new_generation
 from service.engine.engine import DecodingOptions, Engine
+from service.engine.names import (
+    ATTENTION_MASK,
+    DECODER,
+    DECODER_ATTENTION_MASK,
+    ENCODER,
+    ENCODER_ATTENTION_BIAS,
+    INPUT_IDS,
+    LOGITS,
+    POSITION_IDS,
+    past_names,
+    present_names,
+)
+from service.engine.runtime import providers, session_options
 from service.http.schemas import FinishReason
 
 
@@ -121,15 +134,11 @@ class Explainer:
             raise BundleError(f"{bundle.dir / 'bundle.json'}: no 'explain' entry (no decoder.explain.onnx)")
         self.engine = engine  # tokenizers, special ids and limits are the served ones
         self.graph = entry["decoder"]
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = threads
-        so.inter_op_num_threads = 1
-        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        so.log_severity_level = 3
-        providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if engine.device == "cuda" else ["CPUExecutionProvider"]
+        so = session_options(threads)
+        on = providers(engine.device == "cuda")
         try:
-            self.encoder = ort.InferenceSession(str(bundle.dir / entry["encoder"]), so, providers=providers)
-            self.decoder = ort.InferenceSession(str(bundle.dir / entry["decoder"]), so, providers=providers)
+            self.encoder = ort.InferenceSession(str(bundle.dir / entry["encoder"]), so, providers=on)
+            self.decoder = ort.InferenceSession(str(bundle.dir / entry["decoder"]), so, providers=on)
         except Exception as e:  # ONNX Runtime raises its own types; one line
             raise BundleError(f"{bundle.dir / entry['decoder']}: ONNX Runtime cannot load the explain graphs: {e}") from None
         self.served = None  # (encoder, decoder) of the served variant, when it is not the explain graph's fp32
@@ -137,19 +146,16 @@ class Explainer:
             enc_path, dec_path = bundle.graph_paths(engine.variant)
             try:
                 self.served = (
-                    ort.InferenceSession(str(enc_path), so, providers=providers),
-                    ort.InferenceSession(str(dec_path), so, providers=providers),
+                    ort.InferenceSession(str(enc_path), so, providers=on),
+                    ort.InferenceSession(str(dec_path), so, providers=on),
                 )
             except Exception as e:
                 raise BundleError(f"{dec_path}: ONNX Runtime cannot load variant {engine.variant!r}: {e}") from None
         n = engine.n_layers
-        self.past_names = [f"past_key_values.{i}.decoder.{kv}" for i in range(n) for kv in ("key", "value")]
-        self.cross_names = [f"past_key_values.{i}.encoder.{kv}" for i in range(n) for kv in ("key", "value")]
-        self.output_names = [
-            "logits",
-            *(f"present.{i}.decoder.{kv}" for i in range(n) for kv in ("key", "value")),
-            *entry["outputs"],
-        ]
+        self.past_names = past_names(n, DECODER)
+        self.cross_names = past_names(n, ENCODER)
+        self.served_output_names = [LOGITS, *present_names(n, DECODER)]
+        self.output_names = [*self.served_output_names, *entry["outputs"]]
         have = {o.name for o in self.decoder.get_outputs()}
         missing = [name for name in self.output_names if name not in have]
         if missing:
@@ -177,22 +183,21 @@ class Explainer:
         s = len(source_ids)
         src = np.asarray([source_ids], dtype=np.int64)  # [1, S]
         # bias [1, 1, 1, S]; cross K/V 2L x [1, H, S, Dh]
-        bias, *cross = self.encoder.run(None, {"input_ids": src, "attention_mask": np.ones_like(src)})
+        bias, *cross = self.encoder.run(None, {INPUT_IDS: src, ATTENTION_MASK: np.ones_like(src)})
         served, s_past = None, []  # the served variant's decoder, feeds and cache, stepping in lockstep
         if self.served is not None:
             s_encoder, s_decoder = self.served
-            s_bias, *s_cross = s_encoder.run(None, {"input_ids": src, "attention_mask": np.ones_like(src)})
-            s_feeds = {"encoder_attention_bias": s_bias, **dict(zip(self.cross_names, s_cross))}
+            s_bias, *s_cross = s_encoder.run(None, {INPUT_IDS: src, ATTENTION_MASK: np.ones_like(src)})
+            s_feeds = {ENCODER_ATTENTION_BIAS: s_bias, **dict(zip(self.cross_names, s_cross))}
             s_past = [np.zeros((1, e.n_heads, 0, e.head_dim), s_cross[0].dtype)] * (2 * e.n_layers)  # fp16: fp16 cache
-            s_outputs = ["logits", *(f"present.{i}.decoder.{kv}" for i in range(e.n_layers) for kv in ("key", "value"))]
-            served = (s_decoder, s_feeds, s_outputs)
+            served = (s_decoder, s_feeds)
         options = dataclasses.replace(options, logprobs=True, token_text=True)  # every token's log-probability and text are shown
         gen = new_generation(source_ids, options, e.bundle.length_bound(s), e.eos_id, e.decode_ids)
         if gen.search is not None or len(gen.rows) != 1:
             raise ValueError("explain decodes one row: best_of and num_beams are refused before this")
         state = RowState(e.vocab_size)  # token choice is the engine's (service/engine/decoding.py), on one row
         state.take(np.zeros(0, dtype=np.int64), gen.rows)
-        feeds: dict[str, np.ndarray] = {"encoder_attention_bias": bias, **dict(zip(self.cross_names, cross))}
+        feeds: dict[str, np.ndarray] = {ENCODER_ATTENTION_BIAS: bias, **dict(zip(self.cross_names, cross))}
         past = [np.zeros((1, e.n_heads, 0, e.head_dim), np.float32)] * (2 * e.n_layers)  # P = 0 on the first step
         token = e.bos_id
         rows: list[list[np.ndarray]] = []  # per step: L x [H, S]
@@ -200,18 +205,18 @@ class Explainer:
         for step in range(gen.max_new_tokens):
             if deadline is not None and time.perf_counter() > deadline:
                 raise DeadlinePassed
-            feeds["input_ids"] = np.array([[token]], dtype=np.int64)
-            feeds["position_ids"] = np.array([[step]], dtype=np.int64)
-            feeds["decoder_attention_mask"] = np.ones((1, step + 1), dtype=np.int64)
+            feeds[INPUT_IDS] = np.array([[token]], dtype=np.int64)
+            feeds[POSITION_IDS] = np.array([[step]], dtype=np.int64)
+            feeds[DECODER_ATTENTION_MASK] = np.ones((1, step + 1), dtype=np.int64)
             feeds.update(zip(self.past_names, past))
             logits, *rest = self.decoder.run(self.output_names, feeds)
             past = rest[: 2 * e.n_layers]
             attn = rest[2 * e.n_layers :]  # L x [1, H, 1, S]
             if served is not None:  # the served variant's logits choose; the explain graph only watches
-                s_decoder, s_feeds, s_outputs = served
-                s_feeds.update((k, feeds[k]) for k in ("input_ids", "position_ids", "decoder_attention_mask"))
+                s_decoder, s_feeds = served
+                s_feeds.update((k, feeds[k]) for k in (INPUT_IDS, POSITION_IDS, DECODER_ATTENTION_MASK))
                 s_feeds.update(zip(self.past_names, s_past))
-                logits, *s_past = s_decoder.run(s_outputs, s_feeds)
+                logits, *s_past = s_decoder.run(self.served_output_names, s_feeds)
             (result,) = choose_tokens(state, logits, None, e.eos_id, e.decode_ids).results
             token = result.token_id
             rows.append([a[0, :, 0, :s] for a in attn])

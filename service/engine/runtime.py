@@ -1,4 +1,5 @@
-"""Where the engine runs: the CPUs this process may use, and whether a GPU is really there."""
+"""ONNX Runtime as the engine uses it: the CPUs this process may use, whether a GPU is really there,
+the session options every session is made with, and the values the decode step feeds."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import os
 import sys
 from pathlib import Path
 
+import numpy as np
 import onnxruntime as ort
+from onnxruntime.capi import _pybind_state as C
 
 
 def available_cpus() -> int:
@@ -35,6 +38,53 @@ def gpu_present() -> bool:
         return False
     gpus = Path("/proc/driver/nvidia/gpus")
     return Path("/dev/nvidiactl").exists() or (gpus.is_dir() and any(gpus.iterdir()))
+
+
+def providers(use_cuda: bool) -> list[str]:
+    """The execution providers of a session: CUDA with the CPU as fallback, or the CPU alone."""
+    return ["CUDAExecutionProvider", "CPUExecutionProvider"] if use_cuda else ["CPUExecutionProvider"]
+
+
+def session_options(threads: int | None = None, spin: bool = False) -> ort.SessionOptions:
+    """The options of every session the project makes: `threads` intra-op threads (None: ONNX Runtime's
+    default), one inter-op thread, operators in sequence, every graph optimisation, errors only in the log."""
+    so = ort.SessionOptions()
+    if threads is not None:
+        so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.log_severity_level = 3  # errors only: keep CUDA fallback noise out of a CPU user's face
+    # ONNX Runtime's worker threads spin between operators by default. On a shared or
+    # CPU-quota'd machine that burns the cores the other threads need: with 2 threads on a
+    # busy 2-core machine decoding ran 3x slower spinning (docs/BENCHMARKS.md). Off unless asked.
+    so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+    so.add_session_config_entry("session.inter_op.allow_spinning", "1" if spin else "0")
+    return so
+
+
+class OrtValues:
+    """Makes the OrtValues a decode step feeds, on `device` ("cpu" or "cuda").
+
+    `input(array)`: a decoder input (the cache, the mask) in the form the step feeds it: on CPU the C
+    value the session's `run_with_ort_values` takes, on a device the Python value an IOBinding binds.
+    Either shares the array's memory on CPU, so the array must outlive it.
+    """
+
+    def __init__(self, device: str):
+        self.device = device
+        self._cpu_device = C.OrtDevice(C.OrtDevice.cpu(), C.OrtDevice.default_memory(), 0)
+        # what a step feeds, chosen once: the call is made for the mask at every step
+        self.input = self._c_value if device == "cpu" else self.value
+
+    def value(self, array: np.ndarray) -> ort.OrtValue:
+        """The Python OrtValue of `array` on the device: what an IOBinding binds."""
+        return ort.OrtValue.ortvalue_from_numpy(array, self.device, 0)
+
+    def _c_value(self, array: np.ndarray):
+        """On CPU, the C value that the session's `run_with_ort_values` takes and returns, sharing the array's
+        memory, made directly: the Python wrapper builds a device object per call (1.0 vs 2.9 us)."""
+        return C.OrtValue.ortvalue_from_numpy(array, self._cpu_device)
 
 
 ENGINE_THREAD_OS_NAME = "attnserve-eng"  # Linux keeps 15 bytes of a thread's name
