@@ -1,15 +1,17 @@
 """The in-process Python API: the server's engine and continuous batching, without HTTP.
 
-    from service import Generator
+    from service.client import Generator
     with Generator("models/g2p-en") as g:
         g.generate("attention").text                   # 'AH0 T EH1 N SH AH0 N' (the model alone)
         [r.text for r in g.generate_many(words)]       # batched, in input order
         for token in g.stream("attention"): ...        # engine StepResults as they come
         [r.text for r in g.generate_text_many(lines)]  # as the server answers: lexicon first, running text
 
-`generate_text_many` answers as the HTTP API does (service/text/requests.py): a word-level
-bundle reads running text word by word, the lexicon answers greedy and beam-search requests
-for the words it knows, and the model the others, all in one batch.
+`generate_text_many` answers as the HTTP API does, through the same request layer
+(service/text/requests.py): a word-level bundle reads running text word by word, the lexicon
+answers greedy and beam-search requests for the words it knows (cut at max_new_tokens and at
+stop sequences), and the model the others, all in one batch; n-best answers skip a model
+answer with the token ids of a lexicon one.
 
 Calls may come from several threads at once: they share one running batch,
 exactly as concurrent HTTP requests do.
@@ -25,12 +27,13 @@ from pathlib import Path
 import numpy as np
 
 from service.engine.bundle import load_bundle
-from service.engine.decoding import Hypothesis
 from service.engine.engine import DecodingOptions, Engine, GenerationResult, InputError, StepResult
-from service.engine.scheduler import Failed, Finished, Scheduler, Ticket
+from service.engine.scheduler import Failed, Finished, Scheduler, Ticket, check_rows
+from service.errors import InvalidRequest, ServiceError
 from service.metrics import ServiceMetrics
 from service.text.lexicon import Lexicon
-from service.text.reader import WORD_SEPARATOR, TextError, TextReader
+from service.text.reader import WORD_SEPARATOR
+from service.text.requests import TextFrontEnd, TextParams, TextRequest
 
 
 class GenerationError(RuntimeError):
@@ -98,8 +101,6 @@ class Generator:
         # the bundle's lexicon with an operator's file on top (LexiconError on a bad line), for generate_text_many
         eng = self.engine
         self.lexicon = Lexicon.load(eng.bundle, lexicon_file, eng.src_tokenizer, eng.tgt_tokenizer)
-        word_level = eng.bundle.word_level_source
-        self.reader = TextReader(eng.src_tokenizer, eng.tgt_tokenizer, eng.max_source_len) if word_level else None
         self.metrics = ServiceMetrics(self.engine.bundle.model_id)
         self.max_batch_size = max_batch_size
         self.scheduler = Scheduler(
@@ -109,6 +110,9 @@ class Generator:
             max_concurrent_requests=1 << 30,  # in-process callers wait instead of being refused
             request_timeout_s=request_timeout_s,
         )
+        # the request layer the HTTP routes use too: the same words, lexicon answers and merging
+        self.text = TextFrontEnd(self.engine, self.scheduler, lexicon=self.lexicon)
+        self.reader = self.text.reader
         self.scheduler.start()
 
     def close(self) -> None:
@@ -125,8 +129,10 @@ class Generator:
         if "stop" in params and params["stop"] is not None:
             params["stop"] = tuple(params["stop"])
         options = DecodingOptions(**params)
-        if options.n_rows > self.max_batch_size:
-            raise InputError(f"best_of/num_beams need {options.n_rows} batch rows; max_batch_size is {self.max_batch_size}")
+        try:
+            check_rows(options, self.max_batch_size)
+        except InvalidRequest as e:
+            raise InputError(e.reason) from None
         return options
 
     def submit(self, text: str | list[int], options: DecodingOptions) -> Ticket:
@@ -175,53 +181,48 @@ class Generator:
             yield out
 
     def generate_text_many(
-        self, texts: Iterable[str], *, lexicon: bool = True, **params: object
+        self,
+        texts: Iterable[str],
+        *,
+        lexicon: bool = True,
+        decoder_input_details: bool = False,
+        window: int | None = None,
+        **params: object,
     ) -> Iterator[TextResult | InputError]:
         """Results in input order, answered as the server answers (see the module's docstring); `lexicon`
-        False asks the model for every word. A line that cannot be read yields its InputError in its place.
-        The model's words of all lines go through `generate_many`, so they share the batch."""
-        options = self.options(**params)
-        use_lexicon = lexicon and self.lexicon is not None and not options.sampling and not options.top_n_tokens
-        n_best = options.n_best
-        plans: list[tuple[list[str], list[list[TextAnswer]]] | InputError] = []
-        to_model: list[str] = []
-        for text in texts:
-            try:
-                words = [w.text for w in self.reader.words(text)] if self.reader is not None else [text]
-            except TextError as e:
-                plans.append(InputError(str(e)))
-                continue
-            known = [self._lexicon_answers(w, options) if use_lexicon else [] for w in words]
-            to_model += [w for w, k in zip(words, known) if len(k) < n_best]
-            plans.append((words, known))
-        results = self.generate_many(to_model, **params)
-        for plan in plans:
-            if isinstance(plan, InputError):
-                yield plan
-                continue
-            words, known = plan
-            answers, error = [], None
-            for k in known:
-                if len(k) >= n_best:
-                    answers.append(k[:n_best])
-                    continue
-                r = next(results)
-                if isinstance(r, InputError):
-                    error = error or r
-                    continue
-                hyps = r.hypotheses or [Hypothesis(r.token_ids, r.logprobs or [], r.finish_reason, text=r.text)]
-                taken = {a.text for a in k}
-                model = [TextAnswer(h.text, _score(h), "model") for h in hyps if h.text not in taken]
-                answers.append((k + model)[:n_best])
-            yield error if error is not None else TextResult(words, answers, self.reader.separator if self.reader else "")
+        False asks the model for every word, and so does `decoder_input_details` (as over HTTP). A line that
+        cannot be read yields its InputError in its place. Up to `window` lines (default 4 x max_batch_size)
+        are in flight, so the model's words of many lines share the batch."""
+        options = self.options(**{"token_text": False, **params})  # whole answers, as from `generate`
+        asked = TextParams(lexicon=lexicon, decoder_input_details=decoder_input_details)
+        window = window or 4 * self.max_batch_size
+        pending: collections.deque[TextRequest | InputError] = collections.deque()
+        source = iter(texts)
+        exhausted = False
+        while True:
+            while not exhausted and len(pending) < window:
+                text = next(source, None)
+                if text is None:
+                    exhausted = True
+                    break
+                try:
+                    pending.append(self.text.admit(text, asked, options))
+                except InvalidRequest as e:
+                    pending.append(InputError(e.reason))
+            if not pending:
+                return
+            job = pending.popleft()
+            yield job if isinstance(job, InputError) else self._text_result(job)
 
-    def _lexicon_answers(self, word: str, options: DecodingOptions) -> list[TextAnswer]:
-        """The lexicon's answers for a word, best first, cut at max_new_tokens as the server cuts them."""
-        out = []
-        for a in self.lexicon.lookup(word)[: options.n_best]:
-            text = a.text if len(a.ids) <= options.max_new_tokens else self.engine.decode_ids(a.ids[: options.max_new_tokens])
-            out.append(TextAnswer(text, None, "lexicon"))
-        return out
+    def _text_result(self, job: TextRequest) -> TextResult | InputError:
+        try:
+            job.wait()
+        except InvalidRequest as e:  # a word the engine refused
+            return InputError(e.reason)
+        except ServiceError as e:
+            raise GenerationError(e.message) from None
+        answers = [[TextAnswer(a.text, a.score, a.source) for a in job.answers(u)[0]] for u in job.units]
+        return TextResult([u.text for u in job.units], answers, self.text.reader.separator if self.text.reader else "")
 
     def stream(self, text: str | list[int], **params: object) -> Iterator[StepResult]:
         """Tokens as the engine produces them; closing the iterator early cancels the request."""
@@ -236,11 +237,6 @@ class Generator:
                     yield ev
         finally:
             ticket.cancel()
-
-
-def _score(h: Hypothesis) -> float | None:
-    """The ranking score, when the log-probabilities were kept (logprobs=True, or beam search)."""
-    return h.score if h.logprobs or h.eos_logprob is not None else None
 
 
 def _result(ticket: Ticket) -> GenerationResult:

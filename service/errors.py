@@ -1,196 +1,68 @@
-"""One error shape for every route: `{"error": "...", "error_type": "..."}` (ARCHITECTURE.md).
+"""Outcomes that end or refuse a request, in words a client may read, without HTTP.
 
-FastAPI's own 422 body (a list of pydantic errors) and Starlette's 404/405
-bodies are replaced by this shape; an unexpected exception becomes a 500 that
-says nothing about the code (the detail goes to the log, with the request id).
-`BodySizeLimit` answers 413 before a large body is read into memory.
+The engine (the scheduler's admission and its engine thread) and the text layer raise or
+report these; `service/http/errors.py` alone maps each `error_type` to a status code and
+the one error shape (ARCHITECTURE.md). The in-process API reads them as they are.
 """
 
 from __future__ import annotations
 
-import json
-import logging
-from collections.abc import Callable
-
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
-log = logging.getLogger("attnserve.service")
-
-MAX_BODY_BYTES = 256 * 1024  # a G2P word is ~20 bytes; a generous ceiling for any text this service takes
+import math
 
 
-class APIError(Exception):
-    """An error answered to the client as `{"error", "error_type"}` with `status`."""
+class ServiceError(Exception):
+    """A request refused or ended: `error_type` names the outcome (the wire's `error_type`), `message` says
+    what happened and what to do."""
 
-    def __init__(self, status: int, error_type: str, message: str, headers: dict[str, str] | None = None):
+    error_type = "internal"
+
+    def __init__(self, message: str):
         super().__init__(message)
-        self.status = status
-        self.error_type = error_type
         self.message = message
-        self.headers = headers or {}
 
 
-def validation(message: str) -> APIError:
-    return APIError(422, "validation", message)
+class InvalidRequest(ServiceError):
+    """Input or parameters the server cannot run; `field` (`inputs`, `parameters`) prefixes the message."""
+
+    error_type = "validation"
+
+    def __init__(self, reason: str, field: str | None = None):
+        super().__init__(f"{field}: {reason}" if field else reason)
+        self.reason = reason  # the message without its field
 
 
-def overloaded(retry_after_s: int) -> APIError:
-    return APIError(
-        429,
-        "overloaded",
-        f"the server is at its bound of queued + running requests; retry after {retry_after_s} s",
-        {"Retry-After": str(retry_after_s)},
-    )
+class Overloaded(ServiceError):
+    """Queued + running requests at their bound; `retry_after_s`: when to try again."""
+
+    error_type = "overloaded"
+
+    def __init__(self, retry_after_s: int):
+        super().__init__(f"the server is at its bound of queued + running requests; retry after {retry_after_s} s")
+        self.retry_after_s = retry_after_s
 
 
-def draining() -> APIError:
-    return APIError(503, "draining", "the server is shutting down and takes no new requests; send it to another replica")
+class Draining(ServiceError):
+    error_type = "draining"
+
+    def __init__(self):
+        super().__init__("the server is shutting down and takes no new requests; send it to another replica")
 
 
-def unavailable(message: str) -> APIError:
-    return APIError(503, "unavailable", message)
+class Unavailable(ServiceError):
+    """The engine is not running (stopping, or stopped after a failure)."""
+
+    error_type = "unavailable"
 
 
-def timeout(limit_s: float) -> APIError:
-    return APIError(504, "timeout", f"the request did not finish within the server's request timeout of {limit_s:g} s")
+class TimedOut(ServiceError):
+    error_type = "timeout"
+
+    def __init__(self, limit_s: float):
+        super().__init__(f"the request did not finish within the server's request timeout of {limit_s:g} s")
+        self.limit_s = limit_s
 
 
-def internal() -> APIError:
-    """An unexpected exception, as the client sees it: nothing about the code (the log has the details)."""
-    return APIError(500, "internal", "internal server error; the server log has the details")
-
-
-def error_body(error_type: str, message: str) -> dict[str, str]:
-    return {"error": message, "error_type": error_type}
-
-
-def error_response(err: APIError) -> JSONResponse:
-    return JSONResponse(error_body(err.error_type, err.message), status_code=err.status, headers=err.headers)
-
-
-def describe_validation_errors(errors: list[dict]) -> str:
-    """pydantic's error list -> one line a person can act on: `parameters.top_p: Input should be ...; ...`."""
-    parts = []
-    for err in errors:
-        if err.get("type") == "json_invalid":
-            ctx = err.get("ctx") or {}
-            return f"the request body is not valid JSON ({ctx.get('error', 'malformed')})"
-        loc = [str(x) for x in err.get("loc", ()) if x != "body"]
-        where = ".".join(loc) or "body"
-        msg = err.get("msg", "invalid")
-        if err.get("type") == "missing":
-            msg = "is required"
-        elif err.get("type") in ("model_attributes_type", "dict_type") and not loc:
-            msg = 'must be a JSON object like {"inputs": "...", "parameters": {...}}'
-        parts.append(f"{where}: {msg}")
-    return "; ".join(parts) or "invalid request"
-
-
-def install_error_handlers(app: FastAPI, on_error: Callable[[Request, APIError], None] | None = None) -> None:
-    """Route every error through the one shape; `on_error(request, err)` counts it (metrics)."""
-
-    def answer(request: Request, err: APIError) -> JSONResponse:
-        if on_error is not None:
-            on_error(request, err)
-        return error_response(err)
-
-    @app.exception_handler(APIError)
-    async def _api_error(request: Request, exc: APIError) -> JSONResponse:
-        return answer(request, exc)
-
-    @app.exception_handler(RequestValidationError)
-    async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return answer(request, validation(describe_validation_errors(list(exc.errors()))))
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        kinds = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed", 413: "validation"}
-        message = exc.detail if isinstance(exc.detail, str) else json.dumps(exc.detail)
-        if exc.status_code == 404:
-            message = f"no route {request.method} {request.url.path}; see /docs"
-        elif exc.status_code == 405:
-            message = f"{request.method} is not allowed on {request.url.path}; see /docs"
-        return answer(request, APIError(exc.status_code, kinds.get(exc.status_code, "http"), message, dict(exc.headers or {})))
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unexpected error on %s %s", request.method, request.url.path)
-        return answer(request, internal())
-
-
-async def read_body(receive: Receive, limit: int) -> tuple[bytes, bool] | None:
-    """A request's body, read until its end or until it is past `limit` bytes (longer than `limit`: too large;
-    at most one message past it is ever held): (body, whether more of it is left unread); None when the client
-    went away first."""
-    chunks, size, more = [], 0, False
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            return None
-        chunks.append(message.get("body", b""))
-        size += len(chunks[-1])
-        more = message.get("more_body", False)
-        if not more or size > limit:
-            return b"".join(chunks), more
-
-
-def replaying(body: bytes, more: bool, receive: Receive) -> Receive:
-    """A receive that gives `body` (already read) first, then goes on with `receive` (the rest of the body, or
-    http.disconnect when the client goes away)."""
-    replayed = False
-
-    async def replay() -> Message:
-        nonlocal replayed
-        if not replayed:
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": more}
-        return await receive()
-
-    return replay
-
-
-class BodySizeLimit:
-    """ASGI middleware: 413 for a body over `limit` bytes, by Content-Length or by counting a chunked body.
-
-    The body is read here (at most `limit` bytes are ever held) and replayed to
-    the app, so the app's own body parsing never sees an oversized request.
-    """
-
-    def __init__(self, app: ASGIApp, limit: int = MAX_BODY_BYTES, on_reject: Callable[[Scope], None] | None = None):
-        self.app = app
-        self.limit = limit
-        self.on_reject = on_reject  # the app counts the 413 in its metrics: the route handlers never see it
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
-            await self.app(scope, receive, send)
-            return
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            await self._reject(scope, send)
-            return
-        read = await read_body(receive, self.limit)
-        if read is None:  # the client went away before sending its body
-            return
-        body, _ = read
-        if len(body) > self.limit:
-            await self._reject(scope, send)
-            return
-        await self.app(scope, replaying(body, False, receive), send)
-
-    async def _reject(self, scope: Scope, send: Send) -> None:
-        if self.on_reject is not None:
-            self.on_reject(scope)
-        body = json.dumps(error_body("validation", f"the request body is larger than the limit of {self.limit} bytes")).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+def retry_after_s(mean_request_s: float, turns: float) -> int:
+    """Seconds a refused client should wait: the queue ahead turning over `turns` times at `mean_request_s`
+    each (at least once), between 1 and 60."""
+    return int(min(60, max(1, math.ceil(mean_request_s * max(1.0, turns)))))

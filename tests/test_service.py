@@ -357,7 +357,7 @@ def test_a_cancelled_queued_request_frees_its_slot(tiny_bundle_dir):
         queued = sched.submit(ids, DecodingOptions(max_new_tokens=48))
         with pytest.raises(Exception) as refused:
             sched.submit(ids, DecodingOptions(max_new_tokens=48))
-        assert refused.value.status == 429 and int(refused.value.headers["Retry-After"]) >= 1
+        assert refused.value.error_type == "overloaded" and refused.value.retry_after_s >= 1
         queued.cancel()
         deadline = time.monotonic() + 5
         while sched.in_flight > 1 and time.monotonic() < deadline:
@@ -393,7 +393,7 @@ def test_a_request_the_engine_refuses_fails_alone_not_with_its_group(tiny_bundle
                 events += ticket.next_events_blocking(timeout=10)
             last[name] = events[-1]
         assert isinstance(last["busy"], Finished) and isinstance(last["good"], Finished)
-        assert isinstance(last["bad"], Failed) and last["bad"].error.status == 422
+        assert isinstance(last["bad"], Failed) and last["bad"].error.error_type == "validation"
         assert "max_new_tokens" in last["bad"].error.message
     finally:
         sched.stop()
@@ -522,14 +522,14 @@ def test_stream_interval_writes_a_streams_events_together_and_changes_none_of_th
     assert len(together) == 2 and together[0].count(b"data:") == 1 and b'"index":1,' in together[0]
 
 
-def test_repeated_parameters_share_their_checked_options_and_bad_ones_are_refused_each_time(tiny_bundle_dir):
+def test_repeated_parameters_share_their_checked_options_and_bad_ones_are_refused_each_time():
     """The validator keeps the DecodingOptions of parameter sets it has seen: the same set gives the same
     (frozen) options; any field that differs gives its own; a refused set is refused again, not remembered."""
-    from service import errors
+    from service.http import errors
     from service.http.schemas import GenerateParameters
     from service.http.validation import Validator
 
-    v = Validator(load_engine(tiny_bundle_dir), max_input_tokens=32, max_new_tokens=16, max_best_of=2)
+    v = Validator(max_new_tokens=16, max_best_of=2)
     greedy = v.options(GenerateParameters(max_new_tokens=8), stream=False)
     assert v.options(GenerateParameters(max_new_tokens=8), stream=False) is greedy
     assert greedy.max_new_tokens == 8 and not greedy.logprobs and not greedy.sampling

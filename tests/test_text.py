@@ -12,13 +12,21 @@ from tokenizers import Tokenizer
 from service.engine.bundle import load_bundle
 from service.text.lexicon import Lexicon
 from service.text.reader import MAX_WORDS, WORD_SEPARATOR, CharIds, TextError, TextReader, check_separator, split_words
+from service.text.requests import word_reader
 
 DEFAULT_BUNDLE = Path(__file__).resolve().parent.parent / "models" / "g2p-en"
 
 
+def bundle_reader(bundle_dir: Path) -> TextReader | None:
+    """The reader the request layer builds for a bundle (None: its model reads inputs whole)."""
+    bundle = load_bundle(bundle_dir)
+    src, tgt = (Tokenizer.from_file(str(p)) for p in (bundle.src_tokenizer_path, bundle.tgt_tokenizer_path))
+    return word_reader(bundle, src, tgt, bundle.max_source_len)
+
+
 @pytest.fixture(scope="module")
 def reader() -> TextReader:
-    return TextReader.from_bundle(load_bundle(DEFAULT_BUNDLE))
+    return bundle_reader(DEFAULT_BUNDLE)
 
 
 def texts(text: str) -> list[str]:
@@ -120,8 +128,9 @@ def test_sentence_words_answer_from_the_default_lexicon(reader):
 def test_a_bundle_without_the_word_level_flag_gets_no_reader(tmp_path):
     from test_lexicon import make_bundle
 
-    with pytest.raises(ValueError, match="does not declare word_level_source"):
-        TextReader.from_bundle(load_bundle(make_bundle(tmp_path, word_level=False)))
+    assert bundle_reader(make_bundle(tmp_path, word_level=False)) is None
+    (tmp_path / "word-level").mkdir()
+    assert bundle_reader(make_bundle(tmp_path / "word-level", word_level=True)) is not None
 
 
 def _char_tokenizer(lowercase: bool) -> Tokenizer:

@@ -15,7 +15,10 @@ Requests are `Ticket`s. The event loop (HTTP handlers) or any thread (the
 in-process API) submits them; the engine thread appends events to a ticket
 and wakes its owner, once per step for all tickets of one event loop.
 Admission is bounded: queued + running requests never exceed
-`max_concurrent_requests`; past it `submit` raises 429 with a Retry-After.
+`max_concurrent_requests`; past it `submit` raises `Overloaded` with a retry
+time. Failures are engine outcomes (service/errors.py): `submit` raises them,
+and a ticket that ends with one gets it as its `Failed` event; only the HTTP
+layer turns them into status codes.
 """
 
 from __future__ import annotations
@@ -23,17 +26,28 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import math
 import threading
 import time
 from dataclasses import dataclass
 
-from service import errors
 from service.engine.engine import DecodingOptions, Engine, Generation, InputError, StepResult
 from service.engine.runtime import ENGINE_THREAD_OS_NAME, name_os_thread
+from service.errors import InvalidRequest, Overloaded, ServiceError, TimedOut, Unavailable, retry_after_s
 from service.metrics import ServiceMetrics
 
 log = logging.getLogger("attnserve.scheduler")
+
+
+def check_rows(options: DecodingOptions, max_batch_size: int) -> None:
+    """InvalidRequest when a request needs more batch rows (beams, best_of samples) than a batch holds: it could
+    never join. The one check of rows against the batch size: the HTTP validator, the in-process API and
+    `Scheduler.submit_many` call it."""
+    if options.n_rows > max_batch_size:
+        raise InvalidRequest(
+            f"this request needs {options.n_rows} batch rows (best_of/num_beams); "
+            f"the server's max_batch_size is {max_batch_size}",
+            field="parameters",
+        )
 
 
 @dataclass(frozen=True)
@@ -47,7 +61,7 @@ class Finished:
 class Failed:
     """The last event of a ticket that ended with an error (timeout, shutdown, engine failure)."""
 
-    error: errors.APIError
+    error: ServiceError
 
 
 class Ticket:
@@ -86,10 +100,6 @@ class Ticket:
         self.streaming_owner = ready is None  # reads tokens as they come: woken per token (within the stream interval)
         self._async_ready = (ready or asyncio.Event()) if loop is not None else None
         self._thread_ready = threading.Event() if loop is None else None
-
-    @property
-    def seed(self) -> int | None:
-        return self.generation.seed if self.generation is not None else None
 
     def cancel(self) -> None:
         self.cancelled = True
@@ -158,8 +168,8 @@ class Scheduler:
         self.request_timeout_s = request_timeout_s
         # A streaming owner is woken for its first token, its last, and between them at most once per this
         # interval (0: every token); the tokens in between wait in its ticket and are read together. Each wake
-        # costs the shared core a pipe write, a thread switch and an event-loop turn: at a 0.3 ms step that
-        # was ~0.14 ms a token (docs/BENCHMARKS.md, "Stream interval").
+        # costs the shared core a pipe write, a thread switch and an event-loop turn, about 0.14 ms a token at a
+        # 0.3 ms step (docs/BENCHMARKS.md, "Stream interval").
         self.stream_interval_s = stream_interval_s
         self._cv = threading.Condition()
         self._waiting: collections.deque[Ticket] = collections.deque()
@@ -176,7 +186,7 @@ class Scheduler:
         self._thread.start()
 
     def stop(self, reason: str = "the server is shutting down") -> None:
-        """Stop the engine loop after its current step; requests still in flight fail with 503."""
+        """Stop the engine loop after its current step; requests still in flight fail as Unavailable."""
         with self._cv:
             self._stopping = True
             self._stop_reason = reason
@@ -198,12 +208,11 @@ class Scheduler:
 
     def retry_after_s(self) -> int:
         """Seconds a refused client should wait: about how long the queue ahead needs to turn over once."""
-        turns = max(1.0, len(self._waiting) / self.max_batch_size)
-        return int(min(60, max(1, math.ceil(self._mean_request_s * turns))))
+        return retry_after_s(self._mean_request_s, len(self._waiting) / self.max_batch_size)
 
     def submit(self, source_ids: list[int], options: DecodingOptions, loop: asyncio.AbstractEventLoop | None = None) -> Ticket:
-        """Queue a request; raises APIError 429 (bound reached), 503 (stopping / engine dead), or 422
-        when it needs more batch rows (beams, best_of samples) than the batch holds: it could never join."""
+        """Queue a request; raises Overloaded (bound reached), Unavailable (stopping / engine dead), or
+        InvalidRequest when it needs more batch rows (beams, best_of samples) than the batch holds: it could never join."""
         return self.submit_many([(source_ids, options)], loop)[0]
 
     def submit_many(
@@ -218,17 +227,14 @@ class Scheduler:
         `ready` (asyncio owners that read every answer whole): the one event all the tickets set, and only
         when one of them ends; None: each ticket sets its own at every step that gives it events."""
         for _, options in requests:
-            if options.n_rows > self.max_batch_size:
-                raise errors.validation(
-                    f"this request needs {options.n_rows} batch rows (best_of/num_beams) but a batch holds {self.max_batch_size}"
-                )
+            check_rows(options, self.max_batch_size)
         deadline = time.perf_counter() + self.request_timeout_s
         tickets = [Ticket(ids, options, deadline, loop, ready) for ids, options in requests]
         with self._cv:
             if self._stopping or not self.alive:
-                raise errors.unavailable(self.unavailable_reason())
+                raise Unavailable(self.unavailable_reason())
             if self._in_flight + len(tickets) > self.max_concurrent_requests:
-                raise errors.overloaded(self.retry_after_s())
+                raise Overloaded(self.retry_after_s())
             self._in_flight += len(tickets)
             self._waiting.extend(tickets)
             self.metrics.queue_size.set(len(self._waiting))
@@ -236,7 +242,7 @@ class Scheduler:
         return tickets
 
     def unavailable_reason(self) -> str:
-        """Why requests are refused with 503 once the engine loop has stopped (or is stopping): what a client may read."""
+        """Why requests are refused as Unavailable once the engine loop has stopped (or is stopping): what a client may read."""
         if self.failure:  # the cause is in the log; clients get no internals
             return "the generation engine has stopped after an internal error; the server needs a restart"
         return "the server is shutting down"
@@ -262,7 +268,7 @@ class Scheduler:
                 reason = getattr(self, "_stop_reason", None) if self.failure is None else self.unavailable_reason()
                 leftovers = list(self._waiting) + [t for t in self._by_gen.values()]
                 self._waiting.clear()
-            err = errors.unavailable(reason or "the server is shutting down")
+            err = Unavailable(reason or "the server is shutting down")
             for t in leftovers:
                 self._finish(t, Failed(err))
             self._by_gen.clear()
@@ -282,7 +288,7 @@ class Scheduler:
                 self._finish(t, None)
             elif now > t.deadline:
                 leaving.append(t)
-                self._finish(t, Failed(errors.timeout(self.request_timeout_s)))
+                self._finish(t, Failed(TimedOut(self.request_timeout_s)))
                 touched.append(t)
         if leaving:
             batch.remove([t.generation for t in leaving])
@@ -298,7 +304,7 @@ class Scheduler:
                 if t.cancelled:
                     self._finish(t, None)
                 elif now > t.deadline:
-                    self._finish(t, Failed(errors.timeout(self.request_timeout_s)))
+                    self._finish(t, Failed(TimedOut(self.request_timeout_s)))
                     touched.append(t)
                 else:
                     joining.append(t)
@@ -308,7 +314,7 @@ class Scheduler:
                 expired = [t for t in self._waiting if t.cancelled or now > t.deadline]
                 for t in expired:
                     self._waiting.remove(t)
-                    self._finish(t, None if t.cancelled else Failed(errors.timeout(self.request_timeout_s)))
+                    self._finish(t, None if t.cancelled else Failed(TimedOut(self.request_timeout_s)))
                     touched.append(t)
             self.metrics.queue_size.set(len(self._waiting))
         if joining:
@@ -370,14 +376,14 @@ class Scheduler:
         self._flush(touched)
 
     def _start_one_by_one(self, group: list[Ticket], touched: list[Ticket]) -> tuple[list[Ticket], list[Generation]]:
-        """engine.start per request, so one refused request fails alone (with 422), not its whole group."""
+        """engine.start per request, so one refused request fails alone (InvalidRequest), not its whole group."""
         started, gens = [], []
         for t in group:
             try:
                 gens += self.engine.start([(t.source_ids, t.options)])
                 started.append(t)
             except InputError as exc:
-                self._finish(t, Failed(errors.validation(str(exc))))
+                self._finish(t, Failed(InvalidRequest(str(exc))))
                 touched.append(t)
         return started, gens
 

@@ -1,5 +1,6 @@
 """The HTTP layer: the app factory, the fast path, routes, request schemas and validation,
 responses, middleware, logs and the service state. The only layer that knows status codes.
 
-May import `service.text`, `service.engine` and the top-level leaves of `service`.
+May import `service.settings`, `service.text`, `service.engine` and the top-level leaves of `service`
+(errors, metrics, version); never the entry points (`service.cli`, `service.client`).
 """

@@ -36,8 +36,8 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from starlette.types import Scope
 
-from service import errors
 from service.engine.engine import Engine
+from service.http import errors
 from service.http.fastpath import AttnserveApp
 from service.http.middleware import RequestContext
 from service.http.routes import docs, explain, generate, health

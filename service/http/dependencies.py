@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from service import errors
+from service.http import errors
 from service.http.state import Service
 
 BEARER = HTTPBearer(auto_error=False, description="Required when the server has an API key (ATTNSERVE_API_KEY).")
@@ -41,6 +41,8 @@ async def authorize(request: Request, credentials: Annotated[HTTPAuthorizationCr
 
 
 async def not_draining(svc: ServiceDep) -> None:
+    """503 `draining` once SIGTERM has begun the drain: the one check of it for new generation requests (the
+    routes' guard, and the fast path, service/http/fastpath.py, which calls it in the same order)."""
     if svc.draining:
         raise errors.draining()
 

@@ -1,4 +1,4 @@
-"""The generation routes' common case without FastAPI's request machinery (issue 14).
+"""The generation routes' common case without FastAPI's request machinery.
 
 Under load the event loop spent more CPU per request than the engine's own decoding, most of
 it around a handler that does little: FastAPI's and Starlette's middleware layers (error
@@ -8,13 +8,14 @@ parsing. `AttnserveApp` is the FastAPI app with one difference: a `POST /generat
 itself with the very handlers of service/http/routes/generate.py, and does what the middleware
 does for it (the request id, the access-log line, the body-size limit, a 500 for the
 unexpected). Anything else goes through the app's whole stack unchanged, and so does any
-request the fast path would have to refuse before its job is queued (no service yet,
-draining, wrong API key, a body too large, not JSON or not valid): the app then answers it
-exactly as before (same status, error body, headers and metrics). The routes stay declared
-in the app, so /docs and the OpenAPI schema do not change.
+request the fast path would have to refuse before it has a valid body (no service yet, wrong
+API key, a body too large, not JSON or not valid): the app answers it as it answers any
+request (same status, error body, headers and metrics). The routes stay declared in the app,
+so /docs and the OpenAPI schema do not change.
 
-Errors after admission (422/429/503 from the scheduler, 504 on timeout) are answered here
-with service.errors' one shape and counted in the metrics, as the app's handler does.
+A valid request to a draining server, and errors of admission (the text layer's and the
+scheduler's refusals, a timeout), are answered here with service/http/errors.py's shape and
+status codes, and counted in the metrics, as the app's handlers do.
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from service import errors
-from service.http.dependencies import api_key_matches
+from service.errors import ServiceError
+from service.http import errors
+from service.http.dependencies import api_key_matches, not_draining
 from service.http.logs import request_id_var
 from service.http.middleware import log_access, request_id
 from service.http.responses import SSE_HEADERS, LastChunk, SSEResponse, sse_events
@@ -62,7 +64,7 @@ async def answer_generation(scope: Scope, receive: Receive, send: Send, app) -> 
     """Answer a generation request, or hand it to `app` (the whole stack) untouched when it must be refused."""
     model = ROUTES[scope["path"]]
     svc = scope["app"].state.service
-    if svc is None or svc.draining:
+    if svc is None:
         await app(scope, receive, send)
         return
     headers: dict[bytes, bytes] = {}
@@ -96,6 +98,7 @@ async def answer_generation(scope: Scope, receive: Receive, send: Send, app) -> 
     status = 0
     try:
         try:
+            await not_draining(svc)  # the generation guard after the API key's, as the routes' dependencies order them
             if route == "/generate_stream" or (route == "/" and body.stream):  # not getattr: pydantic's miss is slow
                 job = svc.admit(body, stream=True)
                 status = 200
@@ -103,9 +106,10 @@ async def answer_generation(scope: Scope, receive: Receive, send: Send, app) -> 
                 await _stream(headers, sse_events(job, route, svc.metrics, svc.keepalive_s), replay, send)
                 return
             response = await generate.generate_once(svc, Request(scope, replay), body, route, as_list=route == "/")
-        except errors.APIError as err:
+        except (errors.APIError, ServiceError) as e:
             if status:  # (a stream's errors after its start are events in its body)
                 raise
+            err = errors.api_error(e) if isinstance(e, ServiceError) else e
             svc.metrics.request_done(route, err.error_type)
             response = errors.error_response(err)
         status = response.status_code

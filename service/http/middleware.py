@@ -1,4 +1,4 @@
-"""ASGI middleware of the app: the request id and the access log (the body-size limit is service/errors.py's)."""
+"""ASGI middleware of the app: the request id and the access log (the body-size limit is service/http/errors.py's)."""
 
 from __future__ import annotations
 

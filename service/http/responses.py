@@ -7,19 +7,26 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
 
+import numpy as np
 import orjson
 from fastapi.responses import Response, StreamingResponse
 
-from service import errors
-from service.engine.engine import Engine, Hypothesis, StepResult
+from service.engine.engine import Engine
 from service.engine.scheduler import Failed
-from service.http.schemas import ErrorResponse, GenerateParameters, GenerateResponse, PrefillToken
+from service.http import errors
+from service.http.schemas import (
+    BestOfSequence,
+    Details,
+    ErrorResponse,
+    GenerateResponse,
+    PrefillToken,
+    Token,
+    WordAlternative,
+    WordDetails,
+)
 from service.metrics import ServiceMetrics
-
-if TYPE_CHECKING:  # the request type uses this module's token helpers
-    from service.text.requests import TextRequest
+from service.text.requests import Answer, CaughtUp, TextRequest
 
 ERROR_RESPONSES = {
     code: {"model": ErrorResponse, "description": text}
@@ -47,13 +54,6 @@ class LastChunk(bytes):
     """A stream's last chunk: the fast path (service/http/fastpath.py) sends it with the body's end, one write, not two."""
 
 
-class CaughtUp:
-    """Yielded by a request's `stream_items` when it has given every token made so far: what follows waits for
-    the engine, so `sse_events` writes what it has gathered (several tokens' events in one write)."""
-
-
-CAUGHT_UP = CaughtUp()
-
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}  # x-accel-buffering: nginx passes each event at once
 
 
@@ -62,33 +62,87 @@ def _json(obj: dict | list) -> bytes:
     return orjson.dumps(obj)
 
 
-def token_dict(r: StepResult) -> dict:
-    return {"id": r.token_id, "text": r.text, "logprob": r.logprob, "special": r.special}
-
-
-def top_token_dicts(engine: Engine, top: list[tuple[int, float]] | None) -> list[dict] | None:
-    """A step's most likely tokens as TGI's Token objects (each token's own text)."""
-    if top is None:
-        return None
-    return [{"id": i, "text": engine.decode_ids([i]), "logprob": lp, "special": i in engine.special_token_ids} for i, lp in top]
-
-
-def hypothesis_tokens(engine: Engine, h: Hypothesis) -> list[dict]:
-    """A finished hypothesis' tokens, TGI's way: each token's text is the difference of successive
-    decodes (so they concatenate to the text), the end token last with text ''."""
-    out, prev = [], ""
-    for k, (tok, lp) in enumerate(zip(h.token_ids, h.logprobs or [None] * len(h.token_ids))):
-        text = engine.decode_ids(h.token_ids[: k + 1])
-        out.append({"id": tok, "text": text[len(prev) :], "logprob": lp, "special": False})
-        prev = text
-    if h.finish_reason == "eos_token":
-        out.append({"id": engine.eos_id, "text": "", "logprob": h.eos_logprob, "special": True})
-    return out
-
-
-def prefill(engine: Engine, params: GenerateParameters) -> list[PrefillToken]:
+def prefill(engine: Engine, decoder_input_details: bool) -> list[PrefillToken]:
     """decoder_input_details: what the decoder was fed before the first generated token (the start token)."""
-    return [PrefillToken(id=engine.bos_id, text="", logprob=None)] if params.decoder_input_details else []
+    return [PrefillToken(id=engine.bos_id, text="", logprob=None)] if decoder_input_details else []
+
+
+def generate_response(job: TextRequest) -> GenerateResponse:
+    """The /generate body of a request whose units have all finished (`TextRequest.collect`).
+
+    With details: a single unit's tokens, score and source, and its other answers as best_of_sequences;
+    running text's tokens are all the words' (`TextRequest.separated`), `finish_reason` is the last word's,
+    `score` the mean log-probability of all the tokens (null when a lexicon word has none), `source` is
+    `lexicon` only when every word's is, and `details.words` describes each word, with its alternatives
+    under best_of (running text of several words has no `best_of_sequences`)."""
+    text = job.generated_text()
+    params = job.params
+    if not params.details:
+        return GenerateResponse(generated_text=text)
+    answered = [job.answers(u) for u in job.units]
+    bests = [answers[0] for answers, _ in answered]
+    full = job.inputs if params.return_full_text else ""
+    fed = prefill(job.engine, params.decoder_input_details)
+    if len(job.units) == 1:
+        answers, top = answered[0]
+        tokens, score, source = bests[0].tokens, bests[0].score, bests[0].source
+        others = [
+            BestOfSequence(
+                generated_text=full + a.text,
+                finish_reason=a.finish_reason,
+                generated_tokens=a.generated_tokens,
+                seed=a.seed,
+                prefill=fed,
+                tokens=[Token(**t) for t in a.tokens],
+                score=a.score,
+                source=a.source,
+                index=a.index,
+            )
+            for a in answers[1:]
+        ]
+    else:
+        tokens = [job.separated(t, k, j) for k, b in enumerate(bests) for j, t in enumerate(b.tokens)]
+        tops = [top for _, top in answered]
+        top = [step for t in tops for step in t] if all(t is not None for t in tops) else None
+        logprobs = [t["logprob"] for t in tokens]
+        score = float(np.mean(logprobs)) if logprobs and None not in logprobs else None
+        source = "lexicon" if all(b.source == "lexicon" for b in bests) else "model"
+        others = None
+    details = Details(
+        finish_reason=bests[-1].finish_reason,
+        generated_tokens=sum(b.generated_tokens for b in bests),
+        seed=job.seed,
+        prefill=fed,
+        tokens=[Token(**t) for t in tokens],
+        top_tokens=top,
+        best_of_sequences=others if job.options.n_best > 1 and others is not None else None,
+        score=score,
+        source=source,
+        words=word_details(job, [answers for answers, _ in answered]) if job.reader is not None else None,
+    )
+    return GenerateResponse(generated_text=text, details=details)
+
+
+def word_details(job: TextRequest, answered: list[list[Answer]]) -> list[WordDetails]:
+    """Each word of running text: its span, its best answer, and its other answers under best_of."""
+    out = []
+    for u, answers in zip(job.units, answered):
+        best = answers[0]
+        out.append(
+            WordDetails(
+                word=u.word.text,
+                start=u.word.start,
+                end=u.word.end,
+                text=best.text,
+                source=best.source,
+                score=best.score,
+                finish_reason=best.finish_reason,
+                alternatives=[WordAlternative(text=a.text, source=a.source, score=a.score) for a in answers[1:]]
+                if job.options.n_best > 1
+                else None,
+            )
+        )
+    return out
 
 
 def timing_headers(timings: dict[str, float], n_tokens: int) -> dict[str, str]:

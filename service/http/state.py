@@ -7,18 +7,16 @@ from __future__ import annotations
 
 import asyncio
 
-from service import errors
 from service.engine.bundle import load_bundle
 from service.engine.engine import DecodingOptions, Engine
 from service.engine.explain import Explainer
 from service.engine.scheduler import Scheduler
-from service.http.schemas import GenerateRequest
+from service.http.schemas import GenerateParameters, GenerateRequest
 from service.http.validation import Validator
 from service.metrics import ServiceMetrics
 from service.settings import ConfigError, Settings
 from service.text.lexicon import Lexicon
-from service.text.reader import TextReader
-from service.text.requests import TextRequest
+from service.text.requests import TextFrontEnd, TextParams, TextRequest
 
 SSE_KEEPALIVE_S = 15.0  # a comment line this often on a quiet stream keeps proxies from closing it
 
@@ -63,22 +61,7 @@ class Service:
         self.engine = engine
         self.keepalive_s = keepalive_s
         self.max_input_tokens, self.max_new_tokens = resolve_limits(settings, engine)
-        self.lexicon = lexicon  # known answers before the model (service/text/lexicon.py); None: the model answers all
-        # a word-level bundle reads running text word by word (service/text/reader.py); None: inputs are read whole
-        self.reader = (
-            TextReader(
-                engine.src_tokenizer,
-                engine.tgt_tokenizer,
-                self.max_input_tokens,
-                max_chars=settings.max_text_chars,
-                max_words=settings.max_words,
-            )
-            if engine.bundle.word_level_source
-            else None
-        )
         self.validator = Validator(
-            engine,
-            self.max_input_tokens,
             self.max_new_tokens,
             max_best_of=settings.max_best_of,
             max_top_n_tokens=settings.max_top_n_tokens,
@@ -93,14 +76,39 @@ class Service:
             request_timeout_s=settings.request_timeout_s,
             stream_interval_s=settings.stream_interval_ms / 1000,
         )
+        # the request layer (service/text/requests.py): inputs -> words, the lexicon's answers, the engine's tickets
+        self.text = TextFrontEnd(
+            engine,
+            self.scheduler,
+            lexicon=lexicon,
+            max_input_tokens=self.max_input_tokens,
+            max_chars=settings.max_text_chars,
+            max_words=settings.max_words,
+        )
+        self.lexicon = lexicon
+        self.reader = self.text.reader  # None: inputs are read whole
         self.ready = False
         self.draining = False
         self.loop: asyncio.AbstractEventLoop | None = None
         self.explainer = Explainer.for_engine(engine)  # POST /explain's graphs; None when the bundle has none
 
     def admit(self, body: GenerateRequest, stream: bool) -> TextRequest:
-        """Validate a generation request, answer what the lexicon knows and queue the rest for the engine;
-        APIError 503 (draining), 422, 429 or 503 (engine stopped)."""
-        if self.draining:
-            raise errors.draining()
-        return TextRequest.admit(self, body, stream)
+        """Validate a generation request, answer what the lexicon knows and queue the rest for the engine
+        (service/text/requests.py). Raises APIError 422, or the text layer's and the scheduler's ServiceErrors
+        (422, 429, 503), which the app's handlers and the fast path answer alike."""
+        p = body.parameters or GenerateParameters()
+        self.validator.check_supported(p)
+        return self.text.admit(
+            body.inputs, text_params(p), lambda: self.validator.options(p, stream), stream=stream, loop=self.loop
+        )
+
+
+def text_params(p: GenerateParameters) -> TextParams:
+    """What the request layer reads of TGI's parameters beside the decoding options."""
+    return TextParams(
+        truncate=p.truncate,
+        lexicon=p.lexicon is not False,
+        details=bool(p.details),
+        decoder_input_details=bool(p.decoder_input_details),
+        return_full_text=bool(p.return_full_text),
+    )

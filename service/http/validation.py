@@ -1,27 +1,29 @@
-"""Request validation beyond the schema: a request body -> source ids + decoding options, or a 422 saying what to fix.
+"""Request validation beyond the schema: TGI's parameters -> the engine's decoding options, or a 422 saying what to fix.
 
 After TGI's validation.rs: the schema (service/http/schemas.py) checks types and
-ranges field by field; this module checks what needs the model or the
-server's limits (the tokenizer, `max_input_tokens`, `max_new_tokens`) and what
-spans several fields, then builds the engine's `DecodingOptions`. Every
-generation route (/generate, /generate_stream, /, /explain) goes through
-`Validator.validate`, so they refuse the same requests with the same messages.
+ranges field by field; this module checks what needs the server's limits
+(`max_new_tokens`, `max_best_of`, `max_top_n_tokens`, rows within `max_batch_size`)
+and what spans several fields, then builds the engine's `DecodingOptions`. The input
+itself (its words, its length, `truncate`) is read by the request layer
+(service/text/requests.py), which every front end shares. Every generation route
+(/generate, /generate_stream, /, /explain) checks its parameters here, so they refuse
+the same requests with the same messages.
 
 A new parameter takes three steps: its field in `GenerateParameters`
 (schemas.py), its check here (`unsupported_parameters` while the engine
-cannot honour it, or a step in `Validator.validate`), and its place in
+cannot honour it, or a step in `Validator.options`), and its place in
 `decoding_options`. The engine's `DecodingOptions` checks values (a 422 with
-its message); this module adds the server's limits (`max_best_of`,
-`max_top_n_tokens`, rows within `max_batch_size`) and what cannot be streamed.
+its message); this module adds the server's limits and what cannot be streamed.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from service import errors
-from service.engine.engine import DecodingOptions, Engine, InputError
-from service.http.schemas import GenerateParameters, GenerateRequest
+from service.engine.engine import DecodingOptions, InputError
+from service.engine.scheduler import check_rows
+from service.http import errors
+from service.http.schemas import GenerateParameters
 
 
 def unsupported_parameters(p: GenerateParameters) -> list[str]:
@@ -52,33 +54,23 @@ class ValidRequest:
 
 
 class Validator:
-    """Checks requests against one engine's tokenizer and the server's limits."""
+    """Checks a request's parameters against the server's limits."""
 
     def __init__(
         self,
-        engine: Engine,
-        max_input_tokens: int,
         max_new_tokens: int,
         max_best_of: int = 4,
         max_top_n_tokens: int = 5,
         max_batch_size: int = 32,
     ):
-        self.engine = engine
-        self.max_input_tokens = max_input_tokens
         self.max_new_tokens = max_new_tokens
         self.max_best_of = max_best_of
         self.max_top_n_tokens = max_top_n_tokens
         self.max_batch_size = max_batch_size
-        # the options of parameters seen before: building and checking them was ~10 us of the event loop's CPU per
-        # request, and most traffic repeats a few parameter sets; DecodingOptions is frozen, so rows may share one
+        # the options of parameter sets seen before: building and checking them costs the event loop about 10 us
+        # of CPU per request, and most traffic repeats a few parameter sets; DecodingOptions is frozen, so rows
+        # may share one
         self._options: dict[tuple, DecodingOptions] = {}
-
-    def validate(self, body: GenerateRequest, stream: bool) -> ValidRequest:
-        """Raises APIError 422 with what to fix. `stream`: the answer is streamed (its tokens carry logprobs)."""
-        p = body.parameters or GenerateParameters()
-        self.check_supported(p)
-        ids = self.source_ids(body.inputs, p.truncate)
-        return ValidRequest(ids, self.options(p, stream), p)
 
     @staticmethod
     def check_supported(p: GenerateParameters) -> None:
@@ -110,11 +102,7 @@ class Validator:
             raise errors.validation(f"parameters.max_new_tokens must be between 1 and {self.max_new_tokens}, got {n}")
         self.check_n_best(p, stream)
         options = self.decoding_options(p, n, stream)
-        if options.n_rows > self.max_batch_size:
-            raise errors.validation(
-                f"parameters: this request needs {options.n_rows} batch rows (best_of/num_beams); "
-                f"the server's max_batch_size is {self.max_batch_size}"
-            )
+        check_rows(options, self.max_batch_size)
         if stream and not options.streams:
             what = "beam search (best_of or num_beams without sampling)" if options.beam_search else "best_of > 1"
             raise errors.validation(
@@ -133,26 +121,6 @@ class Validator:
             raise errors.validation(
                 f"parameters.top_n_tokens must be at most {self.max_top_n_tokens} on this server, got {p.top_n_tokens}"
             )
-
-    def source_ids(self, text: str, truncate: int | None) -> list[int]:
-        """The input's source token ids, after TGI's `truncate`, within `max_input_tokens`."""
-        try:
-            if truncate is not None:
-                text = self.keep_last_tokens(text, truncate)
-            ids = self.engine.encode_text(text)
-        except InputError as e:
-            raise errors.validation(f"inputs: {e}") from None
-        if len(ids) > self.max_input_tokens:
-            raise errors.validation(
-                f"inputs: input is {len(ids)} tokens long; this server accepts at most {self.max_input_tokens} "
-                "(or set parameters.truncate)"
-            )
-        return ids
-
-    def keep_last_tokens(self, text: str, n: int) -> str:
-        """TGI's `truncate`: keep the last n source tokens (cut the text where the n-th from the end begins)."""
-        offsets = self.engine.src_tokenizer.encode(text, add_special_tokens=False).offsets
-        return text if len(offsets) <= n else text[offsets[-n][0] :]
 
     @staticmethod
     def decoding_options(p: GenerateParameters, max_new_tokens: int, stream: bool) -> DecodingOptions:

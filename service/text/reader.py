@@ -199,9 +199,9 @@ class CharIds:
 class TextReader:
     """Running text -> the words a word-level bundle's model can read, and back to one answer.
 
-    Build it once per bundle (`TextReader.from_bundle` or with the engine's tokenizers); call
-    `words(text)` per request (raises TextError, a 422) and `join(answers)` to make
-    generated_text.
+    Build it once per bundle, with the engine's tokenizers (service/text/requests.py `word_reader`,
+    which builds one only for a bundle that declares `word_level_source`); call `words(text)` per
+    request (raises TextError, a 422) and `join(answers)` to make generated_text.
     """
 
     def __init__(
@@ -222,18 +222,6 @@ class TextReader:
         self.max_chars = max_chars
         self.max_words = max_words
         self.separator = separator
-
-    @classmethod
-    def from_bundle(cls, bundle, **limits) -> TextReader:
-        """A reader for a loaded bundle (service.engine.bundle.LoadedBundle) that declares `word_level_source`."""
-        if not bundle.word_level_source:
-            raise ValueError(f"{bundle.dir}: bundle.json does not declare word_level_source; its model reads whole inputs")
-        return cls(
-            Tokenizer.from_file(str(bundle.src_tokenizer_path)),
-            Tokenizer.from_file(str(bundle.tgt_tokenizer_path)),
-            bundle.max_source_len,
-            **limits,
-        )
 
     def words(self, text: str) -> list[Word]:
         """The words of `text` with their source ids, each checked readable by the source tokenizer and short enough.

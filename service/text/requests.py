@@ -1,12 +1,19 @@
-"""A generation request as units, each answered by the lexicon or by the engine: the whole input, or each word of running text.
+"""The request layer: a generation request as units, each answered by the lexicon or by the engine.
 
-Every generation route goes through here, so the routes stay thin and /generate and
-/generate_stream answer alike:
+Every front end calls it: the HTTP routes (service/http/) and the in-process `Generator`
+(service/client.py, `attnserve-generate`), so they answer alike by construction:
 
-    job = TextRequest.admit(svc, body, stream)  # validate, read, look up, queue the model's units (all at once)
-    await job.collect(request)                  # /generate: every unit finished (False: the client went away)
-    job.response()                              # its GenerateResponse
-    job.stream_items(keepalive_s)               # /generate_stream: tokens in text order, as they come
+    front = TextFrontEnd(engine, scheduler, lexicon=..., max_input_tokens=...)   # once
+    job = front.admit(inputs, TextParams(...), options, loop=loop, stream=False)  # read, look up, queue (all at once)
+    await job.collect(request)    # an event loop's owner: every unit finished (False: the client went away)
+    job.wait()                    # a thread's owner: every unit finished
+    job.answers(unit)             # a finished unit's answers, best first: the lexicon's, then the model's
+    job.stream_items(keepalive_s) # a stream: tokens in text order, as they come
+
+`options` are the engine's `DecodingOptions`, checked by the caller (the HTTP validator, or
+`Generator.options`); `TextParams` say the rest: truncation, whether the lexicon may answer,
+and which details are asked for. Refusals are `service.errors.InvalidRequest` (what to fix)
+and the scheduler's `Overloaded` / `Unavailable`; HTTP maps them to status codes.
 
 Units. A word-level bundle (`bundle.json` `word_level_source`) reads running text word by
 word (service/text/reader.py): each word is a unit. Any other bundle reads its input whole: one unit.
@@ -15,10 +22,10 @@ Who answers a unit. The lexicon (service/text/lexicon.py) answers greedy request
 (best_of without sampling) included, unless the request says `"lexicon": false`. Sampled
 requests, `top_n_tokens` and `decoder_input_details` always go to the model: they ask for the
 model's own distribution. With best_of N, the lexicon's answers come first, in dictionary
-order, and the model's beams fill the rest (a beam equal to a lexicon answer is skipped); a
-unit the lexicon answers fully never reaches the engine. The units the model answers are
-queued together (`Scheduler.submit_many`), so they share decoder steps; each counts toward
-`max_concurrent_requests`.
+order, and the model's beams fill the rest (a beam with the token ids of a lexicon answer is
+skipped); a unit the lexicon answers fully never reaches the engine. The units the model
+answers are queued together (`Scheduler.submit_many`), so they share decoder steps; each
+counts toward `max_concurrent_requests`.
 
 A lexicon answer is a real token sequence: the target tokenizer's ids with logprob null, then
 the end token (finish reason `eos_token`); its score is null. `max_new_tokens` applies to each
@@ -26,14 +33,10 @@ unit, so a longer lexicon answer is cut (finish reason `length`), as the model's
 stop sequence ends it after the first token that completes it (finish reason `stop_sequence`).
 
 Running text's answer: `generated_text` is the words' best answers joined by the word
-separator (`" | "`); `details.tokens` are all the words' tokens, end tokens included, with
-the separator put in front of the text of each word's first token, so the token texts
-concatenate to `generated_text`, in the details as in the stream; `finish_reason` is the last
-word's; `score` is the mean log-probability of all the tokens (null when a lexicon word has
-none); `source` is `lexicon` only when every word's is; `details.words` describes each word,
-with its alternatives under best_of (running text of several words has no
-`best_of_sequences`). A single unit answers exactly as a request did before lexicons and
-running text, plus `details.words` for a word-level bundle.
+separator (`" | "`); the tokens are all the words' tokens, end tokens included, with the
+separator put in front of the text of each word's first token (`TextRequest.separated`), so
+the token texts concatenate to `generated_text`, in the details as in the stream. A single
+unit answers as the model alone would, with the lexicon's answers first.
 """
 
 from __future__ import annotations
@@ -41,29 +44,63 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
-import numpy as np
-from fastapi import Request
+from tokenizers import Tokenizer
 
-from service import errors
+from service.engine.bundle import LoadedBundle
 from service.engine.decoding import Hypothesis, StoppingCriteria, request_seed
-from service.engine.engine import DecodingOptions, Engine, StepResult
-from service.engine.scheduler import Failed, Finished, Ticket
-from service.http.responses import CAUGHT_UP, CaughtUp, hypothesis_tokens, prefill, token_dict, top_token_dicts
-from service.http.schemas import (
-    BestOfSequence,
-    Details,
-    GenerateParameters,
-    GenerateRequest,
-    GenerateResponse,
-    Token,
-    WordAlternative,
-    WordDetails,
-)
+from service.engine.engine import DecodingOptions, Engine, InputError, StepResult
+from service.engine.scheduler import Failed, Finished, Scheduler, Ticket
+from service.errors import InvalidRequest
 from service.text.lexicon import Lexicon
-from service.text.reader import TextError, TextReader, Word
+from service.text.reader import MAX_TEXT_CHARS, MAX_WORDS, TextError, TextReader, Word
+
+
+class CaughtUp:
+    """Yielded by a request's `stream_items` when it has given every token made so far: what follows waits for
+    the engine, so a writer sends what it has gathered (several tokens' events in one write)."""
+
+
+CAUGHT_UP = CaughtUp()
+
+
+def token_dict(r: StepResult) -> dict:
+    """A streamed token as TGI's Token object."""
+    return {"id": r.token_id, "text": r.text, "logprob": r.logprob, "special": r.special}
+
+
+def top_token_dicts(engine: Engine, top: list[tuple[int, float]] | None) -> list[dict] | None:
+    """A step's most likely tokens as TGI's Token objects (each token's own text)."""
+    if top is None:
+        return None
+    return [{"id": i, "text": engine.decode_ids([i]), "logprob": lp, "special": i in engine.special_token_ids} for i, lp in top]
+
+
+def hypothesis_tokens(engine: Engine, h: Hypothesis) -> list[dict]:
+    """A finished hypothesis' tokens, TGI's way: each token's text is the difference of successive
+    decodes (so they concatenate to the text), the end token last with text ''."""
+    out, prev = [], ""
+    for k, (tok, lp) in enumerate(zip(h.token_ids, h.logprobs or [None] * len(h.token_ids))):
+        text = engine.decode_ids(h.token_ids[: k + 1])
+        out.append({"id": tok, "text": text[len(prev) :], "logprob": lp, "special": False})
+        prev = text
+    if h.finish_reason == "eos_token":
+        out.append({"id": engine.eos_id, "text": "", "logprob": h.eos_logprob, "special": True})
+    return out
+
+
+@dataclass(frozen=True)
+class TextParams:
+    """What a request asks of the text layer beside its decoding options (TGI's parameters of the same names)."""
+
+    truncate: int | None = None  # keep the input's last `truncate` source tokens
+    lexicon: bool = True  # False: the model answers every unit
+    details: bool = False
+    decoder_input_details: bool = False  # asks for the model's own prefill: the model answers
+    return_full_text: bool = False  # generated_text starts with the input
 
 
 @dataclass
@@ -108,9 +145,9 @@ class StreamToken:
     last: bool
 
 
-def lexicon_answers(params: GenerateParameters, options: DecodingOptions) -> bool:
+def lexicon_answers(params: TextParams, options: DecodingOptions) -> bool:
     """Whether the lexicon may answer this request (see the module's docstring)."""
-    return params.lexicon is not False and not options.sampling and not options.top_n_tokens and not params.decoder_input_details
+    return params.lexicon and not options.sampling and not options.top_n_tokens and not params.decoder_input_details
 
 
 def lexicon_answer(engine: Engine, ids: tuple[int, ...], max_new_tokens: int, stop: tuple[str, ...] = ()) -> Answer:
@@ -131,15 +168,134 @@ def lexicon_answer(engine: Engine, ids: tuple[int, ...], max_new_tokens: int, st
     return Answer(h.text, hypothesis_tokens(engine, h), h.finish_reason, h.generated_tokens, None, "lexicon")
 
 
+def word_reader(
+    bundle: LoadedBundle,
+    src_tokenizer: Tokenizer,
+    tgt_tokenizer: Tokenizer,
+    max_source_len: int,
+    max_chars: int = MAX_TEXT_CHARS,
+    max_words: int = MAX_WORDS,
+) -> TextReader | None:
+    """The reader of running text for a word-level bundle (`bundle.json` `word_level_source`), each word at most
+    `max_source_len` source tokens; None for any other bundle: its model reads inputs whole."""
+    if not bundle.word_level_source:
+        return None
+    return TextReader(src_tokenizer, tgt_tokenizer, max_source_len, max_chars=max_chars, max_words=max_words)
+
+
+class TextFrontEnd:
+    """The request layer of one engine and its scheduler: `admit` turns an input into units, answers what
+    the lexicon knows and queues the rest. `max_input_tokens`: the longest input, or word, in source tokens
+    (default: the bundle's `max_source_len`); `max_chars` and `max_words` bound running text."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        scheduler: Scheduler,
+        *,
+        lexicon: Lexicon | None = None,
+        max_input_tokens: int | None = None,
+        max_chars: int = MAX_TEXT_CHARS,
+        max_words: int = MAX_WORDS,
+    ):
+        self.engine = engine
+        self.scheduler = scheduler
+        self.lexicon = lexicon  # known answers before the model (service/text/lexicon.py); None: the model answers all
+        self.max_input_tokens = max_input_tokens or engine.max_source_len
+        src, tgt = engine.src_tokenizer, engine.tgt_tokenizer
+        self.reader = word_reader(engine.bundle, src, tgt, self.max_input_tokens, max_chars, max_words)
+
+    def admit(
+        self,
+        inputs: str,
+        params: TextParams,
+        options: DecodingOptions | Callable[[], DecodingOptions],
+        *,
+        stream: bool = False,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> TextRequest:
+        """Read `inputs` into units, answer what the lexicon knows and queue the rest on the engine, all at once.
+        `options`: the decoding options, or what checks and makes them (called once the input is read, so a
+        request wrong in both is told about its input first). `loop`: the event loop of an asyncio owner (None:
+        a thread waits with `wait`); `stream`: the owner reads tokens as they come. Raises InvalidRequest (what
+        to fix), or the scheduler's Overloaded / Unavailable."""
+        t_arrival = time.perf_counter()
+        units = self.units(inputs, params.truncate)
+        if callable(options):
+            options = options()
+        if options.sampling and options.seed is None:
+            # one seed for every word, picked here (the engine's rule) and reported back: the same request reproduces
+            options = dataclasses.replace(options, seed=request_seed(options))
+        if self.lexicon is not None and lexicon_answers(params, options):
+            for u in units:
+                found = self.lexicon.lookup(u.text)[: options.n_best]
+                u.known = [lexicon_answer(self.engine, a.ids, options.max_new_tokens, options.stop) for a in found]
+        to_model = [u for u in units if len(u.known) < options.n_best]
+        limit = self.scheduler.max_concurrent_requests
+        if len(to_model) > limit:
+            raise InvalidRequest(
+                f"{len(to_model)} words need the model, and this server runs at most {limit} at once "
+                "(max_concurrent_requests); send fewer words per request",
+                field="inputs",
+            )
+        # an asyncio owner that reads its answer whole is woken once per ending ticket, on one event
+        ready = asyncio.Event() if loop is not None and not stream else None
+        if to_model:
+            tickets = self.scheduler.submit_many([(u.source_ids, options) for u in to_model], loop, ready)
+            for u, t in zip(to_model, tickets):
+                u.ticket = t
+        return TextRequest(self.engine, self.reader, inputs, params, options, units, t_arrival, ready)
+
+    def units(self, text: str, truncate: int | None) -> list[Unit]:
+        """The units of an input: its words (a word-level bundle), else the whole input, each within
+        `max_input_tokens` (the one check of input length). TGI's `truncate` keeps the input's last
+        `truncate` source tokens before it is read. Raises InvalidRequest naming what cannot be read."""
+        if self.reader is not None:
+            return [Unit(w.text, w, list(w.source_ids), []) for w in self.read_words(text, truncate)]
+        try:
+            if truncate is not None:
+                text = self.keep_last_tokens(text, truncate)
+            ids = self.engine.encode_text(text)
+        except InputError as e:
+            raise InvalidRequest(str(e), field="inputs") from None
+        if len(ids) > self.max_input_tokens:
+            raise InvalidRequest(
+                f"input is {len(ids)} tokens long; this server accepts at most {self.max_input_tokens} "
+                "(or set parameters.truncate)",
+                field="inputs",
+            )
+        return [Unit(text, None, ids, [])]
+
+    def read_words(self, text: str, truncate: int | None) -> list[Word]:
+        """The words of running text, spans into `text`, each within `max_input_tokens`; InvalidRequest naming
+        what cannot be read."""
+        if not text.strip():
+            raise InvalidRequest("input text is empty", field="inputs")
+        offset = 0
+        if truncate is not None:
+            kept = self.keep_last_tokens(text, truncate)
+            offset, text = len(text) - len(kept), kept
+        try:
+            words = self.reader.words(text)
+        except TextError as e:
+            raise InvalidRequest(str(e), field="inputs") from None
+        return [Word(w.text, w.start + offset, w.end + offset, w.source_ids) for w in words]
+
+    def keep_last_tokens(self, text: str, n: int) -> str:
+        """TGI's `truncate`: keep the last n source tokens (cut the text where the n-th from the end begins)."""
+        offsets = self.engine.src_tokenizer.encode(text, add_special_tokens=False).offsets
+        return text if len(offsets) <= n else text[offsets[-n][0] :]
+
+
 class TextRequest:
-    """One generation request: its units, the lexicon's answers, the engine's tickets. Build with `admit`."""
+    """One generation request: its units, the lexicon's answers, the engine's tickets. Made by `TextFrontEnd.admit`."""
 
     def __init__(
         self,
         engine: Engine,
         reader: TextReader | None,
-        body: GenerateRequest,
-        params: GenerateParameters,
+        inputs: str,
+        params: TextParams,
         options: DecodingOptions,
         units: list[Unit],
         t_arrival: float,
@@ -147,50 +303,12 @@ class TextRequest:
     ):
         self.engine = engine
         self.reader = reader
-        self.inputs = body.inputs
+        self.inputs = inputs
         self.params = params
         self.options = options
         self.units = units
         self.t_arrival = t_arrival
-        self.ready = ready  # what the tickets set when one ends (admitted for /generate: `collect`)
-
-    # ---- admission ------------------------------------------------------------------------------
-    @classmethod
-    def admit(cls, svc, body: GenerateRequest, stream: bool) -> TextRequest:
-        """Validate `body`, read its words (word-level bundles), answer what the lexicon knows and queue the
-        rest on the engine, all at once. `svc`: the Service (engine, validator, reader, lexicon, scheduler).
-        Raises APIError 422 (what to fix), 429 or 503."""
-        t_arrival = time.perf_counter()
-        engine: Engine = svc.engine
-        params = body.parameters or GenerateParameters()
-        svc.validator.check_supported(params)
-        if svc.reader is None:  # the model reads the input whole
-            ids = svc.validator.source_ids(body.inputs, params.truncate)
-            text = body.inputs if params.truncate is None else svc.validator.keep_last_tokens(body.inputs, params.truncate)
-            units = [Unit(text, None, ids, [])]
-        else:
-            units = [Unit(w.text, w, list(w.source_ids), []) for w in read_words(svc, body.inputs, params.truncate)]
-        options = svc.validator.options(params, stream)
-        if options.sampling and options.seed is None:
-            # one seed for every word, picked here (the engine's rule) and reported back: the same request reproduces
-            options = dataclasses.replace(options, seed=request_seed(options))
-        lexicon: Lexicon | None = svc.lexicon
-        if lexicon is not None and lexicon_answers(params, options):
-            for u in units:
-                found = lexicon.lookup(u.text)[: options.n_best]
-                u.known = [lexicon_answer(engine, a.ids, options.max_new_tokens, options.stop) for a in found]
-        to_model = [u for u in units if len(u.known) < options.n_best]
-        if len(to_model) > svc.scheduler.max_concurrent_requests:
-            raise errors.validation(
-                f"inputs: {len(to_model)} words need the model, and this server runs at most "
-                f"{svc.scheduler.max_concurrent_requests} at once (max_concurrent_requests); send fewer words per request"
-            )
-        ready = None if stream else asyncio.Event()  # /generate reads its answer whole: woken once per ending ticket
-        if to_model:
-            tickets = svc.scheduler.submit_many([(u.source_ids, options) for u in to_model], svc.loop, ready)
-            for u, t in zip(to_model, tickets):
-                u.ticket = t
-        return cls(engine, svc.reader, body, params, options, units, t_arrival, ready)
+        self.ready = ready  # what the tickets set when one ends (an asyncio owner reading whole answers: `collect`)
 
     def cancel(self) -> None:
         """Drop every unit's rows from the batch (the client went away, or another unit failed)."""
@@ -254,73 +372,6 @@ class TextRequest:
         taken = [a.token_ids for a in u.known]
         return (u.known + [a for a in model if a.token_ids not in taken])[: self.options.n_best], None
 
-    def response(self) -> GenerateResponse:
-        """The /generate body once every unit has finished (`collect`)."""
-        text = self.generated_text()
-        if not self.params.details:
-            return GenerateResponse(generated_text=text)
-        answered = [self.answers(u) for u in self.units]
-        bests = [answers[0] for answers, _ in answered]
-        full = self.inputs if self.params.return_full_text else ""
-        if len(self.units) == 1:
-            answers, top = answered[0]
-            tokens, score, source = bests[0].tokens, bests[0].score, bests[0].source
-            others = [
-                BestOfSequence(
-                    generated_text=full + a.text,
-                    finish_reason=a.finish_reason,
-                    generated_tokens=a.generated_tokens,
-                    seed=a.seed,
-                    prefill=prefill(self.engine, self.params),
-                    tokens=[Token(**t) for t in a.tokens],
-                    score=a.score,
-                    source=a.source,
-                    index=a.index,
-                )
-                for a in answers[1:]
-            ]
-        else:
-            tokens = [self.separated(t, k, j) for k, b in enumerate(bests) for j, t in enumerate(b.tokens)]
-            tops = [top for _, top in answered]
-            top = [step for t in tops for step in t] if all(t is not None for t in tops) else None
-            logprobs = [t["logprob"] for t in tokens]
-            score = float(np.mean(logprobs)) if logprobs and None not in logprobs else None
-            source = "lexicon" if all(b.source == "lexicon" for b in bests) else "model"
-            others = None
-        details = Details(
-            finish_reason=bests[-1].finish_reason,
-            generated_tokens=sum(b.generated_tokens for b in bests),
-            seed=self.seed,
-            prefill=prefill(self.engine, self.params),
-            tokens=[Token(**t) for t in tokens],
-            top_tokens=top,
-            best_of_sequences=others if self.options.n_best > 1 and others is not None else None,
-            score=score,
-            source=source,
-            words=self.word_details(answered) if self.reader is not None else None,
-        )
-        return GenerateResponse(generated_text=text, details=details)
-
-    def word_details(self, answered: list[tuple[list[Answer], object]]) -> list[WordDetails]:
-        out = []
-        for u, (answers, _) in zip(self.units, answered):
-            best = answers[0]
-            out.append(
-                WordDetails(
-                    word=u.word.text,
-                    start=u.word.start,
-                    end=u.word.end,
-                    text=best.text,
-                    source=best.source,
-                    score=best.score,
-                    finish_reason=best.finish_reason,
-                    alternatives=[WordAlternative(text=a.text, source=a.source, score=a.score) for a in answers[1:]]
-                    if self.options.n_best > 1
-                    else None,
-                )
-            )
-        return out
-
     def separated(self, token: dict, unit: int, position: int) -> dict:
         """A token of running text: the first token of every word after the first carries the separator
         in front of its text, so the tokens' texts concatenate to generated_text."""
@@ -351,10 +402,11 @@ class TextRequest:
         }
 
     # ---- waiting for the engine -------------------------------------------------------------------
-    async def collect(self, request: Request) -> bool:
+    async def collect(self, request: Receiver) -> bool:
         """Wait until every unit the model answers has finished: True; False when the client went away
-        first (its rows are then cancelled). Raises the APIError of a unit that failed (timeout,
-        shutdown), the other units cancelled."""
+        first (its rows are then cancelled). `request`: what tells a disconnect (its `receive()` gives
+        `http.disconnect`, the body having been read). Raises the ServiceError of a unit that failed
+        (timeout, shutdown), the other units cancelled."""
         waiting = [u for u in self.units if u.ticket is not None]
         if not waiting:
             return True
@@ -366,7 +418,7 @@ class TextRequest:
         try:
             while True:
                 ready.clear()
-                waiting = [u for u in waiting if not _take(u)]  # raises a failed unit's APIError
+                waiting = [u for u in waiting if not _take(u, u.ticket.take_events())]  # raises a failed unit's error
                 if not waiting:
                     ok = True
                     return True
@@ -377,6 +429,17 @@ class TextRequest:
             gone.cancel()
             if not ok:
                 self.cancel()  # the client went away, or a unit failed: the others' rows leave the batch
+
+    def wait(self) -> None:
+        """Block until every unit the model answers has finished (a thread's owner: admitted without a loop).
+        Raises the ServiceError of a unit that failed, the other units cancelled."""
+        try:
+            for u in self.units:
+                while u.ticket is not None and not _take(u, u.ticket.next_events_blocking()):
+                    pass
+        except BaseException:
+            self.cancel()
+            raise
 
     async def stream_items(self, keepalive_s: float) -> AsyncIterator[StreamToken | Failed | CaughtUp | None]:
         """The answer's tokens in text order as the engine makes them: StreamToken per token (a lexicon
@@ -438,25 +501,9 @@ class TextRequest:
             timer = check_quiet = None
 
 
-def read_words(svc, text: str, truncate: int | None) -> list[Word]:
-    """The words of a request's running text, spans into `text`; APIError 422 naming what cannot be read.
-    TGI's `truncate` keeps the text's last `truncate` source tokens before it is read."""
-    if not text.strip():
-        raise errors.validation("inputs: input text is empty")
-    offset = 0
-    if truncate is not None:
-        kept = svc.validator.keep_last_tokens(text, truncate)
-        offset, text = len(text) - len(kept), kept
-    try:
-        words = svc.reader.words(text)
-    except TextError as e:
-        raise errors.validation(f"inputs: {e}") from None
-    return [Word(w.text, w.start + offset, w.end + offset, w.source_ids) for w in words]
-
-
-def _take(u: Unit) -> bool:
-    """Take a unit's step results so far: whether it has finished; raises its APIError if it failed."""
-    for ev in u.ticket.take_events():
+def _take(u: Unit, events: list) -> bool:
+    """Take a unit's step results: whether it has finished; raises its ServiceError if it failed."""
+    for ev in events:
         if isinstance(ev, Failed):
             raise ev.error
         if isinstance(ev, Finished):
@@ -466,7 +513,13 @@ def _take(u: Unit) -> bool:
     return u.finished is not None
 
 
-async def _client_gone(request: Request) -> None:
+class Receiver(Protocol):
+    """What `collect` watches for the client going away: an ASGI request's `receive`."""
+
+    async def receive(self) -> dict: ...
+
+
+async def _client_gone(request: Receiver) -> None:
     """Returns when the client disconnects (the body has been read, so the next message is the disconnect)."""
     while True:
         message = await request.receive()

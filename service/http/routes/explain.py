@@ -10,13 +10,12 @@ from fastapi import APIRouter, Response
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
-from service import errors
 from service.engine.explain import DeadlinePassed, ExplainResponse, explanation_response
+from service.http import errors
 from service.http.dependencies import GENERATION_GUARDS, ServiceDep
 from service.http.responses import ERROR_RESPONSES
 from service.http.schemas import ErrorResponse, GenerateParameters, GenerateRequest
 from service.http.validation import ValidRequest
-from service.text.requests import read_words
 
 ROUTE = "/explain"
 STATIC_DIR = Path(__file__).resolve().parents[1] / "static"
@@ -83,17 +82,14 @@ def static_files() -> StaticFiles:
 
 
 def explain_request(svc, body: GenerateRequest) -> ValidRequest:
-    """/generate's validation, for one answer: a word-level bundle reads the text as /generate does
-    (same messages) and explains one word; best_of and num_beams are refused."""
-    if svc.reader is None:
-        valid = svc.validator.validate(body, stream=False)
-    else:
-        params = body.parameters or GenerateParameters()
-        svc.validator.check_supported(params)
-        words = read_words(svc, body.inputs, params.truncate)
-        if len(words) != 1:
-            raise errors.validation(f"inputs: /explain shows one word's attention; this text has {len(words)} words")
-        valid = ValidRequest(list(words[0].source_ids), svc.validator.options(params, False), params)
+    """/generate's validation, for one answer: the input is read as /generate reads it (same messages; a
+    word-level bundle explains one word); best_of and num_beams are refused."""
+    params = body.parameters or GenerateParameters()
+    svc.validator.check_supported(params)
+    units = svc.text.units(body.inputs, params.truncate)
+    if len(units) != 1:
+        raise errors.validation(f"inputs: /explain shows one word's attention; this text has {len(units)} words")
+    valid = ValidRequest(units[0].source_ids, svc.validator.options(params, False), params)
     if not valid.options.streams:
         raise errors.validation("parameters: /explain decodes one answer; best_of and num_beams are for /generate")
     return valid

@@ -17,6 +17,7 @@ from service.http.responses import (
     SSE_HEADERS,
     SSE_RESPONSE,
     SSEResponse,
+    generate_response,
     json_response,
     sse_events,
     timing_headers,
@@ -65,7 +66,7 @@ async def generate_once(svc: Service, request: Request, body: GenerateRequest, r
     if not await job.collect(request):
         svc.metrics.request_done(route, "cancelled")
         return Response(status_code=499)  # nobody reads it: the client has gone
-    answer = job.response()
+    answer = generate_response(job)
     svc.metrics.request_done(route, "success")
     svc.metrics.request_duration.observe(time.perf_counter() - job.t_arrival)
     return json_response([answer] if as_list else answer, timing_headers(job.timings(), job.n_tokens()))

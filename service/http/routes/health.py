@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 from fastapi import APIRouter, Response
 
-from service import errors
 from service.engine.bundle import VARIANT_WEIGHT_DTYPES
+from service.http import errors
 from service.http.dependencies import ServiceDep
 from service.http.schemas import ErrorResponse, HealthResponse, InfoResponse, LexiconInfo, ReadyResponse
 from service.metrics import CONTENT_TYPE

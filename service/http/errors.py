@@ -1,0 +1,210 @@
+"""One error shape for every route: `{"error": "...", "error_type": "..."}` (ARCHITECTURE.md), and the status codes.
+
+The engine and the text layer refuse or end a request with a `service.errors.ServiceError`;
+`api_error` is the one place its `error_type` becomes a status code (and an overloaded
+refusal its Retry-After header).
+
+FastAPI's own 422 body (a list of pydantic errors) and Starlette's 404/405
+bodies are replaced by this shape; an unexpected exception becomes a 500 that
+says nothing about the code (the detail goes to the log, with the request id).
+`BodySizeLimit` answers 413 before a large body is read into memory.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.errors import Draining, Overloaded, ServiceError, TimedOut, Unavailable
+
+log = logging.getLogger("attnserve.service")
+
+MAX_BODY_BYTES = 256 * 1024  # a G2P word is ~20 bytes; a generous ceiling for any text this service takes
+
+
+class APIError(Exception):
+    """An error answered to the client as `{"error", "error_type"}` with `status`."""
+
+    def __init__(self, status: int, error_type: str, message: str, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.error_type = error_type
+        self.message = message
+        self.headers = headers or {}
+
+
+STATUS = {"validation": 422, "overloaded": 429, "draining": 503, "unavailable": 503, "timeout": 504}
+
+
+def api_error(e: ServiceError) -> APIError:
+    """An engine or text outcome as the client gets it: its status code, and Retry-After when overloaded."""
+    headers = {"Retry-After": str(e.retry_after_s)} if isinstance(e, Overloaded) else None
+    return APIError(STATUS.get(e.error_type, 500), e.error_type, e.message, headers)
+
+
+def validation(message: str) -> APIError:
+    return APIError(422, "validation", message)
+
+
+def overloaded(retry_after_s: int) -> APIError:
+    return api_error(Overloaded(retry_after_s))
+
+
+def draining() -> APIError:
+    return api_error(Draining())
+
+
+def unavailable(message: str) -> APIError:
+    return api_error(Unavailable(message))
+
+
+def timeout(limit_s: float) -> APIError:
+    return api_error(TimedOut(limit_s))
+
+
+def internal() -> APIError:
+    """An unexpected exception, as the client sees it: nothing about the code (the log has the details)."""
+    return APIError(500, "internal", "internal server error; the server log has the details")
+
+
+def error_body(error_type: str, message: str) -> dict[str, str]:
+    return {"error": message, "error_type": error_type}
+
+
+def error_response(err: APIError) -> JSONResponse:
+    return JSONResponse(error_body(err.error_type, err.message), status_code=err.status, headers=err.headers)
+
+
+def describe_validation_errors(errors: list[dict]) -> str:
+    """pydantic's error list -> one line a person can act on: `parameters.top_p: Input should be ...; ...`."""
+    parts = []
+    for err in errors:
+        if err.get("type") == "json_invalid":
+            ctx = err.get("ctx") or {}
+            return f"the request body is not valid JSON ({ctx.get('error', 'malformed')})"
+        loc = [str(x) for x in err.get("loc", ()) if x != "body"]
+        where = ".".join(loc) or "body"
+        msg = err.get("msg", "invalid")
+        if err.get("type") == "missing":
+            msg = "is required"
+        elif err.get("type") in ("model_attributes_type", "dict_type") and not loc:
+            msg = 'must be a JSON object like {"inputs": "...", "parameters": {...}}'
+        parts.append(f"{where}: {msg}")
+    return "; ".join(parts) or "invalid request"
+
+
+def install_error_handlers(app: FastAPI, on_error: Callable[[Request, APIError], None] | None = None) -> None:
+    """Route every error through the one shape; `on_error(request, err)` counts it (metrics)."""
+
+    def answer(request: Request, err: APIError) -> JSONResponse:
+        if on_error is not None:
+            on_error(request, err)
+        return error_response(err)
+
+    @app.exception_handler(APIError)
+    async def _api_error(request: Request, exc: APIError) -> JSONResponse:
+        return answer(request, exc)
+
+    @app.exception_handler(ServiceError)
+    async def _service_error(request: Request, exc: ServiceError) -> JSONResponse:
+        return answer(request, api_error(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return answer(request, validation(describe_validation_errors(list(exc.errors()))))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kinds = {401: "unauthorized", 404: "not_found", 405: "method_not_allowed", 413: "validation"}
+        message = exc.detail if isinstance(exc.detail, str) else json.dumps(exc.detail)
+        if exc.status_code == 404:
+            message = f"no route {request.method} {request.url.path}; see /docs"
+        elif exc.status_code == 405:
+            message = f"{request.method} is not allowed on {request.url.path}; see /docs"
+        return answer(request, APIError(exc.status_code, kinds.get(exc.status_code, "http"), message, dict(exc.headers or {})))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error on %s %s", request.method, request.url.path)
+        return answer(request, internal())
+
+
+async def read_body(receive: Receive, limit: int) -> tuple[bytes, bool] | None:
+    """A request's body, read until its end or until it is past `limit` bytes (longer than `limit`: too large;
+    at most one message past it is ever held): (body, whether more of it is left unread); None when the client
+    went away first."""
+    chunks, size, more = [], 0, False
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        chunks.append(message.get("body", b""))
+        size += len(chunks[-1])
+        more = message.get("more_body", False)
+        if not more or size > limit:
+            return b"".join(chunks), more
+
+
+def replaying(body: bytes, more: bool, receive: Receive) -> Receive:
+    """A receive that gives `body` (already read) first, then goes on with `receive` (the rest of the body, or
+    http.disconnect when the client goes away)."""
+    replayed = False
+
+    async def replay() -> Message:
+        nonlocal replayed
+        if not replayed:
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": more}
+        return await receive()
+
+    return replay
+
+
+class BodySizeLimit:
+    """ASGI middleware: 413 for a body over `limit` bytes, by Content-Length or by counting a chunked body.
+
+    The body is read here (at most `limit` bytes are ever held) and replayed to
+    the app, so the app's own body parsing never sees an oversized request.
+    """
+
+    def __init__(self, app: ASGIApp, limit: int = MAX_BODY_BYTES, on_reject: Callable[[Scope], None] | None = None):
+        self.app = app
+        self.limit = limit
+        self.on_reject = on_reject  # the app counts the 413 in its metrics: the route handlers never see it
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await self._reject(scope, send)
+            return
+        read = await read_body(receive, self.limit)
+        if read is None:  # the client went away before sending its body
+            return
+        body, _ = read
+        if len(body) > self.limit:
+            await self._reject(scope, send)
+            return
+        await self.app(scope, replaying(body, False, receive), send)
+
+    async def _reject(self, scope: Scope, send: Send) -> None:
+        if self.on_reject is not None:
+            self.on_reject(scope)
+        body = json.dumps(error_body("validation", f"the request body is larger than the limit of {self.limit} bytes")).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
