@@ -9,8 +9,10 @@ time. For such a bundle, a request's text is read as a TTS front end reads it:
   apostrophe inside a word kept (`don't` stays one word);
 - numbers spelt out by num2words: cardinals (`2` -> two, `1,000` -> one thousand,
   `3.5` -> three point five, `-4` -> minus four), four-digit numbers from 1000 to 2999
-  without a comma as years (`1999` -> nineteen ninety-nine), ordinals (`2nd` -> second)
-  and currency (`$5` -> five dollars, `£3.50` -> three pounds sterling and fifty pence);
+  without a comma as years (`1999` -> nineteen ninety-nine), decades (`1990s` -> nineteen
+  nineties, `80s` -> eighties), ordinals (`2nd` -> second) and money as a person says it
+  (`$5` -> five dollars, `£3.50` -> three pounds and fifty pence, `$0.01` -> one cent,
+  `¥500` -> five hundred yen; dollars, pounds, euros, yen, rupees, won);
   digits inside a word are read apart (`b2b` -> b two b);
 - `%`, `&`, `+`, `@` read as words; any other character stays in its word, and a character
   the source tokenizer cannot read is reported by name (TextError).
@@ -32,20 +34,39 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
-from num2words import CONVERTER_CLASSES, num2words
+from num2words import num2words
 from tokenizers import Tokenizer
 
 WORD_SEPARATOR = " | "  # joins the words' answers in generated_text; '|' is in no G2P target token
 MAX_TEXT_CHARS = 1000  # longest text read in one request, in characters of the original text
 MAX_WORDS = 100  # most words in one request, counted after numbers are spelt out
 
-CURRENCIES = {"$": "USD", "£": "GBP", "€": "EUR"}  # symbol before the amount -> num2words currency code
+
+@dataclass(frozen=True)
+class Currency:
+    """How an amount in one currency is said: `unit`s and, for two decimal places, `cent`s (none: the amount is
+    read as a number)."""
+
+    unit: tuple[str, str]  # one, many
+    cent: tuple[str, str] | None = None
+
+
+# symbol before the amount -> how it is said
+CURRENCIES = {
+    "$": Currency(("dollar", "dollars"), ("cent", "cents")),
+    "£": Currency(("pound", "pounds"), ("penny", "pence")),
+    "€": Currency(("euro", "euros"), ("cent", "cents")),
+    "¥": Currency(("yen", "yen")),
+    "₹": Currency(("rupee", "rupees"), ("paisa", "paise")),
+    "₩": Currency(("won", "won")),
+}
 SYMBOL_WORDS = {"%": "percent", "&": "and", "+": "plus", "@": "at"}
 APOSTROPHES = {"\u2019": "'", "\u2018": "'", "\u02bc": "'", "\u2032": "'", "`": "'"}
 
 _NUMBER = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
 _TOKENS = re.compile(
     rf"(?P<currency>[{''.join(map(re.escape, CURRENCIES))}])\s?(?P<amount>{_NUMBER})"
+    r"|(?P<decade>(?:1\d|2[0-9])?[1-9]0|[12]\d00)'?s(?![^\W\d_])"
     r"|(?P<ordinal>\d+)(?:st|nd|rd|th)(?![^\W\d_])"
     rf"|(?P<minus>(?<![\w.,])-)?(?P<number>{_NUMBER})"
     r"|(?P<word>[^\W\d_]+(?:'[^\W\d_]+)*)"
@@ -129,14 +150,10 @@ def _read(m: re.Match) -> list[str]:
         return [ch]  # a symbol nobody reads aloud: left for the tokenizer check to name
     if m["ordinal"]:
         return _spelled(num2words(int(m["ordinal"]), lang="en", to="ordinal"))
+    if m["decade"]:
+        return _decade(m["decade"])
     if m["currency"]:
-        amount = Decimal(m["amount"].replace(",", ""))
-        code = CURRENCIES[m["currency"]]
-        if amount == amount.to_integral_value():  # "$5": five dollars, not "five dollars, zero cents"
-            converter = CONVERTER_CLASSES["en"]
-            name = converter.pluralize(int(amount), converter.CURRENCY_FORMS[code][0])
-            return _spelled(f"{num2words(int(amount), lang='en')} {name}")
-        return _spelled(num2words(amount, lang="en", to="currency", currency=code, separator=" and"))
+        return _money(m["amount"], CURRENCIES[m["currency"]])
     number = m["number"]
     if "," not in number and "." not in number and 1000 <= int(number) <= 2999:
         spoken = num2words(int(number), lang="en", to="year")
@@ -144,6 +161,42 @@ def _read(m: re.Match) -> list[str]:
         value = Decimal(number.replace(",", ""))
         spoken = num2words(int(value) if value == value.to_integral_value() and "." not in number else value, lang="en")
     return (["minus"] if m["minus"] else []) + _spelled(spoken)
+
+
+def _money(amount_text: str, currency: Currency) -> list[str]:
+    """`$5` five dollars, `$5.50` five dollars and fifty cents, `$0.01` one cent, `$1.005` one point zero zero five
+    dollars: units and cents as a person says them, each counted in the singular or plural."""
+    amount = Decimal(amount_text.replace(",", ""))
+    whole = int(amount)
+    decimals = amount_text.partition(".")[2]
+
+    def counted(n: int, forms: tuple[str, str]) -> list[str]:
+        return [*_spelled(num2words(n, lang="en")), forms[n != 1]]
+
+    if decimals and (currency.cent is None or len(decimals) != 2):  # not units and cents: the number, then the unit
+        return [*_spelled(num2words(amount, lang="en")), currency.unit[1]]
+    cents = int(decimals or 0)
+    if not cents:
+        return counted(whole, currency.unit)
+    if not whole:
+        return counted(cents, currency.cent)
+    return [*counted(whole, currency.unit), "and", *counted(cents, currency.cent)]
+
+
+def _decade(digits: str) -> list[str]:
+    """`1990s` nineteen nineties, `1900s` nineteen hundreds, `2000s` two thousands, `2010s` twenty tens, `80s` eighties."""
+    if len(digits) == 2:
+        return _spelled(_plural(num2words(int(digits), lang="en")))
+    century, tens = int(digits[:2]), int(digits[2:])
+    if tens:
+        return [*_spelled(num2words(century, lang="en")), *_spelled(_plural(num2words(tens, lang="en")))]
+    if century % 10 == 0:  # 1000s, 2000s
+        return _spelled(_plural(num2words(int(digits), lang="en")))
+    return [*_spelled(num2words(century, lang="en")), "hundreds"]
+
+
+def _plural(spoken: str) -> str:
+    return spoken[:-1] + "ies" if spoken.endswith("y") else spoken + "s"
 
 
 def _spelled(text: str) -> list[str]:
