@@ -19,6 +19,8 @@ import signal
 import socket
 import sys
 import time
+import types
+import typing
 from pathlib import Path
 
 import uvicorn
@@ -44,6 +46,7 @@ def _settings_error(e: ValidationError) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """attnserve-serve's flags: the positional BUNDLE, then one `--name-like-this` per `Settings` field."""
     p = argparse.ArgumentParser(
         prog="attnserve-serve",
         description="Serve a model bundle over HTTP (TGI-compatible API). Every flag is also ATTNSERVE_<NAME>.",
@@ -51,33 +54,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "bundle", nargs="?", type=Path, help="model bundle directory (default: models/g2p-en here, else the source checkout's)"
     )
-    p.add_argument("--variant", help="graph variant from bundle.json (default: auto)")
-    p.add_argument("--provider", choices=["auto", "cpu", "cuda"], help="ONNX Runtime provider (default: auto)")
-    p.add_argument("--threads", type=int, help="ONNX Runtime threads (default: the CPUs this process may use)")
-    p.add_argument("--host", help="address to listen on (default: 127.0.0.1)")
-    p.add_argument("--port", type=int, help="port to listen on (default: 8000)")
-    p.add_argument("--max-batch-size", type=int, help="most sequences per decoder step (default: 32)")
-    p.add_argument("--max-concurrent-requests", type=int, help="bound on queued + running requests (default: 128)")
-    p.add_argument("--max-input-tokens", type=int, help="longest input (default: the bundle's max_source_len)")
-    p.add_argument("--max-new-tokens", type=int, help="largest max_new_tokens (default: the bundle's max_target_len)")
-    p.add_argument("--max-best-of", type=int, help="largest best_of / num_beams a request may ask for (default: 4)")
-    p.add_argument("--max-top-n-tokens", type=int, help="largest top_n_tokens a request may ask for (default: 5)")
-    p.add_argument("--lexicon", type=Path, metavar="FILE.tsv", help="an operator's lexicon that adds or overrides entries")
-    p.add_argument("--max-text-chars", type=int, help="longest running text per request, in characters (default: 1000)")
-    p.add_argument("--max-words", type=int, help="most words per request, numbers spelt out (default: 100)")
-    p.add_argument("--request-timeout-s", type=float, help="504 past this many seconds (default: 60)")
-    p.add_argument("--drain-timeout-s", type=float, help="how long SIGTERM waits for in-flight requests (default: 30)")
-    p.add_argument(
-        "--keepalive-timeout-s", type=float, help="idle keep-alive connections close after this many seconds (default: 75)"
-    )
-    p.add_argument(
-        "--stream-interval-ms",
-        type=float,
-        help="a stream's tokens between its first and last are written at most this often (default: 2; 0: each token)",
-    )
-    p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on generation routes")
-    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="(default: info)")
+    add_setting_flags(p, exclude=("bundle",))
     return p
+
+
+def add_setting_flags(p: argparse.ArgumentParser, names: tuple[str, ...] | None = None, exclude: tuple[str, ...] = ()) -> None:
+    """A flag per `Settings` field (`names`, default all but `exclude`), made from the field itself: its name
+    (`max_batch_size` -> `--max-batch-size`), type, choices (a Literal) and description, so a knob is declared
+    once, in service/settings.py. An unset flag is None: the environment or the default decides."""
+    from service.settings import Settings
+
+    for name, field in Settings.model_fields.items():
+        if (names is not None and name not in names) or name in exclude:
+            continue
+        kind = field.annotation
+        if typing.get_origin(kind) in (typing.Union, types.UnionType):  # `int | None`: the flag takes an int
+            kind = next(a for a in typing.get_args(kind) if a is not type(None))
+        choices = typing.get_args(kind) if typing.get_origin(kind) is typing.Literal else None
+        # the default, unless the description says what it is (a default found or computed at start-up)
+        default = field.get_default() if field.default_factory is None and "default" not in field.description else None
+        shown = "" if default is None else f" (default: {default:g})" if isinstance(default, float) else f" (default: {default})"
+        p.add_argument(
+            "--" + name.replace("_", "-"),
+            type=str if choices else kind,
+            choices=choices,
+            metavar=FLAG_METAVARS.get(name),
+            help=(field.description or "") + shown,
+        )
+
+
+FLAG_METAVARS = {"lexicon": "FILE.tsv", "bundle": "BUNDLE"}
 
 
 def parse_settings(argv: list[str] | None = None):
@@ -176,24 +182,19 @@ class DrainingServer(uvicorn.Server):
         self.should_exit = True
 
 
-def generate_main(argv: list[str] | None = None) -> int:
-    """Bulk generation: one input per line in, `input<TAB>output` lines out (for G2P: a lexicon);
-    with --best-of N, N ranked rows per input: `input<TAB>rank<TAB>output<TAB>score<TAB>source`.
-    Answered as the server answers: the lexicon first (unless --no-lexicon), and for a word-level
-    bundle each line is running text whose words' answers are joined by " | "."""
+GENERATE_SETTINGS = ("bundle", "variant", "provider", "threads", "max_batch_size", "lexicon")  # Settings the bulk tool takes
+DECODING_FLAGS = ("max_new_tokens", "temperature", "top_k", "top_p", "repetition_penalty", "seed", "best_of", "num_beams")
+
+
+def generate_parser() -> argparse.ArgumentParser:
+    """attnserve-generate's flags: the input and output, the server's settings it shares, and the decoding options."""
     p = argparse.ArgumentParser(
         prog="attnserve-generate",
         description="Generate for every line of a file with the server's engine and batching, in-process.",
     )
     p.add_argument("input", type=Path, help="text file, one input (a word, or running text) per line ('-': stdin)")
     p.add_argument("-o", "--output", type=Path, help="TSV to write (default: stdout)")
-    p.add_argument(
-        "--bundle", type=Path, help="model bundle (default: ATTNSERVE_BUNDLE, else models/g2p-en here or the source checkout's)"
-    )
-    p.add_argument("--variant", help="graph variant (default: auto)")
-    p.add_argument("--provider", choices=["auto", "cpu", "cuda"])
-    p.add_argument("--threads", type=int)
-    p.add_argument("--max-batch-size", type=int, help="most sequences per decoder step (default: 32)")
+    add_setting_flags(p, names=GENERATE_SETTINGS)
     p.add_argument("--max-new-tokens", type=int, help="default: the bundle's max_target_len")
     p.add_argument("--do-sample", action="store_true", help="sample instead of greedy")
     p.add_argument("--temperature", type=float)
@@ -209,11 +210,16 @@ def generate_main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--num-beams", type=int, help="beam width when larger than --best-of")
     p.add_argument("--no-lexicon", action="store_true", help="the model answers every word, even those the lexicon knows")
-    p.add_argument("--lexicon", type=Path, metavar="FILE.tsv", help="an operator's lexicon over the bundle's (as the server's)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    args = p.parse_args(argv)
+    return p
 
-    from tqdm import tqdm
+
+def generate_main(argv: list[str] | None = None) -> int:
+    """Bulk generation: one input per line in, `input<TAB>output` lines out (for G2P: a lexicon);
+    with --best-of N, N ranked rows per input: `input<TAB>rank<TAB>output<TAB>score<TAB>source`.
+    Answered as the server answers: the lexicon first (unless --no-lexicon), and for a word-level
+    bundle each line is running text whose words' answers are joined by " | "."""
+    args = generate_parser().parse_args(argv)
 
     from service.client import Generator
     from service.engine.bundle import BundleError
@@ -221,13 +227,8 @@ def generate_main(argv: list[str] | None = None) -> int:
     from service.settings import Settings
     from service.text.lexicon import LexiconError
 
-    overrides = {
-        k: getattr(args, k)
-        for k in ("bundle", "variant", "provider", "threads", "max_batch_size")
-        if getattr(args, k) is not None
-    }
     try:
-        settings = Settings(**overrides)
+        settings = Settings(**{k: getattr(args, k) for k in GENERATE_SETTINGS if getattr(args, k) is not None})
     except ValidationError as e:
         return _fail(_settings_error(e))
     if str(args.input) == "-":
@@ -237,14 +238,9 @@ def generate_main(argv: list[str] | None = None) -> int:
     else:
         lines = args.input.read_text(encoding="utf-8").splitlines()
     inputs = [(n, line.strip()) for n, line in enumerate(lines, 1) if line.strip()]
-    params = {
-        k: getattr(args, k)
-        for k in ("max_new_tokens", "temperature", "top_k", "top_p", "repetition_penalty", "seed", "best_of", "num_beams")
-        if getattr(args, k) is not None
-    }
+    params = {k: getattr(args, k) for k in DECODING_FLAGS if getattr(args, k) is not None}
     params["do_sample"] = args.do_sample
-    ranked = args.best_of is not None or args.num_beams is not None
-    params["logprobs"] = ranked  # the score column
+    params["logprobs"] = args.best_of is not None or args.num_beams is not None  # ranked rows: the score column
     try:
         gen = Generator(
             settings.bundle,
@@ -252,35 +248,14 @@ def generate_main(argv: list[str] | None = None) -> int:
             provider=settings.provider,
             threads=settings.threads,
             max_batch_size=settings.max_batch_size,
-            lexicon_file=args.lexicon,
+            lexicon_file=settings.lexicon,
         )
     except (BundleError, EngineError, LexiconError) as e:
         return _fail(str(e))
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
-    failed = 0
     try:
         gen.options(**params)  # bad parameters stop here with their message, before any work
-        bar = tqdm(total=len(inputs), unit="line", disable=args.no_progress or None, file=sys.stderr)
-        t0 = time.perf_counter()  # after start-up (bundle, sessions, warm-up): what decoding alone takes
-        results = gen.generate_text_many([t for _, t in inputs], lexicon=not args.no_lexicon, **params)
-        for (n, text), result in zip(inputs, results):
-            if isinstance(result, InputError):
-                failed += 1
-                tqdm.write(f"line {n}: {result}", file=sys.stderr)
-            elif ranked:
-                for rank, a in enumerate(result.ranked(), 1):
-                    score = "" if a.score is None else f"{a.score:.6f}"  # a lexicon answer has no score
-                    out.write(f"{text}\t{rank}\t{a.text}\t{score}\t{a.source}\n")
-            else:
-                out.write(f"{text}\t{result.text}\n")
-            bar.update(1)
-        bar.close()
-        seconds = time.perf_counter() - t0
-        out.flush()  # the answers first, then the figure, in a terminal that shows both streams
-        print(
-            f"{len(inputs)} lines in {seconds:.2f} s after start-up: {len(inputs) / max(seconds, 1e-9):.1f} lines/s",
-            file=sys.stderr,
-        )
+        failed = write_answers(gen, inputs, params, out, lexicon=not args.no_lexicon, progress=not args.no_progress)
     except InputError as e:
         return _fail(str(e))
     finally:
@@ -291,3 +266,33 @@ def generate_main(argv: list[str] | None = None) -> int:
         print(f"{failed} of {len(inputs)} lines could not be read by the model (see above)", file=sys.stderr)
         return 1
     return 0
+
+
+def write_answers(gen, inputs: list[tuple[int, str]], params: dict, out, *, lexicon: bool, progress: bool) -> int:
+    """Answer every (line number, text) and write its TSV rows (ranked when params["logprobs"]); a line the model
+    cannot read is named on stderr. Returns how many failed; prints the rate after start-up on stderr."""
+    from tqdm import tqdm
+
+    from service.engine.engine import InputError
+
+    ranked, failed = params["logprobs"], 0
+    bar = tqdm(total=len(inputs), unit="line", disable=not progress or None, file=sys.stderr)
+    t0 = time.perf_counter()  # after start-up (bundle, sessions, warm-up): what decoding alone takes
+    results = gen.generate_text_many([t for _, t in inputs], lexicon=lexicon, **params)
+    for (n, text), result in zip(inputs, results):
+        if isinstance(result, InputError):
+            failed += 1
+            tqdm.write(f"line {n}: {result}", file=sys.stderr)
+        elif ranked:
+            for rank, a in enumerate(result.ranked(), 1):
+                score = "" if a.score is None else f"{a.score:.6f}"  # a lexicon answer has no score
+                out.write(f"{text}\t{rank}\t{a.text}\t{score}\t{a.source}\n")
+        else:
+            out.write(f"{text}\t{result.text}\n")
+        bar.update(1)
+    bar.close()
+    seconds = time.perf_counter() - t0
+    out.flush()  # the answers first, then the figure, in a terminal that shows both streams
+    rate = len(inputs) / max(seconds, 1e-9)
+    print(f"{len(inputs)} lines in {seconds:.2f} s after start-up: {rate:.1f} lines/s", file=sys.stderr)
+    return failed

@@ -3,6 +3,8 @@
 The names are fixed by ARCHITECTURE.md. `Settings()` reads the environment;
 `Settings(**flags)` lets command-line values win (pydantic-settings gives
 init arguments the highest priority), which is how `attnserve-serve` builds it.
+Each field is declared here once: its flag (`--max-batch-size`), type, choices and
+help are made from it (service/cli.py `add_setting_flags`).
 """
 
 from __future__ import annotations

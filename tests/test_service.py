@@ -73,6 +73,27 @@ def test_settings_flag_beats_environment_beats_default(monkeypatch):
     assert Settings().api_key is None
 
 
+def test_every_setting_is_a_flag_made_from_its_field():
+    """attnserve-serve's flags come from the Settings fields: one `--name-like-this` each (BUNDLE is positional),
+    typed and with the field's choices, so a knob is declared once."""
+    from service.cli import build_parser, generate_parser
+    from service.settings import Settings
+
+    parser = build_parser()
+    flags = {a.dest: a for a in parser._actions if a.option_strings and a.dest != "help"}
+    assert set(flags) == set(Settings.model_fields) - {"bundle"}
+    assert all(a.option_strings == ["--" + name.replace("_", "-")] for name, a in flags.items())
+    assert flags["max_batch_size"].type is int and flags["request_timeout_s"].type is float
+    assert flags["provider"].choices == ("auto", "cpu", "cuda") and flags["lexicon"].metavar == "FILE.tsv"
+    assert Settings.model_fields["max_batch_size"].description in flags["max_batch_size"].help
+    with pytest.raises(SystemExit) as exit_status:
+        parser.parse_args(["--provider", "tpu"])
+    assert exit_status.value.code == 2
+    generate_flags = {a.dest: a for a in generate_parser()._actions}
+    for name in ("bundle", "variant", "provider", "threads", "max_batch_size", "lexicon"):  # attnserve-generate's settings
+        assert generate_flags[name].help == flags.get(name, generate_flags["bundle"]).help
+
+
 def test_threads_default_to_the_cpus_this_process_may_use():
     from service.settings import Settings
 
