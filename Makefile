@@ -49,6 +49,7 @@ model: setup
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports  # pyproject.toml's contracts: the layers of service/, no cycles in service/ or export/
 
 test: setup
 	$(BIN)/python -m pytest -m "not system" -ra

@@ -1,11 +1,11 @@
 """Serving (no torch here): three layers, each importing only those below it (pyproject.toml's import-linter contracts).
 
-    cli, client        entry points: attnserve-serve, attnserve-generate, the in-process Generator
-    http/              the HTTP API: app, routes, schemas, validation, status codes
-    settings           the server's knobs (ATTNSERVE_*), with defaults read from the layers below
-    text/              reading text, the lexicon, and the request layer every front end shares
-    engine/            bundle, ONNX Runtime sessions, decoding, the continuous-batching scheduler
-    errors, metrics, version, extras   leaves any layer may import
+cli, client        entry points: attnserve-serve, attnserve-generate, the in-process Generator
+http/              the HTTP API: app, routes, schemas, validation, status codes
+settings           the server's knobs (ATTNSERVE_*), with defaults read from the layers below
+text/              reading text, the lexicon, and the request layer every front end shares
+engine/            bundle, ONNX Runtime sessions, decoding, the continuous-batching scheduler
+errors, metrics, version, extras   leaves any layer may import
 """
 
 from service.extras import command

@@ -42,6 +42,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import onnxruntime as ort
@@ -63,10 +64,12 @@ from service.engine.names import (
     present_names,
 )
 from service.engine.runtime import providers, session_options
-from service.http.schemas import FinishReason
-
+from service.errors import retry_after_s
 
 # ---- response schema ----------------------------------------------------------------------------
+FinishReason = Literal["length", "eos_token", "stop_sequence"]  # TGI's finish reasons (service/http/schemas.py uses it)
+
+
 class SourceToken(BaseModel):
     id: int = Field(..., description="Source token id.")
     token: str = Field(..., description="The source tokenizer's piece for it (for G2P: one lower-cased character).")
@@ -240,7 +243,8 @@ class Explainer:
         )
 
     def retry_after_s(self, waiting: int) -> int:
-        return int(min(60, max(1, math.ceil(self.mean_request_s * max(1, waiting)))))
+        """Seconds a refused client should wait: the explains ahead of it, one after another."""
+        return retry_after_s(self.mean_request_s, waiting)
 
 
 def explain_entry(bundle: LoadedBundle) -> dict | None:

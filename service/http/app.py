@@ -19,7 +19,8 @@ at once. Where the rest lives:
 
     service/http/state.py         the Service the routes share (engine, validator, scheduler, metrics)
     service/http/dependencies.py  how routes reach it, and the generation routes' guards (API key, drain)
-    service/http/validation.py    request body -> source ids + decoding options, or 422
+    service/http/validation.py    TGI parameters -> decoding options, or 422
+    service/http/errors.py        the error shape, and engine outcomes -> status codes
     service/http/responses.py     /generate's body, TGI's timing headers, the SSE stream
     service/http/middleware.py    request id and access log
     service/http/fastpath.py      the app class: the generation routes' common case answered ahead of its middleware

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-FinishReason = Literal["length", "eos_token", "stop_sequence"]
+from service.engine.explain import FinishReason  # the explain engine answers in the same terms
 
 MAX_STOP_SEQUENCES = 8
 
