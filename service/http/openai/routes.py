@@ -7,6 +7,7 @@ route's own `route` label with the project's `error_type` as `outcome`.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -15,6 +16,7 @@ import orjson
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.errors import ServiceError
 from service.http import errors
@@ -31,6 +33,8 @@ from service.http.openai.schemas import (
     OpenAIErrorResponse,
 )
 from service.http.responses import SSE_HEADERS, SSEResponse
+
+log = logging.getLogger("attnserve.service")
 
 COMPLETIONS = "/v1/completions"
 CHAT = "/v1/chat/completions"
@@ -67,6 +71,12 @@ class OpenAIRoute(APIRoute):
                 return await handler(request)
             except (OpenAIError, errors.APIError, ServiceError, RequestValidationError) as e:
                 err = from_error(e, "messages" if path == CHAT else "prompt")
+            except StarletteHTTPException as e:  # FastAPI's own refusals (a body it cannot parse)
+                detail = e.detail if isinstance(e.detail, str) else "invalid request"
+                err = OpenAIError(e.status_code, detail, outcome="validation" if e.status_code < 500 else "internal")
+            except Exception:  # nothing about the code to the client; the log has it, with the request id
+                log.exception("unexpected error on %s %s", request.method, path)
+                err = OpenAIError(500, "internal server error; the server log has the details", outcome="internal")
             svc = request.app.state.service
             if svc is not None and path in ROUTES:
                 svc.metrics.request_done(path, err.outcome)
