@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import AsyncIterator
 
@@ -70,7 +71,8 @@ async def answer_generation(scope: Scope, receive: Receive, send: Send, app) -> 
     headers: dict[bytes, bytes] = {}
     for name, value in scope["headers"]:
         headers.setdefault(name, value)  # the first of a repeated header, as Starlette's Headers.get
-    json_body = headers.get(b"content-type", b"").split(b";")[0].strip().lower() == b"application/json"
+    content_type = headers.get(b"content-type")  # none: read as JSON, as FastAPI reads it
+    json_body = content_type is None or content_type.split(b";")[0].strip().lower() == b"application/json"
     declared = headers.get(b"content-length", b"0")
     too_large = declared.isdigit() and int(declared) > errors.MAX_BODY_BYTES
     if not json_body or too_large or not _authorized(headers, svc.settings.api_key):
@@ -84,11 +86,17 @@ async def answer_generation(scope: Scope, receive: Receive, send: Send, app) -> 
     if len(raw) > errors.MAX_BODY_BYTES:  # a chunked body past the limit: the app's BodySizeLimit answers 413
         await app(scope, replay, send)
         return
+    refusal = None
     try:
-        body = model.model_validate(orjson.loads(raw))  # as FastAPI validates it (python mode), from JSON
-    except (orjson.JSONDecodeError, ValidationError):
-        await app(scope, replay, send)  # the app's 422, with its message
-        return
+        parsed = orjson.loads(raw)
+    except orjson.JSONDecodeError as e:  # answered here: the app's JSON parser would call some of these a 400
+        refusal = errors.validation(malformed_json(raw, e))
+    else:
+        try:
+            body = model.model_validate(parsed)  # as FastAPI validates it (python mode), from JSON
+        except ValidationError:
+            await app(scope, replay, send)  # the app's 422, with its message
+            return
 
     # from here on the request is this path's: what RequestContext and the error handlers do for the app
     rid = request_id(headers.get(b"x-request-id"))
@@ -99,6 +107,8 @@ async def answer_generation(scope: Scope, receive: Receive, send: Send, app) -> 
     try:
         try:
             await not_draining(svc)  # the generation guard after the API key's, as the routes' dependencies order them
+            if refusal is not None:  # a body that is not JSON: a 422 like any other refusal, counted and logged
+                raise refusal
             if route == "/generate_stream" or (route == "/" and body.stream):  # not getattr: pydantic's miss is slow
                 job = svc.admit(body, stream=True)
                 status = 200
@@ -164,6 +174,23 @@ async def _stream(headers: list[tuple[bytes, bytes]], body: AsyncIterator[bytes]
         done = True
         listener.cancel()
         await body.aclose()  # a generator left suspended (send failed) still runs its finally now
+
+
+_NON_FINITE = re.compile(rb"(?<![\w\"])-?(?:NaN|Infinity)(?![\w\"])")
+
+
+def malformed_json(raw: bytes, e: orjson.JSONDecodeError) -> str:
+    """What is wrong with a body that is not JSON, for a 422 `validation`: not UTF-8, nested too deep, a
+    non-finite number, or where the syntax breaks."""
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as u:
+        return f"the request body is not valid UTF-8 (byte {u.start}); JSON text must be UTF-8"
+    if str(e).startswith("depth limit exceeded"):
+        return "the request body is not valid JSON: it is nested too deeply (arrays and objects at most 1024 levels deep)"
+    if _NON_FINITE.search(raw):
+        return "the request body is not valid JSON: NaN and Infinity are not JSON numbers; every number must be finite"
+    return f"the request body is not valid JSON ({e})"
 
 
 def _authorized(headers: dict[bytes, bytes], key: str | None) -> bool:

@@ -1,0 +1,58 @@
+"""Every malformed body gets the documented 422 `validation`, and every parameter follows one rule: a value has its
+JSON type (no strings as numbers, as TGI's router) and a number is finite."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from service_harness import ROOT, metric, scrape, serving
+
+JSON = {"content-type": "application/json"}
+
+
+@pytest.fixture(scope="module")
+def url():
+    with serving(ROOT / "models" / "g2p-en") as server:
+        yield server.url
+
+
+def post(url: str, body: bytes, route: str = "/generate", headers: dict | None = None) -> httpx.Response:
+    return httpx.post(url + route, content=body, headers=JSON if headers is None else headers, timeout=30)
+
+
+def assert_validation(r: httpx.Response, *needles: str) -> None:
+    assert r.status_code == 422, r.text
+    assert r.json()["error_type"] == "validation", r.text
+    for needle in needles:
+        assert needle in r.json()["error"], r.text
+
+
+@pytest.mark.parametrize("route", ["/generate", "/generate_stream", "/"])
+def test_a_body_that_is_not_utf8_is_a_422_validation(url, route):
+    r = post(url, b'{"inputs": "caf\xe9"}', route)
+    assert_validation(r, "UTF-8")
+
+
+@pytest.mark.parametrize("route", ["/generate", "/generate_stream", "/"])
+def test_json_nested_50000_deep_is_a_422_validation(url, route):
+    r = post(url, b'{"inputs": "cat", "x": ' + b"[" * 50_000 + b"]" * 50_000 + b"}", route)
+    assert_validation(r, "nested")
+
+
+def test_a_malformed_body_without_a_content_type_is_a_422_validation(url):
+    r = post(url, b'{"inputs": "caf\xe9"}', headers={})
+    assert_validation(r)
+
+
+def test_malformed_bodies_count_as_validation_in_the_metrics(url):
+    before = metric(scrape(url), "attnserve_requests_total", route="/generate", outcome="validation")
+    post(url, b'{"inputs": "caf\xe9"}')
+    post(url, b"[" * 5_000)
+    assert metric(scrape(url), "attnserve_requests_total", route="/generate", outcome="validation") - before == 2
+
+
+@pytest.mark.parametrize("value", ["Infinity", "-Infinity", "NaN"])
+@pytest.mark.parametrize("name", ["temperature", "top_p", "repetition_penalty", "frequency_penalty", "typical_p"])
+def test_non_finite_numbers_are_refused(url, name, value):
+    r = post(url, b'{"inputs": "cat", "parameters": {"%s": %s}}' % (name.encode(), value.encode()))
+    assert_validation(r, "finite")
