@@ -41,6 +41,7 @@ from service.engine.engine import Engine
 from service.http import errors
 from service.http.fastpath import AttnserveApp
 from service.http.middleware import RequestContext
+from service.http.openai import routes as openai
 from service.http.routes import docs, explain, generate, health
 from service.http.schemas import StreamResponse
 from service.http.state import SSE_KEEPALIVE_S, Service, load_engine, load_lexicon, warm_up
@@ -50,7 +51,7 @@ from service.version import version
 
 log = logging.getLogger("attnserve.service")
 
-GENERATION_ROUTES = ("/generate", "/generate_stream", "/", explain.ROUTE)  # their errors count in the metrics
+GENERATION_ROUTES = ("/generate", "/generate_stream", "/", explain.ROUTE, *openai.ROUTES)  # their errors count in the metrics
 
 
 def create_app(
@@ -113,6 +114,7 @@ def create_app(
 
     errors.install_error_handlers(app, _count_error)
     app.add_middleware(errors.BodySizeLimit, on_reject=_count_too_large)
+    openai.install(app)  # /v1: OpenAI's routes, and its error shape around the body-size limit
     app.add_middleware(RequestContext)  # added last: outermost, so even a 413 carries x-request-id
     # /docs must show the stream event schema even though no route returns it as JSON
     _add_schema(app, StreamResponse)
