@@ -9,11 +9,13 @@ itself with the very handlers of service/http/routes/generate.py, and does what 
 does for it (the request id, the access-log line, the body-size limit, a 500 for the
 unexpected). Anything else goes through the app's whole stack unchanged, and so does any
 request the fast path would have to refuse before it has a valid body (no service yet, wrong
-API key, a body too large, not JSON or not valid): the app answers it as it answers any
+API key, a body too large, JSON that does not validate): the app answers it as it answers any
 request (same status, error body, headers and metrics). The routes stay declared in the app,
 so /docs and the OpenAPI schema do not change.
 
-A valid request to a draining server, and errors of admission (the text layer's and the
+A body that is not JSON at all (not UTF-8, nested too deep, NaN or Infinity: `malformed_json`)
+is a 422 `validation` here, where the app's parser would answer some of them 400. A valid
+request to a draining server, and errors of admission (the text layer's and the
 scheduler's refusals, a timeout), are answered here with service/http/errors.py's shape and
 status codes, and counted in the metrics, as the app's handlers do.
 """
