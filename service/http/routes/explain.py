@@ -1,4 +1,5 @@
-"""POST /explain (a request's cross-attention) and the demo page that draws it (GET /demo, its files under /demo/static)."""
+"""POST /explain (a request's cross-attention) and the demo page that draws it (GET /demo, its files under /demo/static;
+a browser's GET / is sent there)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,10 @@ import asyncio
 import time
 from pathlib import Path
 
-from fastapi import APIRouter, Response
-from fastapi.responses import FileResponse
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import FileResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.engine.explain import DeadlinePassed, ExplainResponse, explanation_response
 from service.http import errors
@@ -71,6 +73,14 @@ async def explain(svc: ServiceDep, body: GenerateRequest) -> ExplainResponse:
 @router.get("/demo", include_in_schema=False)
 async def demo() -> Response:
     return FileResponse(STATIC_DIR / "demo.html", media_type="text/html", headers=PAGE_HEADERS)
+
+
+@router.get("/", include_in_schema=False)
+async def root(request: Request) -> Response:
+    """`/` is TGI's POST route; a browser that opens it (Accept: text/html) is sent to the demo page."""
+    if "text/html" in request.headers.get("accept", ""):
+        return RedirectResponse("/demo", status_code=307)
+    raise StarletteHTTPException(405, headers={"Allow": "POST"})  # the error handler's method_not_allowed, as before
 
 
 PAGE_HEADERS = {"content-security-policy": DEMO_CSP, "cache-control": "no-cache", "x-content-type-options": "nosniff"}

@@ -1,0 +1,37 @@
+"""What a first visit meets: a browser opening `/` lands on the demo page (TGI's `POST /` unchanged), and a stream's
+token texts follow one rule with its top_tokens' texts."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from service_harness import ROOT, serving
+
+
+@pytest.fixture(scope="module")
+def url():
+    with serving(ROOT / "models" / "g2p-en") as server:
+        yield server.url
+
+
+def test_a_browser_opening_the_root_is_sent_to_the_demo_page(url):
+    html = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"  # what a browser sends
+    r = httpx.get(url + "/", headers={"accept": html}, timeout=10)
+    assert r.status_code == 307 and r.headers["location"] == "/demo"
+    page = httpx.get(url + "/", headers={"accept": html}, timeout=10, follow_redirects=True)
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+
+
+def test_an_api_client_get_of_the_root_is_still_method_not_allowed(url):
+    r = httpx.get(url + "/", headers={"accept": "application/json"}, timeout=10)
+    assert r.status_code == 405 and r.json()["error_type"] == "method_not_allowed"
+    assert r.headers["allow"] == "POST"
+
+
+def test_tgi_post_root_is_unchanged(url):
+    r = httpx.post(url + "/", json={"inputs": "attention", "stream": False}, timeout=30)
+    assert r.status_code == 200 and r.json() == [{"generated_text": "AH0 T EH1 N SH AH0 N", "details": None}]
+
+
+def test_the_root_is_not_in_the_api_schema_as_a_get(url):
+    assert set(httpx.get(url + "/openapi.json", timeout=10).json()["paths"]["/"]) == {"post"}
