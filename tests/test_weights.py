@@ -37,7 +37,7 @@ def _model_from(bundle_dir: Path):
     return model, config
 
 
-def _step_logits(bundle_dir: Path, steps: int = 4) -> list[np.ndarray]:
+def bundle_step_logits(bundle_dir: Path, steps: int = 4) -> list[np.ndarray]:
     """Encoder, then `steps` cached decoder steps on fixed inputs: each step's logits [B, V]."""
     meta = json.loads((bundle_dir / "bundle.json").read_text())
     cfg = meta["config"]
@@ -75,7 +75,7 @@ def _step_logits(bundle_dir: Path, steps: int = 4) -> list[np.ndarray]:
 def test_bundle_rebuilt_from_its_weights_gives_the_same_logits(tiny_bundle_dir, tmp_path, one_torch_thread):
     model, config = _model_from(tiny_bundle_dir)
     rebuilt = _graphs(model, tmp_path / "rebuilt", config)
-    for ours, theirs in zip(_step_logits(rebuilt), _step_logits(tiny_bundle_dir)):
+    for ours, theirs in zip(bundle_step_logits(rebuilt), bundle_step_logits(tiny_bundle_dir)):
         np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-5)
 
 

@@ -123,11 +123,18 @@ def eval_main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     p.add_argument("--num-beams", type=int, default=1, help="bundle only: score beam search of this width (1: greedy)")
     p.add_argument(
+        "--variant",
+        default="auto",
+        help="bundle only: the variant to score (fp32, int8, ...; auto: the one served on this device)",
+    )
+    p.add_argument(
         "--record",
         action="store_true",
         help="bundle only: write the headline figures into bundle.json's eval[SPLIT] (what /info and the card cite)",
     )
     args = p.parse_args(argv)
+    from service.engine.bundle import BundleError  # what evaluating a bundle raises for a bad bundle or variant
+
     if args.record and not (args.path / "bundle.json").is_file():
         return _fail(f"--record needs a bundle directory; {args.path} has no bundle.json")
     try:
@@ -139,8 +146,12 @@ def eval_main(argv: list[str] | None = None) -> int:
 
         if args.num_beams < 1:
             raise ValueError(f"--num-beams must be >= 1, got {args.num_beams}")
-        report = evaluate_path(args.path, args.split, args.limit or None, args.dataset, args.batch_size, args.num_beams)
-    except (DataError, FileNotFoundError, ValueError) as e:
+        if args.variant != "auto" and not (args.path / "bundle.json").is_file():
+            raise ValueError(f"--variant names a bundle's variant; {args.path} has no bundle.json")
+        report = evaluate_path(
+            args.path, args.split, args.limit or None, args.dataset, args.batch_size, args.num_beams, args.variant
+        )
+    except (DataError, FileNotFoundError, ValueError, BundleError) as e:  # BundleError: a bad bundle or variant
         return _fail(str(e))
     out = args.out or args.path / f"eval_{args.split}.json"
     out.write_text(json.dumps(report, indent=2) + "\n")

@@ -11,10 +11,16 @@ from training.metrics import task_metrics
 
 
 def evaluate_path(
-    path: Path, split: str, limit: int | None = None, dataset: str | None = None, batch_size: int = 256, num_beams: int = 1
+    path: Path,
+    split: str,
+    limit: int | None = None,
+    dataset: str | None = None,
+    batch_size: int = 256,
+    num_beams: int = 1,
+    variant: str = "auto",
 ) -> dict:
     if (path / "bundle.json").is_file():
-        return evaluate_bundle(path, split, limit, dataset, batch_size, num_beams=num_beams)
+        return evaluate_bundle(path, split, limit, dataset, batch_size, variant=variant, num_beams=num_beams)
     if num_beams > 1:
         raise ValueError("--num-beams scores a bundle (what the server runs): export the run first")
     if (path / "checkpoint.pt").is_file() or (path / "best.pt").is_file():

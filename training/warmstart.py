@@ -71,7 +71,7 @@ def bundle_settings(bundle_dir: str | Path) -> dict:
 def adopt_bundle(values: dict, explicit: set[str], bundle_dir: str | Path) -> dict:
     """`values` (TrainConfig keys) with the bundle's architecture, tokenizers and task; a key in `explicit`
     (set by the user in a YAML file or with --set) that disagrees with the bundle is a ConfigError naming it.
-    `dataset` is the bundle's when the user did not name one."""
+    `dropout` and `dataset` are the bundle's unless the user set them (they may differ)."""
     settings = bundle_settings(bundle_dir)
     conflicts = [
         f"{key}={_normalised(values[key], settings[key])!r} (the bundle has {settings[key]!r})"
@@ -85,8 +85,11 @@ def adopt_bundle(values: dict, explicit: set[str], bundle_dir: str | Path) -> di
             + ". Remove them (the architecture, tokenizers and task come from the bundle)."
         )
     out = {**values, **settings, "init_from": str(bundle_dir)}
-    if "dataset" not in explicit and bundle_meta(bundle_dir).get("dataset"):
-        out["dataset"] = bundle_meta(bundle_dir)["dataset"]
+    meta = bundle_meta(bundle_dir)
+    if "dropout" not in explicit:  # a training choice the user may change; by default the bundle's
+        out["dropout"] = meta["config"]["dropout"]
+    if "dataset" not in explicit and meta.get("dataset"):
+        out["dataset"] = meta["dataset"]
     return out
 
 
