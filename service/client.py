@@ -199,20 +199,25 @@ class Generator:
         pending: collections.deque[TextRequest | InputError] = collections.deque()
         source = iter(texts)
         exhausted = False
-        while True:
-            while not exhausted and len(pending) < window:
-                text = next(source, None)
-                if text is None:
-                    exhausted = True
-                    break
-                try:
-                    pending.append(self.text.admit(text, asked, options))
-                except InvalidRequest as e:
-                    pending.append(InputError(e.reason))
-            if not pending:
-                return
-            job = pending.popleft()
-            yield job if isinstance(job, InputError) else self._text_result(job)
+        try:
+            while True:
+                while not exhausted and len(pending) < window:
+                    text = next(source, None)
+                    if text is None:
+                        exhausted = True
+                        break
+                    try:
+                        pending.append(self.text.admit(text, asked, options))
+                    except InvalidRequest as e:
+                        pending.append(InputError(e.reason))
+                if not pending:
+                    return
+                job = pending.popleft()
+                yield job if isinstance(job, InputError) else self._text_result(job)
+        finally:  # the caller stopped reading (or a line failed): the lines in flight leave the batch
+            for job in pending:
+                if isinstance(job, TextRequest):
+                    job.cancel()
 
     def _text_result(self, job: TextRequest) -> TextResult | InputError:
         try:

@@ -84,3 +84,23 @@ def test_the_cases_cover_a_cut_lexicon_answer_and_mixed_n_best(both):
     assert [s for _, s, _ in words[0]] == ["lexicon", "lexicon", "model"]
     _, words = over_http(url, "hello", {"decoder_input_details": True})
     assert words[0][0][1] == "model"
+
+
+def test_lines_in_flight_leave_the_batch_when_the_caller_stops_reading(both):
+    """generate_text_many keeps a window of lines queued; closing it early cancels them, as a client that goes
+    away cancels its request, instead of leaving their rows to decode for nobody."""
+    import time
+
+    _, g = both
+    g.engine.step_delay_s = 0.05  # 128 lines of two model words each: seconds of decoding at this pace
+    try:
+        lines = g.generate_text_many(["zyxoplat quorbelind"] * 200, lexicon=False)
+        assert next(lines).text
+        assert g.scheduler.in_flight > 32
+        lines.close()
+        deadline = time.monotonic() + 1.0  # a few step boundaries
+        while g.scheduler.in_flight and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert g.scheduler.in_flight == 0
+    finally:
+        g.engine.step_delay_s = 0.0
