@@ -141,13 +141,21 @@ def finetune_examples(path: str | Path, src_tok: Tokenizer, tgt_tok: Tokenizer, 
                 kind = "character" if side == "source" else "symbol"
                 listed = ", ".join(repr(u) for u in unknown)
                 raise DataError(
-                    f"{path}:{lineno}: {side} {kind}(s) {listed} not in the bundle's {side} vocabulary "
-                    f"({tok.get_vocab_size()} entries); the model cannot learn them: use the bundle's symbols"
+                    f"{path}:{lineno}: {side} {kind}(s) {listed} not in the bundle's {side} vocabulary, "
+                    f"which the model cannot learn to {'read' if side == 'source' else 'say'}; {_known(tok)}"
                 )
         example = examples.setdefault(src, Example(src, []))
         if tgt not in example.targets:
             example.targets.append(tgt)
     return list(examples.values())
+
+
+def _known(tok: Tokenizer, at_most: int = 100) -> str:
+    """The vocabulary, spelled out when it is small (characters, phonemes), for an error message."""
+    vocab = sorted(t for t in tok.get_vocab() if not (t.startswith("<") and t.endswith(">")))
+    if len(vocab) > at_most:
+        return f"it has {len(vocab)} entries"
+    return "it has: " + " ".join(vocab)
 
 
 def training_examples(cfg, src_tok: Tokenizer | None, tgt_tok: Tokenizer | None) -> list[Example]:
