@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from service_harness import ROOT, serving
+from service_harness import ROOT, serving, stream
 
 
 @pytest.fixture(scope="module")
@@ -35,3 +35,31 @@ def test_tgi_post_root_is_unchanged(url):
 
 def test_the_root_is_not_in_the_api_schema_as_a_get(url):
     assert set(httpx.get(url + "/openapi.json", timeout=10).json()["paths"]["/"]) == {"post"}
+
+
+def chosen_alternative(token: dict, top: list[dict]) -> dict:
+    return next(t for t in top if t["id"] == token["id"])
+
+
+@pytest.mark.parametrize("inputs", ["attention", "zyxoplat", "hello zyxoplat world"])  # one word, and running text
+def test_a_stream_token_and_its_top_tokens_entry_have_the_same_text(url, inputs):
+    body = {"inputs": inputs, "parameters": {"top_n_tokens": 3, "lexicon": False, "max_new_tokens": 20}}
+    status, events = stream(url + "/generate_stream", body)
+    assert status == 200, events
+    for event in events:
+        token, top = event["token"], event["top_tokens"]
+        if token["id"] in {t["id"] for t in top}:
+            assert chosen_alternative(token, top)["text"] == token["text"], event
+    texts = [e["token"]["text"] for e in events]
+    assert "".join(texts) == events[-1]["generated_text"]
+    assert any(t.startswith(" ") for t in texts[1:]), texts  # later phonemes carry the space before them
+    for event in events[1:]:  # the same rule for the alternatives: each says what it would add at its step
+        assert all(t["special"] or t["text"].startswith(" ") for t in event["top_tokens"]), event
+
+
+def test_details_top_tokens_follow_the_same_rule(url):
+    body = {"inputs": "attention", "parameters": {"top_n_tokens": 2, "lexicon": False, "details": True}}
+    details = httpx.post(url + "/generate", json=body, timeout=30).json()["details"]
+    for token, top in zip(details["tokens"], details["top_tokens"], strict=True):
+        if token["id"] in {t["id"] for t in top}:
+            assert chosen_alternative(token, top)["text"] == token["text"]

@@ -103,7 +103,9 @@ def generate_response(job: TextRequest) -> GenerateResponse:
     else:
         tokens = [job.separated(t, k, j) for k, b in enumerate(bests) for j, t in enumerate(b.tokens)]
         tops = [top for _, top in answered]
-        top = [step for t in tops for step in t] if all(t is not None for t in tops) else None
+        top = None
+        if all(t is not None for t in tops):  # each step's alternatives carry the separator its token carries
+            top = [[job.separated(alt, k, j) for alt in step] for k, t in enumerate(tops) for j, step in enumerate(t)]
         logprobs = [t["logprob"] for t in tokens]
         score = float(np.mean(logprobs)) if logprobs and None not in logprobs else None
         source = "lexicon" if all(b.source == "lexicon" for b in bests) else "model"

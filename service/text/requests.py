@@ -44,7 +44,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -72,11 +72,19 @@ def token_dict(r: StepResult) -> dict:
     return {"id": r.token_id, "text": r.text, "logprob": r.logprob, "special": r.special}
 
 
-def top_token_dicts(engine: Engine, top: list[tuple[int, float]] | None) -> list[dict] | None:
-    """A step's most likely tokens as TGI's Token objects (each token's own text)."""
+def top_token_dicts(engine: Engine, top: list[tuple[int, float]] | None, prefix: Sequence[int] = ()) -> list[dict] | None:
+    """A step's most likely tokens as TGI's Token objects. Each one's text follows the rule of a generated token's:
+    the text it adds to the output after `prefix` (the ids chosen before this step), the difference of successive
+    decodes; so the chosen token's entry has the generated token's text (" IH1" after a first phoneme, not "IH1")."""
     if top is None:
         return None
-    return [{"id": i, "text": engine.decode_ids([i]), "logprob": lp, "special": i in engine.special_token_ids} for i, lp in top]
+    before = engine.decode_ids(prefix)
+    out = []
+    for i, lp in top:
+        special = i in engine.special_token_ids
+        text = "" if special else engine.decode_ids([*prefix, i])[len(before) :]
+        out.append({"id": i, "text": text, "logprob": lp, "special": special})
+    return out
 
 
 def hypothesis_tokens(engine: Engine, h: Hypothesis) -> list[dict]:
@@ -346,7 +354,8 @@ class TextRequest:
         if gen.streams:  # one row, decided token by token: the step results are its tokens
             tokens = [token_dict(r) for r in u.results]
             if self.options.top_n_tokens:
-                top = [top_token_dicts(self.engine, r.top_tokens) for r in u.results]
+                ids = [r.token_id for r in u.results]
+                top = [top_token_dicts(self.engine, r.top_tokens, ids[:k]) for k, r in enumerate(u.results)]
         else:
             tokens = hypothesis_tokens(self.engine, best)
         scored = bool(best.logprobs) or best.eos_logprob is not None
@@ -488,7 +497,10 @@ class TextRequest:
                             u.finished = ev
                             break
                         u.results.append(ev)
-                        top = top_token_dicts(self.engine, ev.top_tokens)
+                        top = None
+                        if ev.top_tokens is not None:
+                            prefix = [r.token_id for r in u.results[:-1]]
+                            top = [self.separated(t, k, position) for t in top_token_dicts(self.engine, ev.top_tokens, prefix)]
                         token = self.separated(token_dict(ev), k, position)
                         position += 1
                         yield StreamToken(token, top, ev.finish_reason, last_unit and ev.finish_reason is not None)
