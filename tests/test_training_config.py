@@ -63,3 +63,17 @@ def test_the_config_reference_is_yaml_of_every_key_and_its_default():
     assert "--preset tiny:" in reference
     tgt = next(line for line in reference.splitlines() if line.startswith("tgt_tokenizer:"))
     assert '"whitespace"' in tgt and '"char"' in tgt  # the default, and what single-word targets need
+
+
+def test_attnserve_train_help_config_prints_the_reference_without_other_arguments(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        train_main(["--help-config"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out == config_reference()
+
+
+def test_the_readme_points_to_the_training_keys():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    training = readme[readme.index("\n## Training\n") :]
+    training = training[: training.index("\n## ", 1)]
+    assert "attnserve-train --help-config" in training and "tgt_tokenizer=char" in training

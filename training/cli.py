@@ -77,10 +77,27 @@ def resolve_config(
     return TrainConfig.from_dict(values).with_overrides(list(overrides))
 
 
+class _HelpConfig(argparse.Action):
+    """--help-config: like --help, it answers before the required arguments are checked."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from training.config import config_reference
+
+        print(config_reference(), end="")
+        parser.exit()
+
+
 def train_main(argv: list[str] | None = None) -> int:
     from training.config import PRESETS, ConfigError
 
-    p = argparse.ArgumentParser(prog="attnserve-train", description="Train an encoder-decoder Transformer.")
+    p = argparse.ArgumentParser(
+        prog="attnserve-train",
+        description="Train an encoder-decoder Transformer. Every config key with its default: attnserve-train --help-config",
+    )
+    p.add_argument("--help-config", action=_HelpConfig, help="print every config key with its default (as YAML) and exit")
     p.add_argument("--config", type=Path, help="YAML file of TrainConfig keys (configs/g2p.yaml)")
     p.add_argument("--preset", choices=sorted(PRESETS), help="start from a preset (tiny trains in seconds)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a key")
