@@ -194,9 +194,11 @@ def test_a_list_prompt_of_running_text_asks_n_per_word(client):
     assert e.value.body["param"] == "n" and "word by word" in e.value.body["message"]
 
 
-def test_unknown_fields_are_ignored(client):
-    r = client.completions.create(model=MODEL, prompt="attention", user="me", extra_body={"some_new_field": {"x": 1}})
+def test_unknown_fields_are_ignored_with_a_debug_line(client, caplog):
+    with caplog.at_level("DEBUG", logger="attnserve.service"):
+        r = client.completions.create(model=MODEL, prompt="attention", user="me", extra_body={"some_new_field": {"x": 1}})
     assert r.choices[0].text == "AH0 T EH1 N SH AH0 N"
+    assert any("some_new_field" in rec.getMessage() for rec in caplog.records)
 
 
 def test_presence_penalty_subtracts_once_per_generated_token():
@@ -372,6 +374,25 @@ def test_overload_is_a_rate_limit_error_and_the_clients_retry_honours_retry_afte
         assert long_text and second_text
         samples = scrape(s.url)
         assert metric(samples, "attnserve_requests_total", route="/v1/completions", outcome="overloaded") >= 2
+
+
+def test_draining_timeout_and_a_late_stream_error_keep_their_status_in_openais_shape():
+    with serving(DEFAULT_BUNDLE, step_delay_s=0.05, request_timeout_s=0.3) as s:
+        c = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0)
+        kw = dict(model=MODEL, prompt=OOV, extra_body={"lexicon": False})
+        with pytest.raises(openai.InternalServerError) as e:  # 10 tokens at 50 ms a step: past the 0.3 s timeout
+            c.completions.create(**kw)
+        assert e.value.status_code == 504 and e.value.body["code"] == "timeout" and e.value.body["type"] == "timeout_error"
+        with pytest.raises(openai.APIError) as e:  # a stream already under way ends with an error event
+            list(c.completions.create(**kw, stream=True))
+        assert "timeout" in str(e.value.message)
+        s.service.draining = True
+        try:
+            with pytest.raises(openai.InternalServerError) as e:
+                c.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}])
+            assert e.value.status_code == 503 and e.value.body["code"] == "draining"
+        finally:
+            s.service.draining = False
 
 
 def test_v1_routes_count_in_the_metrics_under_their_own_route(client, url):
