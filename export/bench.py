@@ -3,7 +3,8 @@
 Backends, all greedy (or all beam search of one width, `--beam`), measured in one run on the same inputs:
 - torch-nocache: PyTorch recomputing the whole prefix every step;
 - torch-cache:   PyTorch with the KV cache (training/decode.py);
-- ort-fp32 / ort-int8: the service's ONNX Runtime engine (service/engine/engine.py);
+- ort-fp32 / ort-int8: the service's ONNX Runtime engine (service/engine/engine.py); ort-int8 is the served
+  int8, the v2 fused decoder over an in-place cache (export/fused.py); ort-int8-v1 the v1 int8 graph;
 - ct2-fp32 / ct2-int8: the same weights in CTranslate2 (export/ct2.py), the speed target.
 For batch sizes (default 1 and 32) and output lengths (default 8, 32, 128).
 
@@ -29,7 +30,10 @@ from pathlib import Path
 
 import numpy as np
 
-BACKENDS = ("torch-nocache", "torch-cache", "ort-fp32", "ort-int8", "ct2-fp32", "ct2-int8")
+BACKENDS = ("torch-nocache", "torch-cache", "ort-fp32", "ort-int8", "ort-int8-v1", "ct2-fp32", "ct2-int8")
+# the bundle variant each ONNX Runtime backend runs: ort-int8 is the served int8 (the v2 fused decoder over an
+# in-place cache), ort-int8-v1 the v1 int8 graph it replaced, kept for comparison
+ORT_VARIANTS = {"ort-fp32": "fp32", "ort-int8": "int8", "ort-int8-v1": "int8-v1"}
 
 
 def synthetic_pairs(n: int = 200, seed: int = 0) -> list[tuple[str, str]]:
@@ -43,13 +47,15 @@ def synthetic_pairs(n: int = 200, seed: int = 0) -> list[tuple[str, str]]:
 
 
 def synthetic_run(work: Path, max_target_len: int = 128):
-    """A random-initialised model of the default size, and a bundle of it (fp32 + int8)."""
+    """A random-initialised model of the default size, and a bundle of it: fp32 (v1), int8 (v2, as served) and
+    int8-v1, all written by the export code that builds real bundles."""
     import torch
 
     from export.bundle import TOKENIZERS, VARIANT_FILES, write_manifest
     from export.calibration import write_int8
+    from export.fused import write_v2_variants
     from export.onnx import OPSET, export_decoder, export_encoder, graph_io
-    from service.engine.bundle import FORMAT_VERSION
+    from service.engine.bundle import V2_FORMAT_VERSION
     from training.config import ModelConfig
     from training.model import Transformer
     from training.tokenize import build_tokenizer
@@ -75,18 +81,28 @@ def synthetic_run(work: Path, max_target_len: int = 128):
     export_decoder(model, work / "decoder.onnx")
     pairs = synthetic_pairs()
     write_int8(work, VARIANT_FILES["fp32"], VARIANT_FILES["int8"], src_tok, tgt_tok, cfg.to_dict(), pairs, log=lambda _: None)
+    state = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    encoders = {p: VARIANT_FILES[p]["encoder"] for p in ("fp32", "int8")}
+    v2 = write_v2_variants(work, cfg.to_dict(), state, encoders, src_tok, tgt_tok, pairs, log=lambda _: None)
     src_tok.save(str(work / TOKENIZERS["source"]))
     tgt_tok.save(str(work / TOKENIZERS["target"]))
     meta = {
-        "format_version": FORMAT_VERSION,
+        "format_version": V2_FORMAT_VERSION,
         "model_id": "bench-synthetic",
         "config": cfg.to_dict(),
         "special_ids": {"pad": cfg.pad_id, "bos": cfg.bos_id, "eos": cfg.eos_id, "unk": cfg.unk_id},
         "max_source_len": cfg.max_source_len,
         "max_target_len": cfg.max_target_len,
         "opset": OPSET,
-        "io": {g: graph_io(work / f"{g}.onnx") for g in ("encoder", "decoder")},
-        "variants": {"fp32": dict(VARIANT_FILES["fp32"]), "int8": dict(VARIANT_FILES["int8"])},
+        "io": {
+            **{g: graph_io(work / f"{g}.onnx") for g in ("encoder", "decoder")},
+            "decoder_v2": graph_io(work / v2["int8"]["decoder"]),
+        },
+        "variants": {
+            "fp32": {**VARIANT_FILES["fp32"], "kv_cache": "concat"},
+            "int8": v2["int8"],
+            "int8-v1": {**VARIANT_FILES["int8"], "kv_cache": "concat"},
+        },
         "default_variant": {"cpu": "fp32", "cuda": "fp32"},
         "tokenizers": dict(TOKENIZERS),
     }
@@ -138,10 +154,11 @@ def run_bench(
     torch.set_num_threads(threads)
     bundle = load_bundle(bundle_dir)
     engines = {
-        b: Engine(bundle, variant=b.split("-")[1], provider="cpu", threads=threads, spin=spin)
+        b: Engine(bundle, variant=ORT_VARIANTS[b], provider="cpu", threads=threads, spin=spin)
         for b in backends
-        if b.startswith("ort-")
+        if b.startswith("ort-") and ORT_VARIANTS[b] in bundle.variants
     }
+    backends = [b for b in backends if not b.startswith("ort-") or b in engines]  # a trained bundle has no int8-v1
     ct2 = {}
     if any(b.startswith("ct2-") for b in backends):
         from tokenizers import Tokenizer
@@ -198,6 +215,7 @@ def run_bench(
                 best = min(wall[backend])  # the run least disturbed by other load
                 cell = {
                     "backend": backend,
+                    **({"kv_cache": engines[backend].kv_cache} if backend in engines else {}),
                     "batch": b,
                     "output_len": n,
                     "runs": len(wall[backend]),
@@ -220,7 +238,7 @@ def run_bench(
         for b in batches:
             row = {c["backend"]: c["tokens_per_s"] for c in cells if c["batch"] == b and c["output_len"] == n}
             entry = {"batch": b, "output_len": n}
-            for base in ("torch-nocache", "torch-cache", "ort-fp32", "ct2-fp32"):
+            for base in ("torch-nocache", "torch-cache", "ort-fp32", "ct2-fp32", "ct2-int8"):
                 if base in row:
                     entry[f"vs_{base}"] = {k: round(v / row[base], 2) for k, v in row.items() if k != base}
             ratios.append(entry)
@@ -236,7 +254,7 @@ def run_bench(
 
 def markdown(report: dict) -> str:
     backends = list(dict.fromkeys(c["backend"] for c in report["results"]))
-    pairs = [(a, b) for a, b in (("ort-fp32", "torch-cache"), ("ort-fp32", "torch-nocache"), ("ort-fp32", "ct2-fp32"))]
+    pairs = [("ort-fp32", "torch-cache"), ("ort-fp32", "torch-nocache"), ("ort-fp32", "ct2-fp32"), ("ort-int8", "ct2-int8")]
     pairs = [(a, b) for a, b in pairs if a in backends and b in backends]
     head = " | ".join(f"{b} ms/step (tok/s)" for b in backends) + "".join(f" | {a} / {b}" for a, b in pairs)
     lines = [f"| batch | output len | {head} |", "|---|---|" + "---|" * (len(backends) + len(pairs))]

@@ -24,6 +24,7 @@ from tokenizers import Tokenizer
 from export.calibration import training_pairs, write_int8
 from export.errors import BuildError
 from export.explain import add_explain_graph
+from export.fused import add_v2_to_bundle
 from export.lexicon import with_fields_after, write_lexicon
 from export.onnx import OPSET, export_decoder, export_encoder, external_data_files, graph_io, share_initializers
 from export.variants import FP16_KEEP_FP32_OPS, FP32_BOUNDARY, INT8_QUANTIZATION, convert_fp16
@@ -208,6 +209,9 @@ def build(
             "word_level_source",
             {"lexicon": write_lexicon(work, meta["dataset"], meta["strip_stress"], src_tok, tgt_tok, log)},
         )
+    log("[export] v2 decoders (fused, in-place cache) for the int8 and fp16 variants")
+    state = {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
+    meta = add_v2_to_bundle(work, meta, state, src_tok, tgt_tok, pairs, log)
     log("[export] decoder.explain.onnx (cross-attention outputs for POST /explain)")
     add_explain_graph(model, work, meta, VARIANT_FILES["fp32"]["encoder"])
     shared = share_initializers(
@@ -219,12 +223,12 @@ def build(
     log(f"[export] {SHARED_DECODER_WEIGHTS}: {shared['tensors']} weights shared by decoder.onnx and decoder.explain.onnx")
     write_manifest(work, meta)
 
-    f16 = fp16_check(load_bundle(work), threads) if fp16 else {"ok": True}
+    f16 = fp16_check(load_bundle(work), threads) if "fp16" in meta["variants"] else {"ok": True}
     if not f16["ok"]:
         # fp16 is an extra for CUDA: a bundle without it still serves everywhere, so drop it
         # rather than ship a variant that failed its check (the figure is kept in bundle.json).
         log(f"[export] WARNING: fp16 differs from fp32 by {f16['max_abs_diff_logits_vs_fp32']:.2e}: fp16 variant dropped")
-        for f in VARIANT_FILES["fp16"].values():
+        for f in {meta["variants"]["fp16"][g] for g in ("encoder", "decoder")}:
             (work / f).unlink()
         del meta["variants"]["fp16"]
         write_manifest(work, meta)
@@ -264,10 +268,14 @@ def requantize(
 ) -> dict:
     """Rewrite a bundle's int8 graphs from its own fp32 graphs (`quantize_int8`) and re-run the int8
     gate; returns the new bundle.json. No run directory needed: how an existing bundle gets a new
-    quantization. `eval_limit` defaults to the dev size the bundle recorded. Works in
+    quantization, and how a v1 bundle gets its v2 decoders (export/fused.py, from the weights its fp32
+    graphs hold: export/weights.py), its int8 (and fp16) variants becoming v2. `eval_limit` defaults to the
+    dev size the bundle recorded. Works in
     `BUNDLE.partial` and replaces the bundle only when everything passed. A test-split figure
     measured on the old int8 is dropped (re-run `attnserve-eval BUNDLE --split test --record`)."""
-    from export.verify import int8_agreement
+    from export.verify import v2_parity
+    from export.weights import load_bundle_weights
+    from service.engine.engine import Engine
 
     bundle_dir = Path(bundle_dir)
     meta = load_bundle(bundle_dir).meta  # every hash checked before anything is derived from it
@@ -282,16 +290,20 @@ def requantize(
     fp32, int8 = meta["variants"]["fp32"], meta["variants"]["int8"]
     log(f"[requantize] int8 graphs, activation scales calibrated on {len(pairs)} training pairs")
     tokenizers = [Tokenizer.from_file(str(work / meta["tokenizers"][side])) for side in ("source", "target")]
-    calibration = write_int8(work, fp32, int8, *tokenizers, meta["config"], pairs, log)
-    meta["variants"]["int8"] = {
-        "encoder": int8["encoder"],
-        "decoder": int8["decoder"],
-        "quantization": INT8_QUANTIZATION,
-        "calibration": calibration,
-    }
+    v1_int8 = {"encoder": int8["encoder"], "decoder": VARIANT_FILES["int8"]["decoder"]}  # the encoder's scales
+    write_int8(work, fp32, v1_int8, *tokenizers, meta["config"], pairs, log)
+    meta["variants"]["int8"] = v1_int8
+    _, state = load_bundle_weights(work)
+    meta = add_v2_to_bundle(work, meta, state, *tokenizers, pairs, log)
     write_manifest(work, meta)
     corpus = json.loads((work / meta.get("parity_corpus", PARITY_CORPUS)).read_text())
-    parity = {**meta.get("parity", {}), "int8": int8_agreement(load_bundle(work), corpus, threads)}
+    engine = Engine(load_bundle(work), variant="int8", provider="cpu", threads=threads)
+    v2 = v2_parity(engine, corpus, exact=False)
+    if v2["failures"]:
+        raise BuildError(f"v2 int8 failed verification ({work} kept for inspection): " + "; ".join(v2["failures"]))
+    agreement = {"greedy_agreement_with_fp32_reference_pct": v2["greedy_agreement_with_reference_pct"]}
+    parity = {**meta.get("parity", {}), "int8": agreement}
+    parity["v2_int8"] = {k: v for k, v in v2.items() if k != "failures"}
     limit = eval_limit if eval_limit is not None else meta.get("eval", {}).get("dev", {}).get("words", 2000)
     log(f"[requantize] dev evaluation of fp32 and int8 (limit {limit}), speed and batch invariance")
     gate = int8_gate(work, train_cfg, limit, threads, log)
@@ -324,6 +336,7 @@ def int8_gate(bundle_dir: Path, train_cfg: dict, eval_limit: int, threads: int |
     at least INT8_MIN_SPEEDUP times faster at both batch sizes (int8 is not always faster for
     small matrices; measure, don't assume) AND a row's outputs do not depend on its batch.
     """
+    from export.fused_check import batch_invariance_v2
     from export.invariance import batch_invariance
     from export.verify import bench_engine_speed
     from service.engine.engine import Engine
@@ -342,7 +355,13 @@ def int8_gate(bundle_dir: Path, train_cfg: dict, eval_limit: int, threads: int |
     corpus = json.loads((bundle.dir / bundle.meta.get("parity_corpus", PARITY_CORPUS)).read_text())
     enc, dec = bundle.graph_paths("int8")
     cfg = bundle.config
-    invariance = batch_invariance(enc, dec, corpus["source_ids"], bundle.n_layers, int(cfg["tgt_vocab_size"]), cfg["pad_id"])
+    if bundle.kv_cache("int8") == "in_place":
+        vocab = int(cfg["tgt_vocab_size"])
+        invariance = batch_invariance_v2(
+            enc, dec, corpus["source_ids"], bundle.n_layers, bundle.max_target_len, vocab, pad_id=cfg["pad_id"]
+        )
+    else:
+        invariance = batch_invariance(enc, dec, corpus["source_ids"], bundle.n_layers, int(cfg["tgt_vocab_size"]), cfg["pad_id"])
     decision = int8_decision(bundle.meta["task"], dev["fp32"], dev["int8"], speed, invariance)
     decision["threads"] = engines["fp32"].threads
     log(f"[export] int8 gate: {decision}")

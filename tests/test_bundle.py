@@ -80,9 +80,10 @@ def test_unknown_format_version_is_refused(bundle_copy):
 
 def test_referenced_but_unlisted_file_is_refused(bundle_copy):
     meta = json.loads((bundle_copy / "bundle.json").read_text())
-    del meta["files"]["decoder.fp16.onnx"]
+    fp16 = meta["variants"]["fp16"]["decoder"]
+    del meta["files"][fp16]
     (bundle_copy / "bundle.json").write_text(json.dumps(meta))
-    assert "decoder.fp16.onnx" in refused(bundle_copy)
+    assert fp16 in refused(bundle_copy)
 
 
 def test_missing_config_field_is_refused(bundle_copy):

@@ -30,8 +30,12 @@ def test_build_writes_every_contract_field(tiny_bundle_dir):
     assert meta["opset"] >= 17
     assert set(meta["variants"]) == {"fp32", "int8", "fp16"}
     assert meta["default_variant"]["cpu"] in ("fp32", "int8")
-    for name in ("encoder.onnx", "decoder.onnx", "encoder.int8.onnx", "decoder.fp16.onnx", "src_tokenizer.json"):
+    for name in ("encoder.onnx", "decoder.onnx", "encoder.int8.onnx", "decoder.v2.int8.onnx", "decoder.v2.fp16.onnx"):
         assert name in meta["files"]
+    assert "decoder.int8.onnx" not in meta["files"] and "decoder.fp16.onnx" not in meta["files"]  # v2 replaced them
+    assert meta["format_version"] == 2 and "decoder_v2" in meta["io"]
+    layouts = {name: v["kv_cache"] for name, v in meta["variants"].items()}
+    assert layouts == {"fp32": "concat", "int8": "in_place", "fp16": "in_place"}
     assert "wer" in meta["eval"]["dev"]
     assert "wer" in meta["variants"]["int8"]["eval"]["dev"]
     assert meta["parity"]["passed"] is True
@@ -62,13 +66,15 @@ def test_graphs_have_contract_names_dynamic_axes_and_no_control_flow(tiny_bundle
 
 
 def test_fp16_variant_keeps_bias_and_logits_float32_at_the_boundary(tiny_bundle_dir):
-    dec = onnx.load(str(tiny_bundle_dir / "decoder.fp16.onnx"))
+    """The fp16 variant is the CUDA one, a v2 decoder: its cache float16, the bias and logits float32."""
+    meta = json.loads((tiny_bundle_dir / "bundle.json").read_text())
+    dec = onnx.load(str(tiny_bundle_dir / meta["variants"]["fp16"]["decoder"]))
     types = {v.name: v.type.tensor_type.elem_type for v in [*dec.graph.input, *dec.graph.output]}
     assert types["encoder_attention_bias"] == onnx.TensorProto.FLOAT
     assert types["logits"] == onnx.TensorProto.FLOAT
     assert types["past_key_values.0.decoder.key"] == onnx.TensorProto.FLOAT16
     ops = {node.op_type for node in dec.graph.node}
-    assert "LayerNormalization" in ops and "Softmax" in ops
+    assert "LayerNormalization" in ops and {"GroupQueryAttention", "MultiHeadAttention"} <= ops
 
 
 def test_parity_figures_recorded_at_build(tiny_bundle_dir):
@@ -224,13 +230,23 @@ def test_requantize_rewrites_a_bundles_int8_from_its_fp32_graphs(tiny_bundle_dir
     meta = json.loads((bundle / "bundle.json").read_text())
     for graph in ("encoder", "decoder"):
         quantize_int8_dynamic(bundle / f"{graph}.onnx", bundle / f"{graph}.int8.onnx")
-    meta["variants"]["int8"]["quantization"] = DYNAMIC_QUANTIZATION
+    # a v1 bundle, as built before contract v2: int8 and fp32 only, no v2 decoder
+    (bundle / meta["variants"]["int8"]["decoder"]).unlink()
+    meta["variants"] = {
+        "fp32": {"encoder": "encoder.onnx", "decoder": "decoder.onnx"},
+        "int8": {"encoder": "encoder.int8.onnx", "decoder": "decoder.int8.onnx", "quantization": DYNAMIC_QUANTIZATION},
+    }
+    meta.update(format_version=1, default_variant={"cpu": "fp32", "cuda": "fp32"})
+    del meta["io"]["decoder_v2"]
     del meta["int8_gate"]["batch_invariant"]
     write_manifest(bundle, meta)
 
     assert main(["requantize", str(bundle), "--eval-limit", "100", "--threads", "1"]) == 0
     capsys.readouterr()
     meta = load_bundle(bundle).meta  # every hash verifies
+    assert meta["format_version"] == 2 and meta["variants"]["int8"]["kv_cache"] == "in_place"
+    assert meta["variants"]["int8"]["decoder"] == "decoder.v2.int8.onnx" and not (bundle / "decoder.int8.onnx").exists()
+    assert meta["parity"]["v2_int8"]["greedy_alone_vs_continuous_batching_differ"] == 0
     assert meta["variants"]["int8"]["quantization"] == INT8_QUANTIZATION
     assert meta["variants"]["int8"]["calibration"]["split"] == "train"
     assert meta["variants"]["int8"]["calibration"]["pairs"] > 0
@@ -238,7 +254,7 @@ def test_requantize_rewrites_a_bundles_int8_from_its_fp32_graphs(tiny_bundle_dir
     assert gate["batch_invariant"] and gate["invariance"]["max_abs_diff"] == 0.0
     assert meta["variants"]["int8"]["eval"]["dev"]["words"] == 100
     for graph in ("encoder", "decoder"):  # fixed scales: every activation scale a constant, no per-row range
-        g = onnx.load(str(bundle / f"{graph}.int8.onnx")).graph
+        g = onnx.load(str(bundle / meta["variants"]["int8"][graph])).graph
         constants = {t.name for t in g.initializer}
         matmuls = [n for n in g.node if n.op_type == "MatMulIntegerToFloat"]
         assert matmuls and all(n.input[2] in constants for n in matmuls)
@@ -256,8 +272,9 @@ def test_requantize_without_its_training_data_stops_with_one_line_and_leaves_not
 
     bundle = tmp_path / "b"
     shutil.copytree(tiny_bundle_dir, bundle)
-    before = (bundle / "decoder.int8.onnx").read_bytes()
+    int8 = json.loads((bundle / "bundle.json").read_text())["variants"]["int8"]["decoder"]
+    before = (bundle / int8).read_bytes()
     assert main(["requantize", str(bundle), "--dataset", str(tmp_path / "missing.tsv")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"error: data file not found: {tmp_path / 'missing.tsv'}"]
-    assert not (tmp_path / "b.partial").exists() and (bundle / "decoder.int8.onnx").read_bytes() == before
+    assert not (tmp_path / "b.partial").exists() and (bundle / int8).read_bytes() == before

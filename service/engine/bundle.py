@@ -6,6 +6,10 @@ file it refers to (graphs of each variant, tokenizers) must be listed, so a
 tampered, truncated, missing or mismatched file stops start-up with ONE line
 naming it. Other files in the directory (a model card, plots) are ignored.
 
+Contract 2 version 2: a variant whose `kv_cache` is "in_place" has the fused v2 decoder (export/fused.py),
+fed by service/engine/slots.py; its io is `io.decoder_v2`, its `fallback` the v1 variant served instead
+where the runtime lacks its kernels. Such a bundle has `format_version` 2.
+
 Optional fields read here: `lexicon` {`file`, ...} names the bundle's lexicon
 (service/text/lexicon.py), listed in `files` like every file; `word_level_source`
 (bool) says the source is one word, so running text is split into words first
@@ -19,8 +23,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-FORMAT_VERSION = 1
-SUPPORTED_FORMAT_VERSIONS = (1,)
+FORMAT_VERSION = 1  # a bundle whose variants all have v1 graphs (`kv_cache` "concat")
+V2_FORMAT_VERSION = 2  # a bundle with a v2 variant: a fused decoder over an in-place cache (`kv_cache` "in_place")
+SUPPORTED_FORMAT_VERSIONS = (1, 2)
+KV_CACHE_LAYOUTS = ("concat", "in_place")  # bundle.json `variants.<name>.kv_cache`; absent: "concat"
 REQUIRED_FIELDS = (
     "format_version",
     "model_id",
@@ -138,6 +144,18 @@ class LoadedBundle:
         v = self.variants[variant]
         return self.dir / v["encoder"], self.dir / v["decoder"]
 
+    def kv_cache(self, variant: str) -> str:
+        """The variant's cache layout: "concat" (v1 graphs) or "in_place" (the v2 decoder)."""
+        return self.variants[variant].get("kv_cache", "concat")
+
+    def fallback(self, variant: str) -> str | None:
+        """The v1 variant `--variant auto` serves instead of a v2 one the runtime cannot run."""
+        return self.variants[variant].get("fallback")
+
+    def decoder_io(self, variant: str) -> dict:
+        """bundle.json `io` of the variant's decoder: {"inputs": [...], "outputs": [...]}."""
+        return self.meta["io"].get("decoder_v2" if self.kv_cache(variant) == "in_place" else "decoder", {})
+
     def resolve_variant(self, variant: str, device: str) -> str:
         """ "auto" -> the bundle's default for `device` ("cpu" or "cuda"); a name is checked."""
         name = self.default_variant.get(device, "fp32") if variant == "auto" else variant
@@ -183,6 +201,19 @@ def load_bundle(bundle_dir: str | Path, check_hashes: bool = True) -> LoadedBund
         if not isinstance(v, dict) or "encoder" not in v or "decoder" not in v:
             raise BundleError(f"{manifest}: variant {name!r} must name its 'encoder' and 'decoder' files")
         referenced += [v["encoder"], v["decoder"]]
+        layout = v.get("kv_cache", "concat")
+        if layout not in KV_CACHE_LAYOUTS:
+            raise BundleError(
+                f"{manifest}: variants.{name}.kv_cache must be one of {', '.join(KV_CACHE_LAYOUTS)}, not {layout!r}"
+            )
+        if layout == "in_place":
+            if meta["format_version"] < V2_FORMAT_VERSION:
+                raise BundleError(f"{manifest}: variant {name!r} has an in-place cache, which needs format_version 2")
+            if "decoder_v2" not in meta["io"]:
+                raise BundleError(f"{manifest}: variant {name!r} has an in-place cache but 'io' has no 'decoder_v2'")
+            fallback = v.get("fallback")
+            if fallback is not None and meta["variants"].get(fallback, {}).get("kv_cache", "concat") != "concat":
+                raise BundleError(f"{manifest}: variants.{name}.fallback {fallback!r} is not a v1 variant of this bundle")
     lexicon = meta.get("lexicon")
     if lexicon is not None:
         if not isinstance(lexicon, dict) or not isinstance(lexicon.get("file"), str) or not lexicon["file"]:

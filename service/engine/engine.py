@@ -24,6 +24,7 @@ The batch and its cache (layout, joins, compaction, beam reorder) are service/en
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Sequence as SequenceABC
 from dataclasses import dataclass, field
 
@@ -51,12 +52,20 @@ from service.engine.names import (
     INPUT_IDS,
     LOGITS,
     NEXT_TOKEN,
+    decoder_v2_io,
     past_names,
     present_names,
 )
 from service.engine.runtime import OrtValues, available_cpus, gpu_present, providers, session_options
+from service.engine.slots import V2_DISABLED_OPTIMIZERS, SlotBatch
+
+log = logging.getLogger("attnserve.engine")
 
 __all__ = ["DecodingOptions", "Engine", "EngineError", "Generation", "GenerationResult", "InputError", "StepResult"]
+
+
+class _NoKernels(Exception):
+    """A v2 decoder this ONNX Runtime cannot run (a contrib kernel missing on this provider); one line."""
 
 
 class EngineError(RuntimeError):
@@ -110,14 +119,17 @@ class Engine:
         self.threads = int(threads) if threads else available_cpus()
         if self.threads < 1:
             raise EngineError(f"threads must be >= 1, got {threads}")
-        enc_path, dec_path = bundle.graph_paths(self.variant)
         so = session_options(self.threads, spin)
         self.spin = spin
         try:
-            self.encoder = ort.InferenceSession(str(enc_path), so, providers=providers(use_cuda))
-            self.decoder = ort.InferenceSession(str(dec_path), so, providers=providers(use_cuda))
-        except Exception as e:  # ONNX Runtime raises its own exception types; keep one line
-            raise BundleError(f"{dec_path.parent}: ONNX Runtime cannot load variant {self.variant!r}: {e}") from None
+            self._load(so, use_cuda)
+        except _NoKernels as e:
+            fallback = bundle.fallback(self.variant)
+            if variant != "auto" or not fallback:
+                raise BundleError(f"variant {self.variant!r} cannot run here: {e}") from None
+            log.warning("variant %r (v2, in-place cache) cannot run here (%s); serving %r (v1)", self.variant, e, fallback)
+            self.variant = fallback
+            self._load(so, use_cuda)
         self.provider = self.decoder.get_providers()[0]
         self.device = "cuda" if self.provider == "CUDAExecutionProvider" else "cpu"
         self.values = OrtValues(self.device)
@@ -147,6 +159,8 @@ class Engine:
         # per-output wrapping (ONNX Runtime's public `run_with_ort_values` is this call plus those):
         # the decode step's one call on CPU. Takes {name: C OrtValue}; returns C OrtValues.
         self.run_decoder = self.decoder._sess.run_with_ort_values
+        if self.in_place:  # the v2 step: one call over the batch's bound buffers (service/engine/slots.py)
+            self.run_decoder = self.decoder._sess.run_with_iobinding
 
         self.vocab_size = int(bundle.config["tgt_vocab_size"])
         self.special_token_ids = frozenset(ids.values())
@@ -205,11 +219,52 @@ class Engine:
             gens.append(gen)
         return gens
 
-    def new_batch(self) -> ActiveBatch:
+    def _load(self, so: ort.SessionOptions, use_cuda: bool) -> None:
+        """The variant's two sessions. A v2 decoder is loaded without SkipLayerNormFusion (its Add +
+        LayerNormalization measured faster) and checked against the inputs bundle.json records; one that
+        ONNX Runtime cannot run here raises _NoKernels (the caller falls back or stops)."""
+        enc_path, dec_path = self.bundle.graph_paths(self.variant)
+        self.kv_cache = self.bundle.kv_cache(self.variant)
+        self.in_place = self.kv_cache == "in_place"
+        try:
+            self.encoder = ort.InferenceSession(str(enc_path), so, providers=providers(use_cuda))
+            if self.in_place:
+                self.decoder = ort.InferenceSession(
+                    str(dec_path), so, providers=providers(use_cuda), disabled_optimizers=V2_DISABLED_OPTIMIZERS
+                )
+            else:
+                self.decoder = ort.InferenceSession(str(dec_path), so, providers=providers(use_cuda))
+        except Exception as e:  # ONNX Runtime raises its own exception types; keep one line
+            reason = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
+            if self.in_place:
+                raise _NoKernels(f"ONNX Runtime {ort.__version__} cannot load {dec_path.name}: {reason}") from None
+            raise BundleError(f"{dec_path.parent}: ONNX Runtime cannot load variant {self.variant!r}: {reason}") from None
+        if self.in_place:
+            recorded = [i["name"] for i in self.bundle.decoder_io(self.variant).get("inputs", [])]
+            needed = decoder_v2_io(self.bundle.n_layers)[0]
+            have = {i.name for i in self.decoder.get_inputs()}
+            missing = [name for name in dict.fromkeys([*recorded, *needed]) if name not in have]
+            if missing:
+                raise BundleError(f"{dec_path}: the v2 decoder lacks input(s) {', '.join(missing)} (bundle.json io.decoder_v2)")
+        if self.in_place and use_cuda and self.decoder.get_providers()[0] != "CUDAExecutionProvider":
+            raise _NoKernels(f"{dec_path.name} is not served by the CUDA provider here")
+
+    @property
+    def kv_cache_bytes_per_row(self) -> int:
+        """A row's self-attention cache at max_target_len positions: what a v2 slot holds (allocated up
+        front), and what a v1 row's cache grows to."""
+        itemsize = np.dtype(self.kv_dtype).itemsize
+        return 2 * self.n_layers * self.n_heads * self.max_target_len * self.head_dim * itemsize
+
+    def new_batch(self) -> ActiveBatch | SlotBatch:
+        if self.in_place:
+            return SlotBatch(self.decoder, self.layout, self.max_target_len, self.device, self.run_decoder)
         return ActiveBatch(self.layout, self.values, self.decoder.io_binding() if self.device != "cpu" else None)
 
     def run_step(self, batch: ActiveBatch) -> tuple[np.ndarray, np.ndarray | None]:
         """ONE decoder call for every row of the batch: (logits [B, V] float32, in-graph argmax [B] or None)."""
+        if self.in_place:
+            return batch.run()
         if self.device == "cpu":
             outs = self.run_decoder(batch.step_inputs(), self.output_names, None)
         else:  # device memory: IOBinding keeps the cache on the device between steps

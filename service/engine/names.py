@@ -43,6 +43,28 @@ def past_name(present_name: str) -> str:
     return PAST + present_name.removeprefix(PRESENT)
 
 
+PAST_LENGTHS = "past_lengths"  # v2 decoder: each row's past length, int32 [B] (GroupQueryAttention's seqlens_k)
+TOTAL_SEQUENCE_LENGTH = "total_sequence_length"  # v2 decoder: the cache buffers' length Pmax, int32 [1]
+
+
+def decoder_v2_io(n_layers: int, next_token: bool = True) -> tuple[list[str], list[str]]:
+    """(inputs, outputs) of the v2 decoder (fused, in-place cache), in the graph's order: the self-attention
+    caches are [B, H, Pmax, Dh] buffers bound as both past input and present output."""
+    inputs = [
+        INPUT_IDS,
+        POSITION_IDS,
+        PAST_LENGTHS,
+        TOTAL_SEQUENCE_LENGTH,
+        ENCODER_ATTENTION_BIAS,
+        *past_names(n_layers, DECODER),
+        *past_names(n_layers, ENCODER),
+    ]
+    outputs = [LOGITS, *present_names(n_layers, DECODER)]
+    if next_token:
+        outputs.append(NEXT_TOKEN)
+    return inputs, outputs
+
+
 def cross_attention_names(n_layers: int) -> list[str]:
     """The explain graph's extra outputs, one per decoder layer."""
     return [f"cross_attentions.{i}" for i in range(n_layers)]

@@ -226,6 +226,19 @@ class InfoResponse(BaseModel):
         examples=["int8"],
     )
     variant: str = Field(..., description="Graph variant in use.")
+    kv_cache: str = Field(
+        ...,
+        description="Layout of the served decoder's self-attention cache: `in_place` (contract v2: a fused decoder writes each "
+        "row's new position into the row's slot of preallocated buffers, nothing copied per step) or `concat` (v1: each "
+        "step's cache is the last one's with one position appended).",
+        examples=["in_place"],
+    )
+    kv_cache_bytes_per_row: int = Field(
+        ..., description="Bytes of one row's self-attention cache at max_target_len positions (a v2 slot's size)."
+    )
+    kv_cache_bytes_at_max_batch_size: int = Field(
+        ..., description="kv_cache_bytes_per_row x max_batch_size: the most the decode batch's cache takes."
+    )
     provider: str = Field(..., description="ONNX Runtime execution provider actually in use.")
     threads: int = Field(..., description="ONNX Runtime intra-op threads.")
     max_batch_size: int

@@ -45,6 +45,9 @@ async def info(svc: ServiceDep) -> InfoResponse:
         # a variant of another name: the float type its KV cache is kept in
         model_dtype=VARIANT_WEIGHT_DTYPES.get(eng.variant, str(np.dtype(eng.kv_dtype))),
         variant=eng.variant,
+        kv_cache=eng.kv_cache,
+        kv_cache_bytes_per_row=eng.kv_cache_bytes_per_row,
+        kv_cache_bytes_at_max_batch_size=eng.kv_cache_bytes_per_row * settings.max_batch_size,
         provider=eng.provider,
         threads=eng.threads,
         max_batch_size=settings.max_batch_size,

@@ -1,0 +1,342 @@
+"""The v2 decoder (Contract 2, version 2): one fused step over an in-place self-attention cache.
+
+Written by hand from a state_dict (the PyTorch parameter names of training/model.py), not traced:
+its attention is ONNX Runtime's contrib operators (domain `com.microsoft`), which no exporter emits.
+Per decoder layer, at T = 1 new token per row:
+
+    h   = LayerNormalization(x)                               # pre-norm (post-norm: after the Add)
+    qkv = MatMul(h, [Wq/sqrt(Dh) | Wk | Wv]) + b              # ONE fused projection [B, 1, 3D]
+    a   = GroupQueryAttention(qkv, past K, past V, past_lengths, total_sequence_length, scale=1)
+    x   = x + MatMul(a, Wo) + bo                              # Add, then the next LayerNormalization
+    c   = MultiHeadAttention(MatMul(h', Wq'/sqrt(Dh)) + b, cross K, cross V, encoder_attention_bias, scale=1)
+    x   = x + MatMul(c, Wo') + bo'
+    x   = x + MatMul(act(MatMul(h'', W1) + b1), W2) + b2
+
+then the final LayerNormalization, the output projection to `logits` [B, V] and the in-graph
+`next_token` argmax [B].
+
+- The self-attention cache `past_key_values.{i}.decoder.key/value` is a buffer [B, H, Pmax, Dh]
+  (Pmax = max_target_len) that the engine binds through IOBinding as both the past input and the
+  `present.{i}.decoder.*` output: GroupQueryAttention writes the new K/V at position
+  `past_lengths[b]` of row b and reads positions below it, so a step copies nothing.
+- Cross-attention reads the encoder's projected K/V [B, H, S, Dh] with the additive
+  `encoder_attention_bias` [B, 1, 1, S]; S padded to a multiple of CROSS_KEY_MULTIPLE keeps every
+  row's sums bitwise the same alone and in any batch (docs/ARCHITECTURE.md, "v2").
+- The attention scale 1/sqrt(Dh) is folded into the Q weights and bias when it is a power of two
+  (exact, so no rounding changes) and the operators run with scale=1.0: their default scale takes a
+  slower path in ONNX Runtime's CPU kernels. Otherwise the scale stays an attribute.
+- `Add` + `LayerNormalization`, not `SkipLayerNormalization`: the latter's CPU kernel measured
+  slower, and ONNX Runtime fuses the pair back unless `SkipLayerNormFusion` is disabled
+  (`DISABLED_OPTIMIZERS`, which the engine passes to its sessions).
+
+`write_decoder_v2` writes the float32 graph; `export/variants.py`'s static quantizer turns it into
+the int8 variant (every MatMul with a constant weight and its bias Add become QuantizeLinear +
+MatMulIntegerToFloat with fixed activation scales), so the QKV projection is one
+MatMulIntegerToFloat; `convert_fp16` gives the CUDA variant.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from export.onnx import MAX_IR_VERSION, OPSET
+from service.engine.names import DECODER as SELF
+from service.engine.names import (
+    ENCODER,
+    ENCODER_ATTENTION_BIAS,
+    INPUT_IDS,
+    LOGITS,
+    NEXT_TOKEN,
+    PAST_LENGTHS,
+    POSITION_IDS,
+    TOTAL_SEQUENCE_LENGTH,
+    decoder_v2_io,
+    past_names,
+    present_names,
+)
+from service.engine.slots import V2_DISABLED_OPTIMIZERS
+
+MS_DOMAIN = "com.microsoft"
+DISABLED_OPTIMIZERS = V2_DISABLED_OPTIMIZERS  # keep Add + LayerNormalization (see the module docstring)
+LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, as training/model.py uses it
+V2_CONTRIB_OPS = ("GroupQueryAttention", "MultiHeadAttention")  # the kernels a runtime must have to serve v2
+
+
+def sinusoidal_table(max_len: int, d_model: int) -> np.ndarray:
+    """training/model.py's position table, computed the same way (float64, then float32). [max_len, D]"""
+    pos = np.arange(max_len, dtype=np.float64)[:, None]
+    two_i = np.arange(0, d_model, 2, dtype=np.float64)
+    angle = pos / np.power(10000.0, two_i / d_model)
+    table = np.zeros((max_len, d_model), np.float64)
+    table[:, 0::2] = np.sin(angle)
+    table[:, 1::2] = np.cos(angle[:, : d_model // 2])
+    return table.astype(np.float32)
+
+
+def _scale_folds(head_dim: int) -> bool:
+    """1/sqrt(Dh) is an exact power of two (Dh = 4, 16, 64, 256...): folding it into W changes no rounding."""
+    root = math.isqrt(head_dim)
+    return root * root == head_dim and root & (root - 1) == 0
+
+
+class _Graph:
+    def __init__(self):
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+
+    def const(self, name: str, array: np.ndarray) -> str:
+        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+        return name
+
+    def node(self, op: str, inputs: list[str], name: str, n_out: int = 1, domain: str = "", **attrs) -> list[str]:
+        outs = [f"{name}/out{k}" if n_out > 1 else f"{name}/out" for k in range(n_out)]
+        self.nodes.append(helper.make_node(op, inputs, outs, name=name, domain=domain, **attrs))
+        return outs
+
+    def linear(self, x: str, w: np.ndarray, b: np.ndarray | None, name: str) -> str:
+        """x @ W^T + b for a torch Linear weight W [out, in]: MatMul then the bias Add (the int8 quantizer folds
+        the pair into one MatMulIntegerToFloat)."""
+        (y,) = self.node("MatMul", [x, self.const(f"{name}/weight", w.T.astype(np.float32))], f"{name}/MatMul")
+        if b is None:
+            return y
+        (y,) = self.node("Add", [y, self.const(f"{name}/bias", b.astype(np.float32))], f"{name}/Add")
+        return y
+
+    def layer_norm(self, x: str, state: dict, prefix: str, name: str) -> str:
+        w = self.const(f"{name}/weight", state[f"{prefix}.weight"].astype(np.float32))
+        b = self.const(f"{name}/bias", state[f"{prefix}.bias"].astype(np.float32))
+        (y,) = self.node("LayerNormalization", [x, w, b], name, axis=-1, epsilon=LAYER_NORM_EPS)
+        return y
+
+
+def decoder_v2_model(config: dict, state: dict[str, np.ndarray], next_token: bool = True) -> onnx.ModelProto:
+    """The v2 float32 decoder of the model `config` (bundle.json `config`) with weights `state`
+    (numpy arrays under training/model.py's parameter names); io in `service.engine.names.decoder_v2_io`."""
+    d, h, n = int(config["d_model"]), int(config["n_heads"]), int(config["n_decoder_layers"])
+    dh = d // h
+    pre = config.get("norm_placement", "pre") == "pre"
+    fold = _scale_folds(dh)
+    q_scale = np.float32(1.0 / math.sqrt(dh)) if fold else np.float32(1.0)
+    attn_scale = 1.0 if fold else 1.0 / math.sqrt(dh)
+    g = _Graph()
+
+    # embedding: token * sqrt(D) (folded into the table: the same float32 product) + position
+    tokens = state["tgt_embed.tokens.weight"].astype(np.float32) * np.float32(math.sqrt(d))
+    if config.get("pos_encoding", "sinusoidal") == "learned":
+        positions = state["tgt_embed.positions.weight"].astype(np.float32)
+    else:
+        positions = sinusoidal_table(int(config["max_target_len"]) + 1, d)
+    (tok,) = g.node("Gather", [g.const("embed/tokens", tokens), INPUT_IDS], "embed/Tokens")
+    (pos,) = g.node("Gather", [g.const("embed/positions", positions), POSITION_IDS], "embed/Positions")
+    (x,) = g.node("Add", [tok, pos], "embed/Add")  # [B, 1, D]
+
+    def sublayer(x: str, norm_prefix: str, name: str, body) -> str:
+        """Residual around `body`: pre-norm x + body(LN(x)); post-norm LN(x + body(x))."""
+        inner = g.layer_norm(x, state, norm_prefix, f"{name}/LayerNorm") if pre else x
+        (y,) = g.node("Add", [x, body(inner)], f"{name}/Residual")
+        return y if pre else g.layer_norm(y, state, norm_prefix, f"{name}/LayerNorm")
+
+    self_past, cross_past = past_names(n, SELF), past_names(n, ENCODER)
+    self_present = present_names(n, SELF)
+    for i in range(n):
+        p = f"decoder_layers.{i}"
+
+        def self_attention(hx: str, i: int = i, p: str = p) -> str:
+            a = f"{p}.self_attn"
+            w = np.concatenate([state[f"{a}.q_proj.weight"] * q_scale, state[f"{a}.k_proj.weight"], state[f"{a}.v_proj.weight"]])
+            b = np.concatenate([state[f"{a}.q_proj.bias"] * q_scale, state[f"{a}.k_proj.bias"], state[f"{a}.v_proj.bias"]])
+            qkv = g.linear(hx, w, b, f"layer{i}/self/qkv")  # [B, 1, 3D]
+            g.nodes.append(
+                helper.make_node(
+                    "GroupQueryAttention",
+                    [qkv, "", "", self_past[2 * i], self_past[2 * i + 1], PAST_LENGTHS, TOTAL_SEQUENCE_LENGTH],
+                    [f"layer{i}/self/attention", self_present[2 * i], self_present[2 * i + 1]],
+                    name=f"layer{i}/self/GroupQueryAttention",
+                    domain=MS_DOMAIN,
+                    num_heads=h,
+                    kv_num_heads=h,
+                    scale=attn_scale,
+                )
+            )
+            return g.linear(
+                f"layer{i}/self/attention", state[f"{a}.out_proj.weight"], state[f"{a}.out_proj.bias"], f"layer{i}/self/out"
+            )
+
+        def cross_attention(hx: str, i: int = i, p: str = p) -> str:
+            a = f"{p}.cross_attn"
+            q = g.linear(hx, state[f"{a}.q_proj.weight"] * q_scale, state[f"{a}.q_proj.bias"] * q_scale, f"layer{i}/cross/q")
+            (c,) = g.node(
+                "MultiHeadAttention",
+                [q, cross_past[2 * i], cross_past[2 * i + 1], "", "", ENCODER_ATTENTION_BIAS],
+                f"layer{i}/cross/MultiHeadAttention",
+                domain=MS_DOMAIN,
+                num_heads=h,
+                scale=attn_scale,
+            )
+            return g.linear(c, state[f"{a}.out_proj.weight"], state[f"{a}.out_proj.bias"], f"layer{i}/cross/out")
+
+        def feed_forward(hx: str, i: int = i, p: str = p) -> str:
+            up = g.linear(hx, state[f"{p}.ffn.up.weight"], state[f"{p}.ffn.up.bias"], f"layer{i}/ffn/up")
+            if config.get("activation", "relu") == "gelu":
+                (act,) = g.node("Gelu", [up], f"layer{i}/ffn/Gelu", domain=MS_DOMAIN)  # exact (erf), as nn.GELU()
+            else:
+                (act,) = g.node("Relu", [up], f"layer{i}/ffn/Relu")
+            return g.linear(act, state[f"{p}.ffn.down.weight"], state[f"{p}.ffn.down.bias"], f"layer{i}/ffn/down")
+
+        x = sublayer(x, f"{p}.self_res.norm", f"layer{i}/self", self_attention)
+        x = sublayer(x, f"{p}.cross_res.norm", f"layer{i}/cross", cross_attention)
+        x = sublayer(x, f"{p}.ffn_res.norm", f"layer{i}/ffn", feed_forward)
+
+    if pre:
+        x = g.layer_norm(x, state, "decoder_norm", "final/LayerNorm")
+    lm_head = state["lm_head.weight"] if "lm_head.weight" in state else state["tgt_embed.tokens.weight"]
+    logits3 = g.linear(x, lm_head, None, "final/lm_head")  # [B, 1, V]
+    g.nodes.append(
+        helper.make_node("Squeeze", [logits3, g.const("final/axis1", np.array([1], np.int64))], [LOGITS], name="final/Squeeze")
+    )
+    if next_token:
+        g.nodes.append(helper.make_node("ArgMax", [LOGITS], [NEXT_TOKEN], name="final/ArgMax", axis=-1, keepdims=0))
+
+    names_in, names_out = decoder_v2_io(n, next_token)
+    kv = ["B", h, "Pmax", dh]
+    shapes = {
+        INPUT_IDS: (TensorProto.INT64, ["B", 1]),
+        POSITION_IDS: (TensorProto.INT32, ["B", 1]),
+        PAST_LENGTHS: (TensorProto.INT32, ["B"]),
+        TOTAL_SEQUENCE_LENGTH: (TensorProto.INT32, [1]),
+        ENCODER_ATTENTION_BIAS: (TensorProto.FLOAT, ["B", 1, 1, "S"]),
+        LOGITS: (TensorProto.FLOAT, ["B", int(config["tgt_vocab_size"])]),
+        NEXT_TOKEN: (TensorProto.INT64, ["B"]),
+        **{name: (TensorProto.FLOAT, kv) for name in self_past + self_present},
+        **{name: (TensorProto.FLOAT, ["B", h, "S", dh]) for name in cross_past},
+    }
+    graph = helper.make_graph(
+        g.nodes,
+        "decoder_v2",
+        [helper.make_tensor_value_info(name, *shapes[name]) for name in names_in],
+        [helper.make_tensor_value_info(name, *shapes[name]) for name in names_out],
+        g.inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(MS_DOMAIN, 1)])
+    model.ir_version = MAX_IR_VERSION
+    onnx.checker.check_model(model)
+    return model
+
+
+def write_decoder_v2(config: dict, state: dict[str, np.ndarray], path: Path, next_token: bool = True) -> dict:
+    """Write the v2 float32 decoder to `path`; returns {"nodes": count in the file}."""
+    model = decoder_v2_model(config, state, next_token)
+    onnx.save(model, str(path))
+    return {"nodes": len(model.graph.node)}
+
+
+V2_DECODER_FILES = {"fp32": "decoder.v2.onnx", "int8": "decoder.v2.int8.onnx", "fp16": "decoder.v2.fp16.onnx"}
+V2_FALLBACK = "fp32"  # the v1 variant `--variant auto` serves on a runtime without V2_CONTRIB_OPS
+
+
+def optimized_node_count(path: Path, threads: int = 1) -> dict[str, int]:
+    """Nodes of the graph at `path` after ONNX Runtime's load-time optimisation, by operator, and "total"."""
+    import tempfile
+
+    import onnxruntime as ort
+
+    from service.engine.runtime import session_options
+
+    with tempfile.TemporaryDirectory() as tmp:
+        so = session_options(threads)
+        so.optimized_model_filepath = str(Path(tmp) / "optimized.onnx")
+        ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"], disabled_optimizers=DISABLED_OPTIMIZERS)
+        nodes = onnx.load(so.optimized_model_filepath, load_external_data=False).graph.node
+    counts: dict[str, int] = {}
+    for node in nodes:
+        counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return {"total": len(nodes), **dict(sorted(counts.items(), key=lambda kv: -kv[1]))}
+
+
+def write_v2_variants(
+    bundle_dir: Path,
+    config: dict,
+    state: dict[str, np.ndarray],
+    encoders: dict[str, str],
+    src_tok,
+    tgt_tok,
+    pairs: list[tuple[str, str]],
+    fp16: bool = False,
+    keep_fp32: bool = False,
+    log=print,
+) -> dict[str, dict]:
+    """Write the v2 decoders into `bundle_dir` and return their bundle.json `variants` entries.
+
+    `encoders` names each precision's encoder file already in the bundle ("fp32", "int8", and "fp16" when
+    `fp16`): v2 changes only the decoder. The int8 decoder's activation scales are calibrated on `pairs` from
+    the float32 v2 graph (export/fused_check.py), as export/calibration.py does for v1. The float32 v2
+    decoder is the fp16 one's source and CPU twin: kept as variant "fp32-v2" only with `keep_fp32`."""
+    from export.fused_check import calibrated_amax_v2
+    from export.variants import INT8_QUANTIZATION, convert_fp16, quantize_int8
+
+    bundle_dir = Path(bundle_dir)
+    fp32_path = bundle_dir / V2_DECODER_FILES["fp32"]
+    built = write_decoder_v2(config, state, fp32_path)
+    log(f"[v2] {fp32_path.name}: {built['nodes']} nodes (GroupQueryAttention over an in-place cache)")
+    amax = calibrated_amax_v2(bundle_dir / encoders["fp32"], fp32_path, src_tok, tgt_tok, config, pairs)
+    int8_path = bundle_dir / V2_DECODER_FILES["int8"]
+    counts = quantize_int8(fp32_path, int8_path, exact_attention=False, activation_amax=amax)
+    optimized = optimized_node_count(int8_path)
+    log(f"[v2] {int8_path.name}: {counts['nodes']} nodes, {optimized['total']} after ONNX Runtime's optimisation")
+    common = {"kv_cache": "in_place", "fallback": V2_FALLBACK}
+    variants = {
+        "int8": {
+            "encoder": encoders["int8"],
+            "decoder": int8_path.name,
+            **common,
+            "quantization": INT8_QUANTIZATION,
+            "calibration": {"split": "train", "pairs": len(pairs)},
+            "nodes": {"graph": counts["nodes"], "optimized": optimized},
+        }
+    }
+    if fp16:
+        fp16_path = bundle_dir / V2_DECODER_FILES["fp16"]
+        convert_fp16(fp32_path, fp16_path)
+        variants["fp16"] = {"encoder": encoders["fp16"], "decoder": fp16_path.name, **common}
+    if keep_fp32:
+        variants["fp32-v2"] = {"encoder": encoders["fp32"], "decoder": fp32_path.name, **common}
+    else:
+        fp32_path.unlink()
+    return variants
+
+
+def add_v2_to_bundle(
+    bundle_dir: Path,
+    meta: dict,
+    state: dict[str, np.ndarray],
+    src_tok,
+    tgt_tok,
+    pairs: list[tuple[str, str]],
+    log=print,
+) -> dict:
+    """Make the bundle being built in `bundle_dir` (its bundle.json fields in `meta`, not yet written) serve v2:
+    its int8 variant (and fp16, when it has one) becomes the v2 decoder over the variant's own encoder, the
+    v1 decoders they replace are deleted, fp32 stays v1 (the reference, the explain graph's base, the fallback).
+    Returns the updated `meta` (`format_version` 2, `io.decoder_v2`, `kv_cache` on every variant)."""
+    from export.onnx import graph_io
+    from service.engine.bundle import V2_FORMAT_VERSION
+
+    variants = meta["variants"]
+    encoders = {name: v["encoder"] for name, v in variants.items()}
+    v2 = write_v2_variants(bundle_dir, meta["config"], state, encoders, src_tok, tgt_tok, pairs, fp16="fp16" in variants, log=log)
+    for name, entry in v2.items():
+        replaced = variants.get(name, {}).get("decoder")
+        if replaced and replaced != entry["decoder"] and (bundle_dir / replaced).is_file():
+            (bundle_dir / replaced).unlink()
+        kept = {k: v for k, v in variants.get(name, {}).items() if k in ("precision",)}
+        variants[name] = {**entry, **kept}
+    for entry in variants.values():
+        entry.setdefault("kv_cache", "concat")
+    meta["format_version"] = V2_FORMAT_VERSION
+    meta["io"]["decoder_v2"] = graph_io(bundle_dir / v2["int8"]["decoder"])
+    return meta

@@ -1,0 +1,211 @@
+"""Runs of the v2 decoder outside the engine: calibration of its int8 scales and its batch invariance.
+
+A v2 step (export/fused.py) reads each row's past from a buffer [B, H, Pmax, Dh] at positions below
+`past_lengths[b]` and writes the new K/V at `past_lengths[b]`. Here the buffers are bound through
+IOBinding as both past and present, as the engine binds them, so what is checked is the in-place
+step the service runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from tokenizers import Tokenizer
+from tqdm import tqdm
+
+from export.variants import quantized_inputs
+from service.engine.names import (
+    ATTENTION_MASK,
+    DECODER,
+    ENCODER,
+    ENCODER_ATTENTION_BIAS,
+    INPUT_IDS,
+    LOGITS,
+    PAST_LENGTHS,
+    POSITION_IDS,
+    TOTAL_SEQUENCE_LENGTH,
+    past_names,
+    present_names,
+)
+from service.engine.runtime import session_options
+from service.engine.slots import V2_DISABLED_OPTIMIZERS, padded_source_len
+
+NEG_INF = -1e9
+
+
+def v2_session(path: Path | bytes, threads: int = 1) -> ort.InferenceSession:
+    src = path if isinstance(path, bytes) else str(path)
+    return ort.InferenceSession(
+        src, session_options(threads), providers=["CPUExecutionProvider"], disabled_optimizers=V2_DISABLED_OPTIMIZERS
+    )
+
+
+class StepRunner:
+    """A v2 decoder over B rows with in-place cache buffers [B, H, Pmax, Dh] bound as past and present."""
+
+    def __init__(self, session: ort.InferenceSession, n_layers: int, rows: int, max_len: int, extra_outputs=()):
+        self.session, self.n_layers = session, n_layers
+        inputs = {i.name: i for i in session.get_inputs()}
+        first = inputs[past_names(n_layers, DECODER)[0]]
+        h, dh = first.shape[1::2]
+        self.dtype = np.float16 if first.type == "tensor(float16)" else np.float32
+        self.cache = [np.zeros((rows, h, max_len, dh), self.dtype) for _ in range(2 * n_layers)]
+        self.binding = session.io_binding()
+        self.values = [ort.OrtValue.ortvalue_from_numpy(a) for a in self.cache]
+        for past, present, v in zip(past_names(n_layers, DECODER), present_names(n_layers, DECODER), self.values):
+            self.binding.bind_ortvalue_input(past, v)
+            self.binding.bind_ortvalue_output(present, v)
+        self.total = np.array([max_len], np.int32)
+        self.outputs = [LOGITS, *extra_outputs]
+        for name in self.outputs:
+            self.binding.bind_output(name)
+
+    def set_cross(self, bias: np.ndarray, cross: list[np.ndarray]) -> None:
+        """bias [B, 1, 1, S'] and cross K/V [B, H, S', Dh] (S' already padded)."""
+        self._keep = [np.ascontiguousarray(bias, np.float32), *(np.ascontiguousarray(c, self.dtype) for c in cross)]
+        self.binding.bind_cpu_input(ENCODER_ATTENTION_BIAS, self._keep[0])
+        for name, c in zip(past_names(self.n_layers, ENCODER), self._keep[1:]):
+            self.binding.bind_cpu_input(name, c)
+
+    def step(self, tokens: np.ndarray, past_lengths: np.ndarray) -> list[np.ndarray]:
+        """tokens [B] int64, past_lengths [B] int32 -> [logits [B, V], *extra outputs]."""
+        lengths = np.ascontiguousarray(past_lengths, np.int32)
+        self.binding.bind_cpu_input(INPUT_IDS, np.ascontiguousarray(tokens, np.int64)[:, None])
+        self.binding.bind_cpu_input(POSITION_IDS, lengths[:, None].copy())
+        self.binding.bind_cpu_input(PAST_LENGTHS, lengths)
+        self.binding.bind_cpu_input(TOTAL_SEQUENCE_LENGTH, self.total)
+        self.session.run_with_iobinding(self.binding)
+        return [o.numpy().copy() for o in self.binding.get_outputs()[2 * self.n_layers :]]  # the caches were bound first
+
+
+def encode_alone(encoder: ort.InferenceSession, ids: list[int], n_layers: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """One source alone, padded to its cross key length: (bias [1,1,1,S'], cross K/V [1,H,S',Dh] each)."""
+    x = np.asarray([ids], np.int64)
+    out = dict(zip([o.name for o in encoder.get_outputs()], encoder.run(None, {INPUT_IDS: x, ATTENTION_MASK: np.ones_like(x)})))
+    return pad_cross(out[ENCODER_ATTENTION_BIAS][0, 0, 0], [out[n][0] for n in present_names(n_layers, ENCODER)], len(ids), None)
+
+
+def pad_cross(bias: np.ndarray, cross: list[np.ndarray], n: int, width: int | None, fill=None):
+    """One row's bias [n] and cross K/V [H, n, Dh] -> [1,1,1,W], [1,H,W,Dh] with W = `width` or n padded;
+    padded keys hold zeros (or `fill`'s finite garbage) under a -1e9 bias."""
+    w = width or padded_source_len(n)
+    b = np.full((1, 1, 1, w), NEG_INF, np.float32)
+    b[0, 0, 0, :n] = bias[:n]
+    out = []
+    for c in cross:
+        a = np.zeros((1, c.shape[0], w, c.shape[2]), np.float32) if fill is None else fill((1, c.shape[0], w, c.shape[2]))
+        a[0, :, :n] = c[:, :n]
+        out.append(a)
+    return b, out
+
+
+def calibrated_amax_v2(
+    encoder: Path, decoder_v2: Path, src_tok: Tokenizer, tgt_tok: Tokenizer, cfg: dict, pairs: list[tuple[str, str]]
+) -> dict[str, float]:
+    """max |x| of every activation the int8 quantizer quantizes in the float32 v2 decoder, over `pairs`
+    teacher-forced one step at a time (each pair alone, as a served row computes it)."""
+    n = int(cfg["n_decoder_layers"])
+    m = onnx.load(str(decoder_v2))
+    names = list(quantized_inputs(m.graph))
+    m.graph.output.extend(onnx.helper.make_tensor_value_info(x, onnx.TensorProto.FLOAT, None) for x in names)
+    session = v2_session(m.SerializeToString())
+    enc = v2_session(encoder)
+    amax = dict.fromkeys(names, 0.0)
+    runner = StepRunner(session, n, 1, int(cfg["max_target_len"]), names)
+    for source, target in tqdm(pairs, desc="int8 calibration (v2)", unit="pair", leave=False):
+        src = src_tok.encode(source, add_special_tokens=False).ids[: int(cfg["max_source_len"])] or [int(cfg["unk_id"])]
+        tgt = tgt_tok.encode(target, add_special_tokens=False).ids[: int(cfg["max_target_len"]) - 1]
+        runner.set_cross(*encode_alone(enc, src, n))
+        for p, token in enumerate([int(cfg["bos_id"]), *tgt]):
+            outs = runner.step(np.array([token]), np.array([p]))
+            for x, v in zip(names, outs[1:]):
+                amax[x] = max(amax[x], float(np.abs(v).max(initial=0.0)))
+    return amax
+
+
+def batch_invariance_v2(
+    encoder: Path,
+    decoder: Path,
+    source_ids: list[list[int]],
+    n_layers: int,
+    max_len: int,
+    vocab_size: int,
+    batch_size: int = 32,
+    steps: int = 6,
+    seed: int = 0,
+    pad_id: int = 0,
+) -> dict:
+    """Max |difference| between each row decoded alone (B = 1, source padded to its own multiple of
+    CROSS_KEY_MULTIPLE) and the same row encoded and decoded inside batches of `batch_size` (the pad id is
+    `pad_id`), where rows start at
+    different steps, the source axis is padded to the batch's longest (rounded up) with finite garbage
+    under the mask, and the cache buffers hold garbage past every row's length. Forced random tokens,
+    `steps` steps per row. 0.0 means bitwise identical (logits and each row's written cache)."""
+    rng = np.random.default_rng(seed)
+    enc, dec = v2_session(encoder), v2_session(decoder)
+    enc_names = [o.name for o in enc.get_outputs()]
+    tokens = [rng.integers(4, vocab_size, steps) for _ in source_ids]
+    alone_logits, alone_cache = [], []
+    runner = StepRunner(dec, n_layers, 1, max_len)
+    for ids, toks in zip(source_ids, tokens):
+        runner.set_cross(*encode_alone(enc, ids, n_layers))
+        alone_logits.append(np.stack([runner.step(np.array([t]), np.array([p]))[0][0] for p, t in enumerate(toks)]))
+        alone_cache.append([c[0, :, :steps].copy() for c in runner.cache])
+    logit_diff = cache_diff = encoder_diff = 0.0
+    order = rng.permutation(len(source_ids))
+    for start in range(0, len(order), batch_size):
+        chunk = order[start : start + batch_size]
+        b = len(chunk)
+        runner = StepRunner(dec, n_layers, b, max_len)
+        for c in runner.cache:
+            c[...] = rng.standard_normal(c.shape).astype(np.float32)  # a reused slot's leftovers
+        longest = max(len(source_ids[r]) for r in chunk)
+        width = padded_source_len(longest + 1)
+        # the encoder over the whole chunk, right-padded as the engine pads it: each row must match its alone run
+        x = np.full((b, longest), pad_id, np.int64)
+        mask = np.zeros((b, longest), np.int64)
+        for j, r in enumerate(chunk):
+            x[j, : len(source_ids[r])], mask[j, : len(source_ids[r])] = source_ids[r], 1
+        batched = dict(zip(enc_names, enc.run(None, {INPUT_IDS: x, ATTENTION_MASK: mask})))
+        cross_out = present_names(n_layers, ENCODER)
+        biases, crosses = [], []
+        for j, r in enumerate(chunk):
+            n = len(source_ids[r])
+            alone_bias, alone_cross = encode_alone(enc, source_ids[r], n_layers)
+            bias, cross = batched[ENCODER_ATTENTION_BIAS][j, 0, 0], [batched[o][j] for o in cross_out]
+            encoder_diff = max(
+                encoder_diff,
+                float(np.abs(bias[:n] - alone_bias[0, 0, 0, :n]).max()),
+                *(float(np.abs(c[:, :n] - a[0, :, :n]).max()) for c, a in zip(cross, alone_cross)),
+            )
+            bias, cross = pad_cross(bias, cross, n, width, lambda s: rng.standard_normal(s).astype(np.float32))
+            biases.append(bias)
+            crosses.append(cross)
+        runner.set_cross(np.concatenate(biases), [np.concatenate([c[j] for c in crosses]) for j in range(2 * n_layers)])
+        offset = rng.integers(0, 3, b)  # rows join at different steps
+        logits = np.zeros((b, steps, vocab_size), np.float32)
+        for k in range(steps + 2):
+            p = k - offset
+            live = (p >= 0) & (p < steps)
+            toks = np.array([tokens[r][min(max(q, 0), steps - 1)] for r, q in zip(chunk, p)])
+            # a row not yet joined computes at length 0, one that finished past its end: neither touches
+            # what the compared positions hold by the time they are read
+            out = runner.step(toks, np.clip(p, 0, max_len - 1))
+            for j in np.flatnonzero(live):
+                logits[j, p[j]] = out[0][j]
+        for j, r in enumerate(chunk):
+            logit_diff = max(logit_diff, float(np.abs(logits[j] - alone_logits[r]).max()))
+            for c, a in zip(runner.cache, alone_cache[r]):
+                cache_diff = max(cache_diff, float(np.abs(c[j, :, :steps] - a).max()))
+    return {
+        "rows": len(source_ids),
+        "batch_size": batch_size,
+        "steps": steps,
+        "encoder_max_abs_diff": encoder_diff,
+        "decoder_logits_max_abs_diff": logit_diff,
+        "decoder_cache_max_abs_diff": cache_diff,
+        "max_abs_diff": max(encoder_diff, logit_diff, cache_diff),
+    }

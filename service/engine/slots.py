@@ -1,0 +1,284 @@
+"""The batch of a v2 decoder (`kv_cache: "in_place"`, Contract 2 version 2): each row's cache lives in a slot.
+
+Buffers, allocated for `capacity` rows and grown by doubling (a copy of the rows in use, rare):
+- self-attention cache `past_key_values.{i}.decoder.key/value` = `present.{i}.decoder.*`: one buffer
+  [C, H, Pmax, Dh] per layer and K/V (Pmax = max_target_len), bound as both input and output, so the
+  graph's GroupQueryAttention writes each row's new position in place. Row b's past is positions
+  below `past_lengths[b]`; what lies beyond is never read, so a slot is reused without clearing.
+- cross K/V [C, H, W, Dh] and `encoder_attention_bias` [C, 1, 1, W]: W is the longest source in the
+  batch rounded up to a multiple of CROSS_KEY_MULTIPLE (4); padding keys are zeros under -1e9. A row
+  alone gets the same rounding, which keeps its arithmetic bitwise the same in any batch.
+- `input_ids` [C, 1] int64; `position_ids` [C, 1] int32, of which `past_lengths` [C] is a view (one
+  array: a row's position is its past length); `logits` [C, V] and `next_token` [C] as outputs.
+A step runs on the first n rows, n = the highest slot in use + 1: every buffer is bound from its
+first row with n rows (IOBinding by pointer), rebound only when n, the capacity or W changes. So a
+step's Python is the one `run_with_iobinding` call, and after it the tokens and positions written
+in place.
+
+Joining writes the row's slot (cross K/V, bias, id, position 0); finishing frees it. Greedy and
+sampled rows never have their cache copied; a beam step copies the cache of the rows whose parent
+changed, and only their first `positions` entries.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+
+from service.engine.decoding import Generation, Row, RowState, StepChoice
+from service.engine.names import (
+    DECODER,
+    ENCODER,
+    ENCODER_ATTENTION_BIAS,
+    INPUT_IDS,
+    LOGITS,
+    NEXT_TOKEN,
+    PAST_LENGTHS,
+    POSITION_IDS,
+    TOTAL_SEQUENCE_LENGTH,
+    past_names,
+    present_names,
+)
+
+NEG_INF = -1e9  # the bias value the graphs use for masked keys (never -inf)
+# ONNX Runtime would fuse the v2 graph's Add + LayerNormalization into SkipLayerNormalization, whose CPU kernel
+# measured slower: sessions of a v2 decoder are made without that fusion
+V2_DISABLED_OPTIMIZERS = ["SkipLayerNormFusion"]
+CROSS_KEY_MULTIPLE = 4  # source axis rounded up to this (export/fused.py proves the invariance it buys)
+MIN_CAPACITY = 4
+
+
+def padded_source_len(n: int) -> int:
+    return -(-n // CROSS_KEY_MULTIPLE) * CROSS_KEY_MULTIPLE
+
+
+class SlotBatch:
+    """The rows decoding together over a v2 decoder, each in a slot of the batch's buffers (see the module
+    docstring). The same primitives as `ActiveBatch`: add/remove/free at step boundaries, `follow` a
+    step's choice; `run` makes the decoder call."""
+
+    def __init__(self, session: ort.InferenceSession, layout, max_target_len: int, device: str = "cpu", run=None):
+        """`run`: the session's C++ `run_with_iobinding` (the engine's `run_decoder`, which a profiler may wrap)."""
+        self.session = session
+        self.run_binding = run or session._sess.run_with_iobinding
+        self.layout = layout
+        self.max_len = int(max_target_len)
+        self.device = device
+        self.past_names = past_names(layout.n_layers, DECODER)
+        self.present_names = present_names(layout.n_layers, DECODER)
+        self.cross_names = past_names(layout.n_layers, ENCODER)
+        self.binding = session.io_binding()
+        self.has_next_token = NEXT_TOKEN in {o.name for o in session.get_outputs()}
+        self.total = np.array([self.max_len], np.int32)
+        self._reset()
+
+    def _reset(self) -> None:
+        e = self.layout
+        self.state = RowState(e.vocab_size)
+        self.capacity = 0
+        self.width = 0
+        self.n = 0  # rows the step runs on (== len(self.state.rows))
+        self.n_live = 0
+        self.cache: list = []
+        self._allocate(MIN_CAPACITY, CROSS_KEY_MULTIPLE)
+
+    # ---- buffers --------------------------------------------------------------------------
+    def _allocate(self, capacity: int, width: int) -> None:
+        """(Re)allocate every buffer for `capacity` rows and source width `width`, keeping the first n rows."""
+        e, n = self.layout, self.n
+        h, dh = e.n_heads, e.head_dim
+        cache = []
+        for old in self.cache or [None] * (2 * e.n_layers):
+            if self.device == "cpu":
+                buf = np.zeros((capacity, h, self.max_len, dh), e.kv_dtype)
+                if old is not None:
+                    buf[:n] = old[:n]
+            else:  # the cache stays on the device: rows in use copied through the host when it grows (rare)
+                buf = ort.OrtValue.ortvalue_from_shape_and_type((capacity, h, self.max_len, dh), e.kv_dtype, self.device, 0)
+                if old is not None and n:
+                    host = np.zeros((capacity, h, self.max_len, dh), e.kv_dtype)
+                    host[:n] = old.numpy()[:n]
+                    buf.update_inplace(host)
+            cache.append(buf)
+        self.cache = cache
+        keep = min(width, self.width)
+        cross = []
+        for j in range(2 * e.n_layers):
+            c = np.zeros((capacity, h, width, dh), e.kv_dtype)
+            if self.width:
+                c[:n, :, :keep] = self.cross[j][:n, :, :keep]
+            cross.append(c)
+        bias = np.full((capacity, 1, 1, width), NEG_INF, e.bias_dtype)
+        if self.width:
+            bias[:n, :, :, :keep] = self.bias[:n, :, :, :keep]
+        self.cross, self.bias = cross, bias
+        grown = capacity != self.capacity
+        if grown:
+            ids = np.full((capacity, 1), e.bos_id, np.int64)
+            positions = np.zeros((capacity, 1), np.int32)
+            live = np.zeros((capacity, 1), np.int32)
+            source_lens = np.zeros(capacity, np.int64)
+            if self.capacity:
+                ids[:n], positions[:n], live[:n], source_lens[:n] = (
+                    self.input_ids[:n],
+                    self.positions[:n],
+                    self.live[:n],
+                    self.source_lens[:n],
+                )
+            self.input_ids, self.positions, self.live, self.source_lens = ids, positions, live, source_lens
+            self.logits = np.zeros((capacity, e.vocab_size), np.float32)
+            self.next_token = np.zeros(capacity, np.int64)
+        self.capacity, self.width = capacity, width
+        self.bound = -1  # rebind before the next step
+
+    def _bind(self) -> None:
+        """Bind the first n rows of every buffer (by pointer: a prefix of a C-order buffer is contiguous)."""
+        b, n, e = self.binding, self.n, self.layout
+        h, dh, w = e.n_heads, e.head_dim, self.width
+        cache_shape = [n, h, self.max_len, dh]
+        for past, present, buf in zip(self.past_names, self.present_names, self.cache):
+            if self.device == "cpu":
+                ptr, dev = buf.ctypes.data, "cpu"
+            else:
+                ptr, dev = buf.data_ptr(), self.device
+            b.bind_input(past, dev, 0, e.kv_dtype, cache_shape, ptr)
+            b.bind_output(present, dev, 0, e.kv_dtype, cache_shape, ptr)
+        for name, c in zip(self.cross_names, self.cross):
+            b.bind_input(name, "cpu", 0, e.kv_dtype, [n, h, w, dh], c.ctypes.data)
+        b.bind_input(ENCODER_ATTENTION_BIAS, "cpu", 0, e.bias_dtype, [n, 1, 1, w], self.bias.ctypes.data)
+        b.bind_input(INPUT_IDS, "cpu", 0, np.int64, [n, 1], self.input_ids.ctypes.data)
+        b.bind_input(POSITION_IDS, "cpu", 0, np.int32, [n, 1], self.positions.ctypes.data)
+        b.bind_input(PAST_LENGTHS, "cpu", 0, np.int32, [n], self.positions.ctypes.data)  # the same numbers
+        b.bind_input(TOTAL_SEQUENCE_LENGTH, "cpu", 0, np.int32, [1], self.total.ctypes.data)
+        b.bind_output(LOGITS, "cpu", 0, np.float32, [n, e.vocab_size], self.logits.ctypes.data)
+        if self.has_next_token:
+            b.bind_output(NEXT_TOKEN, "cpu", 0, np.int64, [n], self.next_token.ctypes.data)
+        self._binding = b._iobinding
+        self.logits_view = self.logits[:n]
+        self.next_view = self.next_token[:n] if self.has_next_token else None
+        self.bound = n
+
+    def run(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """ONE decoder call on the first n rows: (logits [n, V], in-graph argmax [n] or None). Both are views of
+        the batch's output buffers, valid until the next step."""
+        if self.bound != self.n:
+            self._bind()
+        self.run_binding(self._binding, None)
+        return self.logits_view, self.next_view
+
+    @property
+    def past(self) -> list:
+        """The self-attention buffers (past and present at once): the same objects from step to step until the
+        batch grows."""
+        return self.cache
+
+    @property
+    def cache_bytes(self) -> int:
+        """Bytes of the self-attention buffers (allocated capacity)."""
+        e = self.layout
+        return 2 * e.n_layers * self.capacity * e.n_heads * self.max_len * e.head_dim * np.dtype(e.kv_dtype).itemsize
+
+    # ---- rows -----------------------------------------------------------------------------
+    @property
+    def rows(self) -> list[Row | None]:
+        return self.state.rows
+
+    @property
+    def generations(self) -> list[Generation]:
+        return list(dict.fromkeys(r.generation for r in self.rows if r is not None))
+
+    def __len__(self) -> int:
+        return self.n_live
+
+    def add(self, gens: list[Generation]) -> None:
+        self.update(add=gens)
+
+    def remove(self, gens: list[Generation]) -> None:
+        self.update(remove=gens)
+
+    def update(self, remove: list[Generation] = (), add: list[Generation] = ()) -> None:
+        """Generations leave and join at a step boundary: joining rows take the lowest free slots, then new
+        slots after the last; the buffers grow (doubling) or widen only when they must."""
+        leaving = [q for g in remove for q in g.rows if q.slot >= 0]
+        if leaving:
+            self.free(leaving)
+        adding = [q for g in add for q in g.rows]
+        if not adding:
+            return
+        free = [i for i, q in enumerate(self.rows) if q is None]
+        extra = len(adding) - len(free)
+        need_n = self.n + max(0, extra)
+        width = padded_source_len(max([self.width] + [q.generation.source_len for q in adding]))
+        if need_n > self.capacity or width > self.width:
+            capacity = self.capacity
+            while capacity < need_n:
+                capacity *= 2
+            self._allocate(capacity, width)
+        if extra > 0:
+            self.state.take(np.arange(self.n), adding[len(free) :])
+            slots = free + list(range(self.n, need_n))
+            self.n = need_n
+            for i, q in zip(slots[len(free) :], adding[len(free) :]):
+                self._write(i, q)
+            adding = adding[: len(free)]
+        for i, q in zip(free, adding):
+            self.state.put(i, q)
+            self._write(i, q)
+
+    def _write(self, i: int, q: Row) -> None:
+        """Slot i takes row q: its cross K/V and bias, the start token at position 0. The cache is not touched:
+        position 0 is written by the row's first step and nothing beyond its length is read."""
+        g = q.generation
+        s = g.source_len
+        for j, c in enumerate(self.cross):
+            c[i, :, :s] = g.cross[j]
+            c[i, :, s:] = 0
+        self.bias[i, 0, 0, :] = NEG_INF
+        self.bias[i, 0, 0, :s] = g.bias
+        self.input_ids[i, 0] = self.layout.bos_id
+        self.positions[i, 0] = 0
+        self.live[i, 0] = 1
+        self.source_lens[i] = s
+        self.n_live += 1
+
+    def free(self, rows: list[Row]) -> None:
+        """Rows leave: their slots become free (position 0, computing for nothing) until a row takes them;
+        free slots at the end are dropped from the step."""
+        for q in rows:
+            i = self.state.free(q)
+            if i is None:
+                continue
+            self.live[i, 0] = 0
+            self.positions[i, 0] = 0  # stays inside the buffers (a row that hit max_target_len stands at Pmax)
+            self.n_live -= 1
+        if not self.n_live:
+            self._reset()
+            return
+        live = np.flatnonzero(self.live[: self.n, 0])
+        n = int(live[-1]) + 1
+        if n < self.n:
+            self.state.take(np.arange(n), [])
+            self.n = n
+
+    def follow(self, choice: StepChoice) -> None:
+        """After token choice: beams take their parents' cache, every row feeds its new token at its next
+        position, and the rows that finished leave."""
+        if choice.reorder is not None:
+            self.reorder(*choice.reorder)
+        self.input_ids[: self.n, 0] = choice.tokens
+        self.positions[: self.n] += self.live[: self.n]  # in place: the bound buffers see it
+        if choice.leaving:
+            self.free(choice.leaving)
+
+    def reorder(self, dest: np.ndarray, src: np.ndarray) -> None:
+        """Rows `dest` take the self-attention cache of rows `src` (beams continue from their parents): only
+        those rows, and only the positions they have written (a beam's rows share their position)."""
+        p = int(self.positions[src].max()) + 1
+        if self.device == "cpu":
+            for a in self.cache:
+                a[dest, :, :p] = a[src, :, :p]
+        else:  # device memory: a round trip through the host
+            for v in self.cache:
+                host = v.numpy()
+                host[dest, :, :p] = host[src, :, :p]
+                v.update_inplace(host)
