@@ -56,3 +56,10 @@ def test_malformed_bodies_count_as_validation_in_the_metrics(url):
 def test_non_finite_numbers_are_refused(url, name, value):
     r = post(url, b'{"inputs": "cat", "parameters": {"%s": %s}}' % (name.encode(), value.encode()))
     assert_validation(r, "finite")
+
+
+@pytest.mark.parametrize(
+    "body", [b'{"inputs": "caf\xe9"}', b'{"inputs": "cat", "x": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"], ids=["utf8", "deep"]
+)
+def test_explain_answers_a_body_that_is_not_json_with_the_same_422(url, body):
+    assert_validation(post(url, body, "/explain"), "not valid JSON")

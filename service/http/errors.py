@@ -128,6 +128,9 @@ def install_error_handlers(app: FastAPI, on_error: Callable[[Request, APIError],
             message = f"no route {request.method} {request.url.path}; see /docs"
         elif exc.status_code == 405:
             message = f"{request.method} is not allowed on {request.url.path}; see /docs"
+        elif exc.status_code == 400 and message == "There was an error parsing the body":  # FastAPI's, for a body
+            # its JSON parser raised on other than a syntax error (not UTF-8, nested too deep): the documented 422
+            return answer(request, validation("the request body is not valid JSON: not UTF-8, or nested too deeply"))
         return answer(request, APIError(exc.status_code, kinds.get(exc.status_code, "http"), message, dict(exc.headers or {})))
 
     @app.exception_handler(Exception)
