@@ -768,6 +768,27 @@ class StepChoice:
     results: list[StepResult]
 
 
+@dataclass(slots=True)
+class PickedTokens:
+    """Every row's token of one step, and the distributions they were picked from."""
+
+    tokens: np.ndarray  # [B] int64
+    token_list: list[int]  # the same, as Python ints: the per-row work reads them (indexing numpy per row costs more)
+    raw: np.ndarray | None  # [B, V] the model's own log-probabilities; None when no row reports or ranks by them
+    processed_rows: np.ndarray  # the rows picked from processed logits (sampling, penalties), in row order
+    processed: np.ndarray | None  # [len(processed_rows), V] their processed logits
+
+
+@dataclass(slots=True)
+class StepOutcome:
+    """What advancing the rows and the searches of one step left to report."""
+
+    results: list[StepResult]
+    leaving: list[Row]  # rows that finished this step
+    done: list[Generation]  # generations of several rows that finished: their hypotheses are ranked at the end
+    searches: list[Generation]  # beam searches with rows in the batch
+
+
 _NO_ROWS = np.zeros(0, dtype=np.int64)  # no row needs processing
 
 
@@ -779,48 +800,80 @@ def choose_tokens(state: RowState, logits: np.ndarray, next_tokens: np.ndarray |
     rows, the searches and `state` (counts, and the gathers of beam rows); the caller applies
     `reorder` to its cache, feeds `tokens`, and frees `leaving` from its cache and from `state`.
     """
-    rows, params, active, summary = state.rows, state.params, state.active, state.summary
+    picked = pick_tokens(state, logits, next_tokens, eos_id)
+    outcome = advance_rows(state, picked, eos_id, decode)
+    reorder = advance_searches(state, picked, outcome, eos_id) if outcome.searches else None
+    if outcome.done:
+        report_finished(outcome, eos_id, decode)
+    state.advance(picked.tokens)
+    return StepChoice(picked.tokens, reorder, outcome.leaving, outcome.results)
+
+
+def pick_tokens(state: RowState, logits: np.ndarray, next_tokens: np.ndarray | None, eos_id: int) -> PickedTokens:
+    """Every row's token: the argmax (in-graph when given), kept from the end token before a greedy row's
+    min_new_tokens, and for sampled or penalised rows the choice over their processed logits. Beam rows'
+    tokens are replaced by their searches' (advance_searches)."""
+    summary = state.summary
     # the in-graph argmax is the caller's to give (the engine's is a fresh array): corrected in place below
     tokens = np.asarray(next_tokens, dtype=np.int64) if next_tokens is not None else greedy_tokens(logits)
     raw = log_softmax(logits) if summary.logprobs else None  # [B, V] the model's own log-probs
-    heavy = active & params.needs_processing if summary.processing else None
-    # Python ints for the per-row work below (indexing numpy arrays per row costs more); redone where tokens change
     token_list = tokens.tolist()
-    # A greedy row whose only processor is min_new_tokens keeps the in-graph argmax unless that is the
-    # end token before its minimum (the benchmark forces every length this way: no per-step processing for it).
     if summary.min_new_until and eos_id in token_list:
-        barred = [i for i, until in summary.min_new_until if state.steps < until and token_list[i] == eos_id]
-        if barred:
-            x = logits[barred]  # a copy (fancy indexing); float32 widened to float64 would not change the argmax
-            x[:, eos_id] = -np.inf
-            tokens[barred] = greedy_tokens(x)
-            token_list = tokens.tolist()
-    proc_rows = heavy.nonzero()[0] if summary.processing else _NO_ROWS
+        token_list = _hold_back_eos(state, logits, tokens, token_list, eos_id)
+    processed_rows = (state.active & state.params.needs_processing).nonzero()[0] if summary.processing else _NO_ROWS
     processed = None
-    if proc_rows.size:
-        sub = params.take(proc_rows)
-        counts = state.counts[proc_rows] if state.penalised else None
-        processed = process_logits(logits[proc_rows], sub, counts, state.n_generated[proc_rows], eos_id)
-        greedy = sub.mode == GREEDY
-        if greedy.any():
-            tokens[proc_rows[greedy]] = greedy_tokens(processed[greedy])
-        sampled = sub.mode == SAMPLE
-        if sampled.any():
-            rs = proc_rows[sampled]
-            tokens[rs] = sample_rows(processed[sampled], draw_uniforms([rows[i].rng for i in rs]))
+    if processed_rows.size:
+        processed = _pick_processed(state, logits, tokens, processed_rows, eos_id)
         token_list = tokens.tolist()
+    return PickedTokens(tokens, token_list, raw, processed_rows, processed)
 
+
+def _hold_back_eos(state: RowState, logits: np.ndarray, tokens: np.ndarray, token_list: list[int], eos_id: int) -> list[int]:
+    """A greedy row whose only processor is min_new_tokens keeps the in-graph argmax unless that is the end
+    token before its minimum: then its argmax without the end token (the benchmark forces every length this
+    way, with no per-step processing). Writes `tokens`; returns them as Python ints."""
+    steps = state.steps
+    too_early = [i for i, until in state.summary.min_new_until if steps < until and token_list[i] == eos_id]
+    if not too_early:
+        return token_list
+    x = logits[too_early]  # a copy (fancy indexing); float32 widened to float64 would not change the argmax
+    x[:, eos_id] = -np.inf
+    tokens[too_early] = greedy_tokens(x)
+    return tokens.tolist()
+
+
+def _pick_processed(state: RowState, logits: np.ndarray, tokens: np.ndarray, rows: np.ndarray, eos_id: int) -> np.ndarray:
+    """Process the logits of `rows` and pick their tokens into `tokens`: the argmax for greedy rows, one
+    uniform per sampled row. Returns the processed logits [len(rows), V] (beam searches with penalties read them)."""
+    params = state.params.take(rows)
+    counts = state.counts[rows] if state.penalised else None
+    processed = process_logits(logits[rows], params, counts, state.n_generated[rows], eos_id)
+    greedy = params.mode == GREEDY
+    if greedy.any():
+        tokens[rows[greedy]] = greedy_tokens(processed[greedy])
+    sampled = params.mode == SAMPLE
+    if sampled.any():
+        sampled_rows = rows[sampled]
+        tokens[sampled_rows] = sample_rows(processed[sampled], draw_uniforms([state.rows[i].rng for i in sampled_rows]))
+    return processed
+
+
+def advance_rows(state: RowState, picked: PickedTokens, eos_id: int, decode) -> StepOutcome:
+    """Append each picked token to its row (rows of a beam search are left to their search) and stop the rows
+    that end: the end token, the length limit or a stop sequence. A streaming generation gets a StepResult per
+    token; one of several rows is `done` when its last row stops."""
     results: list[StepResult] = []
     leaving: list[Row] = []
     done: list[Generation] = []
-    beam_gens: list[Generation] = []
-    wants_logprob = params.logprobs.tolist() if raw is not None else None
-    for i in summary.active_rows:
+    searches: list[Generation] = []
+    rows, raw, token_list = state.rows, picked.raw, picked.token_list
+    wants_logprob = state.params.logprobs.tolist() if raw is not None else None
+    for i in state.summary.active_rows:
         row = rows[i]
         gen = row.generation
         if gen.search is not None:
             if row.index == 0:
-                beam_gens.append(gen)
+                searches.append(gen)
             continue
         options = gen.options
         streams = options.streams
@@ -853,38 +906,19 @@ def choose_tokens(state: RowState, logits: np.ndarray, next_tokens: np.ndarray |
             results.append(StepResult(gen, tok, row.text[len(old) :], lp, reason, False, top))
         elif stop and all(r.finish_reason is not None for r in gen.rows):
             done.append(gen)
+    return StepOutcome(results, leaving, done, searches)
 
-    reorder = None
+
+def advance_searches(
+    state: RowState, picked: PickedTokens, outcome: StepOutcome, eos_id: int
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Every beam search takes its step: the searches of one width choose their candidates together
+    (update_searches), their rows' tokens become their beams', and a search that ended is `done` with its
+    rows leaving. Returns (dest, src), the rows that continue from another row's cache (None: none moves),
+    after gathering `state`'s per-row arrays the same way."""
+    tokens = picked.tokens
     moved: list[tuple[np.ndarray, np.ndarray]] = []  # (slots, parent slots) of the searches that go on, by width
-    barred = None  # the model's log-probabilities renormalised without the end token, for searches before min_new_tokens
-    processed_lp = None  # log-probabilities of the processed rows, for searches with penalties
-    if beam_gens:
-        position = np.full(len(rows), -1, dtype=np.int64)
-        position[proc_rows] = np.arange(proc_rows.size)
-        # a search's rows joined together and share their settings: its first row speaks for them all
-        steps, ends_from = state.steps, summary.ends_from
-        heavy_rows = heavy.tolist() if summary.processing else None
-    # Each beam search's W rows, and which rows of which batch-wide distribution it searches: the model's own;
-    # before min_new_tokens, renormalised without the end token; with penalties, the processed one. Each is
-    # computed once for the batch, row-wise (so each row as alone), not once per search.
-    by_width: dict[int, list[tuple[Generation, list[int], np.ndarray, list[int] | np.ndarray]]] = {}
-    for gen in beam_gens:
-        slots = [r.slot for r in gen.rows]
-        first = slots[0]
-        if heavy_rows is not None and heavy_rows[first]:
-            if processed_lp is None:
-                processed_lp = log_softmax(processed)
-            dist, dist_rows = processed_lp, position[slots]
-        elif steps < ends_from[first]:
-            if barred is None:
-                barred = raw.copy()
-                barred[:, eos_id] = -np.inf
-                barred = log_softmax(barred)
-            dist, dist_rows = barred, slots
-        else:
-            dist, dist_rows = raw, slots
-        by_width.setdefault(len(slots), []).append((gen, slots, dist, dist_rows))
-    for group in by_width.values():  # the searches of one width choose their candidates together
+    for group in _searches_by_width(state, picked, outcome.searches, eos_id).values():
         gens = [g for g, *_ in group]
         all_slots = np.array([sl for _, sl, _, _ in group], dtype=np.int64)  # [n, W]
         shared = group[0][2]
@@ -892,29 +926,69 @@ def choose_tokens(state: RowState, logits: np.ndarray, next_tokens: np.ndarray |
             search_lp = shared[np.array([r for *_, r in group], dtype=np.int64)]
         else:
             search_lp = np.stack([dist[r] for *_, dist, r in group])
-        parents, beam_tokens = update_searches([g.search for g in gens], search_lp, raw[all_slots])
+        parents, beam_tokens = update_searches([g.search for g in gens], search_lp, picked.raw[all_slots])
         src = all_slots[np.arange(len(gens))[:, None], parents]
         going_on = [not g.search.done for g in gens]
         if not all(going_on):
             for g, goes_on in zip(gens, going_on):
                 if not goes_on:
-                    done.append(g)
-                    leaving.extend(g.rows)
+                    outcome.done.append(g)
+                    outcome.leaving.extend(g.rows)
             all_slots, src, beam_tokens = all_slots[going_on], src[going_on], beam_tokens[going_on]
         tokens[all_slots] = beam_tokens  # the rows of each search that goes on follow its beams
         moved.append((all_slots.ravel(), src.ravel()))
-    if moved:
-        # Every search's rows in one gather: searches own disjoint rows, so this equals one gather per search,
-        # and the cache's arrays are gathered once per step, not once per search (32 searches: 192 copies).
-        # A beam that continues from its own row keeps its cache where it is.
-        dest, src = (np.concatenate(a) for a in zip(*moved)) if len(moved) > 1 else moved[0]
-        moves = dest != src
-        if moves.any():
-            dest, src = dest[moves], src[moves]
-            state.gather(dest, src)
-            reorder = (dest, src)
+    if not moved:
+        return None
+    # Every search's rows in one gather: searches own disjoint rows, so this equals one gather per search,
+    # and the cache's arrays are gathered once per step, not once per search (32 searches: 192 copies).
+    # A beam that continues from its own row keeps its cache where it is.
+    dest, src = (np.concatenate(a) for a in zip(*moved)) if len(moved) > 1 else moved[0]
+    moves = dest != src
+    if not moves.any():
+        return None
+    dest, src = dest[moves], src[moves]
+    state.gather(dest, src)
+    return dest, src
 
-    for gen in done:
+
+def _searches_by_width(
+    state: RowState, picked: PickedTokens, searches: list[Generation], eos_id: int
+) -> dict[int, list[tuple[Generation, list[int], np.ndarray, list[int] | np.ndarray]]]:
+    """Each search's slots and which rows of which batch-wide log-probabilities it searches, grouped by width:
+    the model's own; before min_new_tokens, renormalised without the end token; with penalties, the processed
+    ones. Each distribution is computed once for the batch, row-wise (so each row as alone), not once per search.
+    A search's rows joined together and share their settings: its first row speaks for them all."""
+    raw, processed_rows = picked.raw, picked.processed_rows
+    processed_index = np.full(len(state.rows), -1, dtype=np.int64)  # a row's index among processed_rows, or -1
+    processed_index[processed_rows] = np.arange(processed_rows.size)
+    is_processed = (processed_index >= 0).tolist()
+    steps, ends_from = state.steps, state.summary.ends_from
+    processed_lp = None  # log-probabilities of the processed rows, for searches with penalties
+    raw_without_eos = None  # the model's log-probabilities renormalised without the end token
+    by_width: dict[int, list[tuple[Generation, list[int], np.ndarray, list[int] | np.ndarray]]] = {}
+    for gen in searches:
+        slots = [r.slot for r in gen.rows]
+        first = slots[0]
+        if is_processed[first]:
+            if processed_lp is None:
+                processed_lp = log_softmax(picked.processed)
+            dist, dist_rows = processed_lp, processed_index[slots]
+        elif steps < ends_from[first]:
+            if raw_without_eos is None:
+                raw_without_eos = raw.copy()
+                raw_without_eos[:, eos_id] = -np.inf
+                raw_without_eos = log_softmax(raw_without_eos)
+            dist, dist_rows = raw_without_eos, slots
+        else:
+            dist, dist_rows = raw, slots
+        by_width.setdefault(len(slots), []).append((gen, slots, dist, dist_rows))
+    return by_width
+
+
+def report_finished(outcome: StepOutcome, eos_id: int, decode) -> None:
+    """Rank the hypotheses of each generation of several rows that finished this step, and report it with its
+    best hypothesis' last token."""
+    for gen in outcome.done:
         finish(gen, decode)
         best = gen.hypotheses[0]
         if best.finish_reason == "eos_token":
@@ -922,9 +996,7 @@ def choose_tokens(state: RowState, logits: np.ndarray, next_tokens: np.ndarray |
         else:
             last = best.token_ids[-1] if best.token_ids else eos_id
             lp = best.logprobs[-1] if best.logprobs else None
-        results.append(StepResult(gen, last, "", lp, gen.finish_reason, last == eos_id))
-    state.advance(tokens)
-    return StepChoice(tokens, reorder, leaving, results)
+        outcome.results.append(StepResult(gen, last, "", lp, gen.finish_reason, last == eos_id))
 
 
 def finish(gen: Generation, decode) -> None:
