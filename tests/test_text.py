@@ -21,7 +21,7 @@ def bundle_reader(bundle_dir: Path) -> TextReader | None:
     """The reader the request layer builds for a bundle (None: its model reads inputs whole)."""
     bundle = load_bundle(bundle_dir)
     src, tgt = (Tokenizer.from_file(str(p)) for p in (bundle.src_tokenizer_path, bundle.tgt_tokenizer_path))
-    return word_reader(bundle, src, tgt, bundle.max_source_len)
+    return word_reader(bundle, src, tgt)
 
 
 @pytest.fixture(scope="module")
@@ -123,9 +123,19 @@ def test_a_character_the_model_cannot_read_is_named(reader):
     assert [w.text for w in reader.words("Naïve, I have 2 cats.")] == ["naive", "i", "have", "two", "cats"]
 
 
-def test_a_word_longer_than_the_model_reads_is_refused(reader):
-    with pytest.raises(TextError, match="tokens long; this model reads at most 48"):
-        reader.words("a" * 49)
+def test_a_word_longer_than_the_model_reads_is_refused():
+    """The request layer checks each word's length (and a whole input's) against the server's limit."""
+    from service.engine.engine import Engine
+    from service.engine.scheduler import Scheduler
+    from service.errors import InvalidRequest
+    from service.metrics import ServiceMetrics
+    from service.text.requests import TextFrontEnd
+
+    engine = Engine(load_bundle(DEFAULT_BUNDLE), threads=1)
+    front = TextFrontEnd(engine, Scheduler(engine, ServiceMetrics("t")))
+    assert front.max_input_tokens == 48 and [u.text for u in front.units("a" * 48 + " b", None)] == ["a" * 48, "b"]
+    with pytest.raises(InvalidRequest, match="inputs: word 'a{49}' is 49 tokens long; this model reads at most 48"):
+        front.units("a" * 49, None)
 
 
 def test_word_separator_is_in_no_target_token_and_joins_answers(reader):

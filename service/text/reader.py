@@ -261,7 +261,6 @@ class TextReader:
         self,
         src_tokenizer: Tokenizer,
         tgt_tokenizer: Tokenizer | None = None,
-        max_source_len: int | None = None,
         max_chars: int = MAX_TEXT_CHARS,
         max_words: int = MAX_WORDS,
         separator: str = WORD_SEPARATOR,
@@ -271,15 +270,15 @@ class TextReader:
         self.src_tokenizer = src_tokenizer
         self.unk_id = src_tokenizer.token_to_id("<unk>")
         self.char_ids = CharIds.of(src_tokenizer)  # None: every word goes through the tokenizer
-        self.max_source_len = max_source_len
         self.max_chars = max_chars
         self.max_words = max_words
         self.separator = separator
 
     def words(self, text: str) -> list[Word]:
-        """The words of `text` with their source ids, each checked readable by the source tokenizer and short enough.
+        """The words of `text` with their source ids, each checked readable by the source tokenizer (how long a word
+        may be is the request layer's check, with the whole input's: service/text/requests.py `TextFrontEnd.units`).
 
-        Raises TextError naming the characters the model cannot read, or the word too long."""
+        Raises TextError naming the characters the model cannot read, or a word with no tokens."""
         words = split_words(text, self.max_chars, self.max_words)
         # encode per word, not encode_batch: encode_batch gives up the GIL (to run in parallel), and an event loop that
         # gives it up waits for the engine thread to hand it back; a word is a few microseconds to encode
@@ -299,12 +298,6 @@ class TextReader:
         for w, word_ids in zip(words, ids):
             if not word_ids:
                 raise TextError(f"word {w.text!r} has no tokens this model can read")
-        if self.max_source_len is not None:
-            for w, word_ids in zip(words, ids):
-                if len(word_ids) > self.max_source_len:
-                    raise TextError(
-                        f"word {w.text!r} is {len(word_ids)} tokens long; this model reads at most {self.max_source_len}"
-                    )
         return [Word(w.text, w.start, w.end, tuple(word_ids)) for w, word_ids in zip(words, ids)]
 
     def join(self, answers: Sequence[str]) -> str:

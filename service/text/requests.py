@@ -180,15 +180,14 @@ def word_reader(
     bundle: LoadedBundle,
     src_tokenizer: Tokenizer,
     tgt_tokenizer: Tokenizer,
-    max_source_len: int,
     max_chars: int = MAX_TEXT_CHARS,
     max_words: int = MAX_WORDS,
 ) -> TextReader | None:
-    """The reader of running text for a word-level bundle (`bundle.json` `word_level_source`), each word at most
-    `max_source_len` source tokens; None for any other bundle: its model reads inputs whole."""
+    """The reader of running text for a word-level bundle (`bundle.json` `word_level_source`); None for any other
+    bundle: its model reads inputs whole."""
     if not bundle.word_level_source:
         return None
-    return TextReader(src_tokenizer, tgt_tokenizer, max_source_len, max_chars=max_chars, max_words=max_words)
+    return TextReader(src_tokenizer, tgt_tokenizer, max_chars=max_chars, max_words=max_words)
 
 
 class TextFrontEnd:
@@ -211,7 +210,7 @@ class TextFrontEnd:
         self.lexicon = lexicon  # known answers before the model (service/text/lexicon.py); None: the model answers all
         self.max_input_tokens = max_input_tokens or engine.max_source_len
         src, tgt = engine.src_tokenizer, engine.tgt_tokenizer
-        self.reader = word_reader(engine.bundle, src, tgt, self.max_input_tokens, max_chars, max_words)
+        self.reader = word_reader(engine.bundle, src, tgt, max_chars, max_words)
 
     def admit(
         self,
@@ -256,23 +255,32 @@ class TextFrontEnd:
 
     def units(self, text: str, truncate: int | None) -> list[Unit]:
         """The units of an input: its words (a word-level bundle), else the whole input, each within
-        `max_input_tokens` (the one check of input length). TGI's `truncate` keeps the input's last
-        `truncate` source tokens before it is read. Raises InvalidRequest naming what cannot be read."""
+        `max_input_tokens`. TGI's `truncate` keeps the input's last `truncate` source tokens before it is
+        read. Raises InvalidRequest naming what cannot be read."""
         if self.reader is not None:
-            return [Unit(w.text, w, list(w.source_ids), []) for w in self.read_words(text, truncate)]
-        try:
-            if truncate is not None:
-                text = self.keep_last_tokens(text, truncate)
-            ids = self.engine.encode_text(text)
-        except InputError as e:
-            raise InvalidRequest(str(e), field="inputs") from None
-        if len(ids) > self.max_input_tokens:
-            raise InvalidRequest(
-                f"input is {len(ids)} tokens long; this server accepts at most {self.max_input_tokens} "
-                "(or set parameters.truncate)",
-                field="inputs",
-            )
-        return [Unit(text, None, ids, [])]
+            units = [Unit(w.text, w, list(w.source_ids), []) for w in self.read_words(text, truncate)]
+        else:
+            try:
+                if truncate is not None:
+                    text = self.keep_last_tokens(text, truncate)
+                units = [Unit(text, None, self.engine.encode_text(text), [])]
+            except InputError as e:
+                raise InvalidRequest(str(e), field="inputs") from None
+        for u in units:
+            self.check_length(u)
+        return units
+
+    def check_length(self, u: Unit) -> None:
+        """The one check of an input's length against the server's `max_input_tokens`: a word of running text,
+        or the whole input. InvalidRequest when it is longer."""
+        n, limit = len(u.source_ids), self.max_input_tokens
+        if n <= limit:
+            return
+        if u.word is not None:
+            raise InvalidRequest(f"word {u.word.text!r} is {n} tokens long; this model reads at most {limit}", field="inputs")
+        raise InvalidRequest(
+            f"input is {n} tokens long; this server accepts at most {limit} (or set parameters.truncate)", field="inputs"
+        )
 
     def read_words(self, text: str, truncate: int | None) -> list[Word]:
         """The words of running text, spans into `text`, each within `max_input_tokens`; InvalidRequest naming
