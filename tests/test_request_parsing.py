@@ -63,3 +63,42 @@ def test_non_finite_numbers_are_refused(url, name, value):
 )
 def test_explain_answers_a_body_that_is_not_json_with_the_same_422(url, body):
     assert_validation(post(url, body, "/explain"), "not valid JSON")
+
+
+@pytest.mark.parametrize("value", ["Infinity", "NaN"])
+def test_non_finite_numbers_are_refused_on_explain_too(url, value):
+    r = post(url, b'{"inputs": "cat", "parameters": {"temperature": %s, "seed": 1}}' % value.encode(), "/explain")
+    assert_validation(r)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("max_new_tokens", '"5"'),
+        ("max_new_tokens", "5.0"),
+        ("temperature", '"0.5"'),
+        ("top_k", '"3"'),
+        ("top_p", '"0.9"'),
+        ("seed", '"1"'),
+        ("best_of", '"2"'),
+        ("top_n_tokens", '"2"'),
+        ("do_sample", '"true"'),
+        ("do_sample", "1"),
+        ("details", '"yes"'),
+        ("stop", '"a"'),
+    ],
+)
+def test_a_value_of_the_wrong_json_type_is_refused_naming_the_parameter(url, name, value):
+    r = post(url, b'{"inputs": "cat", "parameters": {"%s": %s}}' % (name.encode(), value.encode()))
+    assert_validation(r, name)
+
+
+def test_a_wrong_type_at_the_top_level_is_refused(url):
+    assert_validation(post(url, b'{"inputs": 5}'), "inputs")
+    assert_validation(post(url, b'{"inputs": "cat", "stream": "true"}', "/"), "stream")
+
+
+def test_numbers_of_their_json_type_are_accepted(url):
+    body = b'{"inputs": "cat", "parameters": {"max_new_tokens": 5, "temperature": 1, "top_p": 0.9, "seed": 3}}'
+    r = post(url, body)
+    assert r.status_code == 200, r.text

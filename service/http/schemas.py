@@ -5,6 +5,12 @@ null; 2.x only what was set) must validate: null means unset, and TGI's
 parameters this server does not implement are accepted while unset and refused
 with a 422 naming them when set to something it cannot honour
 (service/http/validation.py). Unknown extra fields are ignored, as TGI does.
+
+One rule for every parameter, as TGI's router has: a value has its JSON type. A number
+is a JSON number (`"max_new_tokens": "5"` is refused, as is 5.0 where an integer is
+meant), a boolean is `true` or `false`, and a number is finite (`NaN` and `Infinity`
+are not JSON, and are refused wherever a number is read). The request models below are
+strict, so FastAPI's path and the fast path (service/http/fastpath.py) both apply it.
 """
 
 from __future__ import annotations
@@ -18,10 +24,14 @@ from service.engine.explain import FinishReason  # the explain engine answers in
 MAX_STOP_SEQUENCES = 8
 
 
+# what a request body's models share: JSON types, not coerced (see above)
+REQUEST_CONFIG = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
+
+
 class GenerateParameters(BaseModel):
     """TGI's `parameters`: every field optional; null means unset."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = REQUEST_CONFIG
 
     max_new_tokens: int | None = Field(
         None, ge=1, description="Most tokens to generate (default and ceiling: the server's `max_new_tokens`).", examples=[20]
@@ -82,7 +92,7 @@ class GenerateParameters(BaseModel):
 class GenerateRequest(BaseModel):
     """Body of `POST /generate` and `POST /generate_stream`."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = REQUEST_CONFIG
 
     inputs: str = Field(..., min_length=1, description="The input text.", examples=["attention"])
     parameters: GenerateParameters | None = Field(None, description="Generation parameters (TGI's names).")
