@@ -76,6 +76,7 @@ def command(prog: str, target: str, *extras: str) -> Callable[[list[str] | None]
             print(missing_line(prog, extra, e.name or "?"), file=sys.stderr)
             return 2
 
+    main.extras = extras  # what it needs, for the README's check of what each make target makes ready
     main.__name__ = main.__qualname__ = f"{prog.replace('-', '_')}_main"
     main.__doc__ = f"`{prog}`: {target} once the {', '.join(extras)} extra(s) are installed."
     return main

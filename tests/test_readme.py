@@ -106,3 +106,43 @@ def test_every_command_is_in_the_readme():
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     for name in scripts:
         assert name in README, f"{name} is not in the README"
+
+
+def entry_point(name: str):
+    import importlib
+
+    target = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"][name]
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def test_the_commands_make_demo_makes_ready_need_only_what_it_installs():
+    setup = section(README, "Set-up: what each target installs")
+    row = next(line for line in setup.splitlines() if line.startswith("| `make demo`"))
+    installed = set(re.search(r"`\.\[([a-z,]+)\]`", row).group(1).split(","))
+    commands = re.findall(r"`(attnserve-[a-z]+)`", row.split("|")[4])
+    assert commands
+    for name in commands:
+        assert set(entry_point(name).extras) <= installed, name
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    deps = project["dependencies"] + [d for extra in installed for d in project["optional-dependencies"][extra]]
+    assert not [d for d in deps if d.startswith("torch")], "make demo must stay torch-free"
+
+
+def test_every_command_in_the_readme_runs_after_make_setup():
+    """Each `attnserve-*` command (and subcommand) the README shows answers --help in the environment make setup builds."""
+    import subprocess
+    import sys
+
+    bin_dir = Path(sys.executable).parent
+    shown = set()
+    for block in re.findall(r"```[a-z]*\n(.*?)```", README, re.S):
+        for line in block.splitlines():
+            m = re.match(r"\s*(attnserve-[a-z]+)(?: (build|verify|requantize|add-lexicon)\b)?", line)
+            if m:
+                shown.add(m.groups())
+    assert len(shown) >= 8, shown
+    for command, sub in sorted(shown, key=str):
+        args = [str(bin_dir / command), *([sub] if sub else []), "--help"]
+        out = subprocess.run(args, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0 and "usage:" in out.stdout, (args, out.stderr[-500:])
