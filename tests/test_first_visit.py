@@ -63,3 +63,17 @@ def test_details_top_tokens_follow_the_same_rule(url):
     for token, top in zip(details["tokens"], details["top_tokens"], strict=True):
         if token["id"] in {t["id"] for t in top}:
             assert chosen_alternative(token, top)["text"] == token["text"]
+
+
+def test_the_readme_first_curl_answers_what_the_readme_says(url):
+    import json
+    import re
+    import shlex
+
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"```\n(curl -s [^\n]+)\n# ([^\n]+)\n```", readme)
+    assert block, "the README's first curl and its answer"
+    argv = shlex.split(block.group(1))
+    sent = json.loads(argv[argv.index("-d") + 1])
+    r = httpx.post(url + "/generate", json=sent, timeout=30)
+    assert r.text == block.group(2)
