@@ -417,6 +417,15 @@ def test_errors_answered_before_the_routes_use_openais_shape(url):
         (httpx.get(url + "/v1/completions", timeout=30), 405),
         (httpx.post(url + "/v1/completions", content=b"{", headers={"content-type": "application/json"}, timeout=30), 400),
         (
+            httpx.post(
+                url + "/v1/completions",
+                content=b'{"prompt": "caf\xe9"}',
+                headers={"content-type": "application/json"},
+                timeout=30,
+            ),
+            400,
+        ),
+        (
             httpx.post(url + "/v1/completions", content=b"x" * 300_000, headers={"content-type": "application/json"}, timeout=30),
             413,
         ),

@@ -73,6 +73,8 @@ class OpenAIRoute(APIRoute):
                 err = from_error(e, "messages" if path == CHAT else "prompt")
             except StarletteHTTPException as e:  # FastAPI's own refusals (a body it cannot parse)
                 detail = e.detail if isinstance(e.detail, str) else "invalid request"
+                if e.status_code == 400 and detail == "There was an error parsing the body":  # not UTF-8, nested too deep
+                    detail = "the request body is not valid JSON: not UTF-8, or nested too deeply"
                 err = OpenAIError(e.status_code, detail, outcome="validation" if e.status_code < 500 else "internal")
             except Exception:  # nothing about the code to the client; the log has it, with the request id
                 log.exception("unexpected error on %s %s", request.method, path)
