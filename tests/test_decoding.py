@@ -396,7 +396,7 @@ def test_beam_search_stops_at_the_length_limit_with_reason_length():
     search = BeamSearch(2, 2, EOS, StoppingCriteria(max_new_tokens=3), decode)
     lp = log_softmax(np.tile([0.0, -50.0, 1.0], (2, 1)))  # the end token is never worth it
     for _ in range(3):
-        search.update(lp, lp)
+        update_searches([search], lp[None], lp[None])
     assert search.done
     assert {h.finish_reason for h in search.finalize()} == {"length"}
 
@@ -419,7 +419,7 @@ def test_searches_choosing_together_choose_as_each_alone_and_as_a_full_sort():
         live = [i for i in range(n) if not together[i].done]
         parents, tokens = update_searches([together[i] for i in live], lp[live], raw[live])
         for row, i in enumerate(live):
-            p_alone, t_alone = alone[i].update(lp[i], raw[i])
+            p_alone, t_alone = (a[0] for a in update_searches([alone[i]], lp[i][None], raw[i][None]))
             assert parents[row].tolist() == p_alone.tolist() and tokens[row].tolist() == t_alone.tolist()
             s = by_sort[i]
             scores = (np.array([b.score for b in s.beams])[:, None] + lp[i]).ravel()

@@ -132,7 +132,8 @@ def test_free_slot_is_frozen_and_masked(engine):
 
 def test_cache_stays_in_onnxruntime_values_between_steps(engine):
     batch = engine.new_batch()
-    batch.add(engine.start([(engine.encode_text("hello"), greedy()), (engine.encode_text("characteristically"), greedy())]))
+    first = engine.start([(engine.encode_text("hello"), greedy()), (engine.encode_text("characteristically"), greedy())])
+    batch.add(first)
     for expected_p in (1, 2, 3):
         engine.step(batch)
         # ONNX Runtime's values, never numpy arrays: the step's outputs feed the next step as they are
@@ -142,7 +143,7 @@ def test_cache_stays_in_onnxruntime_values_between_steps(engine):
     assert batch.mask.shape == (3, 3) and batch.mask[2].sum() == 0
     engine.step(batch)
     assert batch.past[0].shape()[2] == 4
-    batch.remove(batch.generations[:2])  # 2 of 3 rows free: compacted at the next step
+    batch.remove(first)  # 2 of 3 rows free: compacted at the next step
     assert len(batch) == 1 and len(batch.rows) == 3
     engine.step(batch)  # the new row's real past was 1: unused leading slots went before the step
     assert len(batch.rows) == 1 and batch.past[0].shape()[2] == 2 and batch.mask.tolist() == [[1, 1]]
@@ -318,5 +319,6 @@ def test_the_length_bound_stops_a_looping_request_and_min_new_tokens_lifts_it(en
     (r,) = engine.generate(["cat"], forced)
     assert len(r.token_ids) == engine.max_target_len
     never_ends = DecodingOptions(max_new_tokens=engine.max_target_len, min_new_tokens=1, repetition_penalty=1.0)
-    assert engine.max_new_tokens_for(3, never_ends) == engine.max_target_len  # min_new_tokens lifts the bound
-    assert engine.max_new_tokens_for(3, greedy()) == bound
+    lifted, bounded = engine.start([(engine.encode_text("cat"), never_ends), (engine.encode_text("cat"), greedy())])
+    assert lifted.max_new_tokens == engine.max_target_len  # min_new_tokens lifts the bound
+    assert bounded.max_new_tokens == bound

@@ -42,7 +42,7 @@ def main() -> None:
 
     engine = Engine(load_bundle(BUNDLE), variant=args.variant, threads=1)
     timed(batch_module.ActiveBatch, "reorder", "cache gather (reorder)")
-    timed(decoding.BeamSearch, "update", "beam search update")
+    timed(decoding, "update_searches", "beam search update")  # every search of a width, one call (choose_tokens')
     timed(decoding, "log_softmax", "log_softmax")
     timed(engine_module, "choose_tokens", "token choice, all")
     timed(engine, "run_decoder", "decoder call (ONNX Runtime)")

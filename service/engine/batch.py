@@ -107,11 +107,6 @@ class ActiveBatch:
     def rows(self) -> list[Row | None]:
         return self.state.rows
 
-    @property
-    def generations(self) -> list[Generation]:
-        """The generations with rows in the batch, in row order."""
-        return list(dict.fromkeys(r.generation for r in self.rows if r is not None))
-
     def __len__(self) -> int:
         return self.n_live
 

@@ -42,10 +42,10 @@ REQUIRED_FIELDS = (
     "files",
 )
 # The precision of each variant's weights (the variant names are Contract 2's). int8: MatMul weights int8,
-# activations quantized to 8 bits with fixed scales calibrated at export (bundles built before: per row inside
-# the graph, or per batch tensor, ONNX Runtime's dynamic quantization; bundle.json `variants.int8.quantization`
-# says which), the graph's inputs, outputs and KV cache float32. fp16 keeps a few ops and the graph boundary in
-# float32.
+# activations quantized to 8 bits (with fixed scales calibrated at export, per row inside the graph, or per batch
+# tensor by ONNX Runtime's dynamic quantization: bundle.json `variants.int8.quantization` says which, and the
+# service loads each), the graph's inputs, outputs and KV cache float32. fp16 keeps a few ops and the graph
+# boundary in float32.
 VARIANT_WEIGHT_DTYPES = {"fp32": "float32", "fp16": "float16", "int8": "int8"}
 
 
@@ -113,10 +113,6 @@ class LoadedBundle:
     @property
     def default_variant(self) -> dict[str, str]:
         return self.meta["default_variant"]
-
-    @property
-    def decoder_extra_outputs(self) -> list[str]:
-        return list(self.meta.get("decoder_extra_outputs", []))
 
     @property
     def src_tokenizer_path(self) -> Path:

@@ -18,9 +18,10 @@ generator or decides that a sequence has stopped.
   inverse CDF over the processed distribution in float64 (token-id order, so a
   filtered token has zero width and is never chosen). `sample_rows` does the
   arithmetic for all sampled rows at once.
-- `BeamSearch`: a request that owns W rows; `update` turns a step's log-probs
-  into the W surviving beams (parents and tokens, so the caller gathers its KV
-  cache rows by parent: `ActiveBatch.reorder`), `finalize` ranks the hypotheses.
+- `BeamSearch`: a request that owns W rows; `update_searches` turns a step's
+  log-probs into each search's W surviving beams (parents and tokens, so the
+  caller gathers its KV cache rows by parent: `ActiveBatch.reorder`), all the
+  searches of one width at once; `finalize` ranks the hypotheses.
 - `StoppingCriteria`: end token, length, stop sequences, as TGI's: `(stop, reason)`.
 - Seeding: `request_seed` and `row_generator`.
 
@@ -42,8 +43,6 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
-
-FINISH_REASONS = ("eos_token", "length", "stop_sequence")
 
 
 class InputError(ValueError):
@@ -243,7 +242,7 @@ class RowParams:
     def needs_processing(self) -> np.ndarray:
         """[B] bool: rows whose token is chosen from processed logits: sampled rows and rows with a
         penalty (min_new_tokens alone is handled on the in-graph argmax or, for beams, on the raw
-        log-probabilities; see choose_tokens). Kept until a row changes."""
+        log-probabilities; see pick_tokens and _searches_by_width). Kept until a row changes."""
         if self._needs_processing is None:
             self._needs_processing = (
                 (self.mode == SAMPLE)
@@ -470,16 +469,9 @@ class BeamSearch:
         self.finished: list[Hypothesis] = []
         self.done = False
 
-    def update(self, processed_logprobs: np.ndarray, raw_logprobs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """One step over the request's W rows ([W, V] each). Returns (parents, tokens) [W]: row j
-        continues from row parents[j] with tokens[j] (the caller reorders the rows' caches).
-        Sets `done` when the search has ended (then the returned rows need no further step)."""
-        parents, tokens = update_searches([self], processed_logprobs[None], raw_logprobs[None])
-        return parents[0], tokens[0]
-
     def _advance(self, candidates: list[int], scores: list[float], raw: list[float], v: int) -> tuple[list[int], list[int]]:
         """The step's candidates, best first (flat beam * V + token, their scores and raw log-probs): the
-        hypotheses that end, the W beams that go on. What `update` returns."""
+        hypotheses that end, the W beams that go on. Returns this search's (parents, tokens), see update_searches."""
         w = self.width
         parents, tokens, nxt = [], [], []
         for idx, score, lp in zip(candidates, scores, raw):
@@ -528,9 +520,11 @@ class BeamSearch:
 def update_searches(
     searches: Sequence[BeamSearch], processed_logprobs: np.ndarray, raw_logprobs: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """`BeamSearch.update` for n searches of one width W at once ([n, W, V] each): the candidates of every
-    search are chosen in one numpy pass (CTranslate2's batched beam search), then each search takes its own.
-    Returns (parents, tokens) [n, W], row i what search i's `update` returns.
+    """One step of n beam searches of one width W, over their rows' log-probabilities ([n, W, V] each): the
+    candidates of every search are chosen in one numpy pass (CTranslate2's batched beam search), then each
+    search takes its own. Returns (parents, tokens) [n, W]: row j of search i continues from row parents[i, j]
+    with tokens[i, j] (the caller reorders the rows' caches). Sets a search's `done` when it has ended (its
+    rows then need no further step).
 
     Every candidate scores beam.score + processed log-prob; each search keeps its 2W + 1 best, ordered by
     score, ties towards the lower (beam, token). Each row of the pass is its search's alone (argpartition

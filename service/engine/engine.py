@@ -41,7 +41,6 @@ from service.engine.decoding import (
     InputError,
     StepResult,
     choose_tokens,
-    length_limit,
     new_generation,
 )
 from service.engine.names import (
@@ -186,10 +185,6 @@ class Engine:
 
     def decode_ids(self, ids: SequenceABC[int]) -> str:
         return self.tgt_tokenizer.decode(list(ids), skip_special_tokens=True)
-
-    def max_new_tokens_for(self, source_len: int, options: DecodingOptions) -> int:
-        """The length limit of a request: what it asked for, within the bundle's bound for its source."""
-        return length_limit(options, self.bundle.length_bound(source_len))
 
     # ---- continuous-batching primitives -----------------------------------------------
     def start(self, items: list[tuple[list[int], DecodingOptions]]) -> list[Generation]:

@@ -21,8 +21,8 @@ model's CPU default), a batch-1 copy of the served graphs steps beside the
 explain graph and ITS logits pick each token, which is then fed to both; the
 weights are the fp32 graph's over exactly those tokens (teacher-forced). So the
 tokens and log-probabilities are what /generate answers for the request, alone
-or batched (the int8 variant quantizes each row with its own scale, so the other
-requests of a batch do not change a row's numbers).
+or batched (the int8 variant's activation scales are fixed at export or taken per
+row, so the other requests of a batch do not change a row's numbers).
 
 Limits: the request bound (`max_concurrent_requests`) applies to explain
 requests in flight (counted apart from generation requests; past it: 429 with
