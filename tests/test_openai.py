@@ -362,7 +362,10 @@ def test_overload_is_a_rate_limit_error_and_the_clients_retry_honours_retry_afte
             long = asyncio.create_task(
                 retrying.completions.create(model=MODEL, prompt=OOV, extra_body={"lexicon": False}, max_tokens=8)
             )
-            await asyncio.sleep(0.15)  # the long one holds the only slot for ~0.4 s
+            for _ in range(500):  # until the long one holds the only slot (for ~0.4 s: 8 steps of 50 ms)
+                if s.service.scheduler.saturated:
+                    break
+                await asyncio.sleep(0.01)
             with pytest.raises(openai.RateLimitError) as e:
                 await asyncio.to_thread(no_retry.completions.create, model=MODEL, prompt="zyx", extra_body={"lexicon": False})
             assert e.value.response.headers["retry-after"].isdigit() and e.value.body["code"] == "overloaded"
