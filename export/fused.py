@@ -235,6 +235,13 @@ def write_decoder_v2(config: dict, state: dict[str, np.ndarray], path: Path, nex
     return {"nodes": len(model.graph.node)}
 
 
+V2_INT8_QUANTIZATION = (
+    "int8 static: activations quantized with fixed scales (max |x| of each activation over training-split pairs, read "
+    "from the float32 v2 graph; symmetric uint8 around 128, a ReLU's output uint8 from 0), MatMul weights int8 per output "
+    "channel in [-63, 63] (no uint8 x int8 saturation without VNNI), one MatMulIntegerToFloat per projection (Q, K and V "
+    "fused) with the bias inside; attention in GroupQueryAttention and MultiHeadAttention (float32, cross keys padded to "
+    "a multiple of 4), so a row's outputs are bitwise the same whatever else is in the batch"
+)
 V2_DECODER_FILES = {"fp32": "decoder.v2.onnx", "int8": "decoder.v2.int8.onnx", "fp16": "decoder.v2.fp16.onnx"}
 V2_FALLBACK = "fp32"  # the v1 variant `--variant auto` serves on a runtime without V2_CONTRIB_OPS
 
@@ -277,7 +284,7 @@ def write_v2_variants(
     the float32 v2 graph (export/fused_check.py), as export/calibration.py does for v1. The float32 v2
     decoder is the fp16 one's source and CPU twin: kept as variant "fp32-v2" only with `keep_fp32`."""
     from export.fused_check import calibrated_amax_v2
-    from export.variants import INT8_QUANTIZATION, convert_fp16, quantize_int8
+    from export.variants import convert_fp16, quantize_int8
 
     bundle_dir = Path(bundle_dir)
     fp32_path = bundle_dir / V2_DECODER_FILES["fp32"]
@@ -294,7 +301,7 @@ def write_v2_variants(
             "encoder": encoders["int8"],
             "decoder": int8_path.name,
             **common,
-            "quantization": INT8_QUANTIZATION,
+            "quantization": V2_INT8_QUANTIZATION,
             "calibration": {"split": "train", "pairs": len(pairs)},
             "nodes": {"graph": counts["nodes"], "optimized": optimized},
         }

@@ -83,16 +83,18 @@ def test_recorded_test_wer_holds_on_a_fixed_500_word_sample(engine):
 def test_served_int8_rows_are_bitwise_the_same_alone_and_in_padded_batches():
     """The variant served on CPU by default is int8: 256 test-split words, each alone and in shuffled
     batches of 32 with extra source and past padding, give bitwise the same encoder outputs, logits
-    and cache (export/invariance.py)."""
+    and cache: the v2 decoder through its in-place buffers, rows joining at different steps (export/fused_check.py)."""
     import json
 
-    from export.invariance import batch_invariance
+    from export.fused_check import batch_invariance_v2
 
     bundle = load_bundle(BUNDLE_DIR)
     assert bundle.default_variant["cpu"] == "int8" and bundle.meta["int8_gate"]["batch_invariant"]
+    assert bundle.kv_cache("int8") == "in_place"
     corpus = json.loads((BUNDLE_DIR / bundle.meta["parity_corpus"]).read_text())
     enc, dec = bundle.graph_paths("int8")
-    figures = batch_invariance(enc, dec, corpus["source_ids"], bundle.n_layers, int(bundle.config["tgt_vocab_size"]))
+    vocab = int(bundle.config["tgt_vocab_size"])
+    figures = batch_invariance_v2(enc, dec, corpus["source_ids"], bundle.n_layers, bundle.max_target_len, vocab)
     assert figures["rows"] == 256 and figures["max_abs_diff"] == 0.0, figures
 
 

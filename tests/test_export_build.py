@@ -222,7 +222,8 @@ def test_requantize_rewrites_a_bundles_int8_from_its_fp32_graphs(tiny_bundle_dir
 
     from export.bundle import write_manifest
     from export.cli import main
-    from export.variants import DYNAMIC_QUANTIZATION, INT8_QUANTIZATION, quantize_int8_dynamic
+    from export.fused import V2_INT8_QUANTIZATION
+    from export.variants import DYNAMIC_QUANTIZATION, quantize_int8_dynamic
     from service.engine.bundle import load_bundle
 
     bundle = tmp_path / "old"
@@ -247,7 +248,7 @@ def test_requantize_rewrites_a_bundles_int8_from_its_fp32_graphs(tiny_bundle_dir
     assert meta["format_version"] == 2 and meta["variants"]["int8"]["kv_cache"] == "in_place"
     assert meta["variants"]["int8"]["decoder"] == "decoder.v2.int8.onnx" and not (bundle / "decoder.int8.onnx").exists()
     assert meta["parity"]["v2_int8"]["greedy_alone_vs_continuous_batching_differ"] == 0
-    assert meta["variants"]["int8"]["quantization"] == INT8_QUANTIZATION
+    assert meta["variants"]["int8"]["quantization"] == V2_INT8_QUANTIZATION
     assert meta["variants"]["int8"]["calibration"]["split"] == "train"
     assert meta["variants"]["int8"]["calibration"]["pairs"] > 0
     gate = meta["int8_gate"]

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from engine_compositions import invariance_words, logit_diff, three_ways
 
+from export.fused_check import batch_invariance_v2
 from export.invariance import batch_invariance
 from service.engine.bundle import load_bundle
 from service.engine.engine import DecodingOptions, Engine
@@ -69,18 +70,23 @@ def _assert_compositions_agree(engine: Engine, words: list[str]) -> None:
             assert worst_rel <= rtol, f"{where}: logits {worst_rel:.3g} x max|logit| apart ({worst_abs:.3g})"
 
 
-def _check(bundle_dir, encoder: str, decoder: str, rows: int = 256) -> dict:
+def _check(bundle_dir, encoder: str, decoder: str, rows: int = 256, in_place: bool = False) -> dict:
+    """The gate's invariance check on these graphs: v1's (export/invariance.py) or, for a v2 decoder over an
+    in-place cache, v2's (export/fused_check.py: rows joining at different steps through the in-place buffers)."""
     meta = json.loads((bundle_dir / "bundle.json").read_text())
     corpus = json.loads((bundle_dir / meta["parity_corpus"]).read_text())
     cfg = meta["config"]
-    return batch_invariance(
-        bundle_dir / encoder, bundle_dir / decoder, corpus["source_ids"][:rows], cfg["n_decoder_layers"], cfg["tgt_vocab_size"]
-    )
+    ids, n, vocab = corpus["source_ids"][:rows], cfg["n_decoder_layers"], cfg["tgt_vocab_size"]
+    if in_place:
+        return batch_invariance_v2(bundle_dir / encoder, bundle_dir / decoder, ids, n, cfg["max_target_len"], vocab)
+    return batch_invariance(bundle_dir / encoder, bundle_dir / decoder, ids, n, vocab)
 
 
 def test_int8_rows_are_bitwise_the_same_alone_and_in_padded_batches(tiny_bundle_dir):
     meta = json.loads((tiny_bundle_dir / "bundle.json").read_text())
-    figures = _check(tiny_bundle_dir, meta["variants"]["int8"]["encoder"], meta["variants"]["int8"]["decoder"])
+    int8 = meta["variants"]["int8"]
+    assert int8["kv_cache"] == "in_place"  # the v2 decoder, as built
+    figures = _check(tiny_bundle_dir, int8["encoder"], int8["decoder"], in_place=True)
     assert figures["rows"] == 256 and figures["max_abs_diff"] == 0.0, figures
     gate = meta["int8_gate"]  # measured at export, the gate's third condition
     assert gate["batch_invariant"] and gate["invariance"]["max_abs_diff"] == 0.0
@@ -101,22 +107,24 @@ def test_the_check_catches_per_tensor_dynamic_quantization(tiny_bundle_dir, tmp_
     assert figures["encoder_max_abs_diff"] > 1e-4 and figures["decoder_logits_max_abs_diff"] > 1e-4, figures
 
 
-def test_the_served_int8_attention_does_not_copy_the_value_cache():
-    """The default model's int8 decoder takes each attention's softmax sum from a MatMul against a tensor
-    of ones, shared by the attentions over one key axis, not from a ones column padded onto V, which
-    copied the whole cache every step (docs/BENCHMARKS.md, "Fifth cut"). The ones have 8 columns:
-    ONNX Runtime's one-column MatMul does not sum in order, and the bitwise invariance above relies on it."""
+def test_the_served_int8_decoder_copies_no_cache():
+    """The default model's int8 decoder is v2: each layer's GroupQueryAttention reads and writes the cache as
+    one buffer [B, H, max_target_len, Dh] (the same name bound as past and present by the engine), and no node
+    concatenates or pads a cache, so a step costs the same whatever the past length (docs/BENCHMARKS.md)."""
     import onnx
-    from onnx import numpy_helper
 
-    graph = onnx.load(str(DEFAULT_BUNDLE / DEFAULT_META["variants"]["int8"]["decoder"])).graph
-    assert "Pad" not in {n.op_type for n in graph.node}
-    sums = [n for n in graph.node if n.name.endswith("/SumMatMul")]
-    assert len(sums) == 2 * DEFAULT_META["config"]["n_decoder_layers"]  # self- and cross-attention per layer
-    expanded = {n.output[0] for n in graph.node if n.op_type == "Expand"}
-    assert {s.input[1] for s in sums} <= expanded and len({s.input[1] for s in sums}) == 2  # past keys, source keys
-    constants = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
-    assert constants["int8row/sum_columns"].tolist() == [8]
+    int8 = DEFAULT_META["variants"]["int8"]
+    assert int8["kv_cache"] == "in_place"
+    graph = onnx.load(str(DEFAULT_BUNDLE / int8["decoder"])).graph
+    ops = [n.op_type for n in graph.node]
+    assert "Concat" not in ops and "Pad" not in ops
+    gqa = [n for n in graph.node if n.op_type == "GroupQueryAttention"]
+    assert len(gqa) == DEFAULT_META["config"]["n_decoder_layers"]
+    for i, node in enumerate(gqa):
+        assert node.input[3:5] == [f"past_key_values.{i}.decoder.key", f"past_key_values.{i}.decoder.value"]
+        assert node.output[1:3] == [f"present.{i}.decoder.key", f"present.{i}.decoder.value"]
+    cache = {v.name: [d.dim_value or d.dim_param for d in v.type.tensor_type.shape.dim] for v in graph.input}
+    assert cache["past_key_values.0.decoder.key"][2] == "Pmax"
 
 
 @pytest.mark.slow

@@ -64,6 +64,7 @@ from service.engine.names import (
     present_names,
 )
 from service.engine.runtime import providers, session_options
+from service.engine.slots import V2_DISABLED_OPTIMIZERS, RowStep
 from service.errors import retry_after_s
 
 # ---- response schema ----------------------------------------------------------------------------
@@ -145,12 +146,14 @@ class Explainer:
         except Exception as e:  # ONNX Runtime raises its own types; one line
             raise BundleError(f"{bundle.dir / entry['decoder']}: ONNX Runtime cannot load the explain graphs: {e}") from None
         self.served = None  # (encoder, decoder) of the served variant, when it is not the explain graph's fp32
+        self.served_in_place = engine.kv_cache == "in_place"  # a v2 decoder: stepped as a slot row (RowStep)
         if engine.variant != "fp32":
             enc_path, dec_path = bundle.graph_paths(engine.variant)
+            disabled = V2_DISABLED_OPTIMIZERS if self.served_in_place else []
             try:
                 self.served = (
                     ort.InferenceSession(str(enc_path), so, providers=on),
-                    ort.InferenceSession(str(dec_path), so, providers=on),
+                    ort.InferenceSession(str(dec_path), so, providers=on, disabled_optimizers=disabled),
                 )
             except Exception as e:
                 raise BundleError(f"{dec_path}: ONNX Runtime cannot load variant {engine.variant!r}: {e}") from None
@@ -191,9 +194,13 @@ class Explainer:
         if self.served is not None:
             s_encoder, s_decoder = self.served
             s_bias, *s_cross = s_encoder.run(None, {INPUT_IDS: src, ATTENTION_MASK: np.ones_like(src)})
-            s_feeds = {ENCODER_ATTENTION_BIAS: s_bias, **dict(zip(self.cross_names, s_cross))}
-            s_past = [np.zeros((1, e.n_heads, 0, e.head_dim), s_cross[0].dtype)] * (2 * e.n_layers)  # fp16: fp16 cache
-            served = (s_decoder, s_feeds)
+            if self.served_in_place:
+                served = RowStep(s_decoder, e.layout, e.max_target_len)
+                served.start(s_bias[0, 0, 0], [c[0] for c in s_cross])
+            else:
+                s_feeds = {ENCODER_ATTENTION_BIAS: s_bias, **dict(zip(self.cross_names, s_cross))}
+                s_past = [np.zeros((1, e.n_heads, 0, e.head_dim), s_cross[0].dtype)] * (2 * e.n_layers)  # fp16: fp16 cache
+                served = (s_decoder, s_feeds)
         options = dataclasses.replace(options, logprobs=True, token_text=True)  # every token's log-probability and text are shown
         gen = new_generation(source_ids, options, e.bundle.length_bound(s), e.eos_id, e.decode_ids)
         if gen.search is not None or len(gen.rows) != 1:
@@ -215,7 +222,9 @@ class Explainer:
             logits, *rest = self.decoder.run(self.output_names, feeds)
             past = rest[: 2 * e.n_layers]
             attn = rest[2 * e.n_layers :]  # L x [1, H, 1, S]
-            if served is not None:  # the served variant's logits choose; the explain graph only watches
+            if isinstance(served, RowStep):  # the served v2 decoder: one slot row, its own past length
+                logits = served.step(token, step)
+            elif served is not None:  # the served variant's logits choose; the explain graph only watches
                 s_decoder, s_feeds = served
                 s_feeds.update((k, feeds[k]) for k in (INPUT_IDS, POSITION_IDS, DECODER_ATTENTION_MASK))
                 s_feeds.update(zip(self.past_names, s_past))

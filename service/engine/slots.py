@@ -156,6 +156,8 @@ class SlotBatch:
         self._binding = b._iobinding
         self.logits_view = self.logits[:n]
         self.next_view = self.next_token[:n] if self.has_next_token else None
+        # what `follow` writes after the step, as views made once per binding, not per step
+        self.ids_view, self.positions_view, self.live_view = self.input_ids[:n, 0], self.positions[:n], self.live[:n]
         self.bound = n
 
     def run(self) -> tuple[np.ndarray, np.ndarray | None]:
@@ -265,8 +267,8 @@ class SlotBatch:
         position, and the rows that finished leave."""
         if choice.reorder is not None:
             self.reorder(*choice.reorder)
-        self.input_ids[: self.n, 0] = choice.tokens
-        self.positions[: self.n] += self.live[: self.n]  # in place: the bound buffers see it
+        self.ids_view[:] = choice.tokens  # the views of the step that just ran (`_bind`): n cannot change in between
+        self.positions_view += self.live_view  # in place: the bound buffers see it
         if choice.leaving:
             self.free(choice.leaving)
 
@@ -282,3 +284,48 @@ class SlotBatch:
                 host = v.numpy()
                 host[dest, :, :p] = host[src, :, :p]
                 v.update_inplace(host)
+
+
+class RowStep:
+    """One row stepping alone through a v2 decoder, padded and bound as a SlotBatch row is (so its logits are the
+    ones that row gets in any batch): the explain loop's served graph (service/engine/explain.py)."""
+
+    def __init__(self, session: ort.InferenceSession, layout, max_target_len: int):
+        self.session, self.layout, self.max_len = session, layout, int(max_target_len)
+        e = layout
+        self.cache = [np.zeros((1, e.n_heads, self.max_len, e.head_dim), e.kv_dtype) for _ in range(2 * e.n_layers)]
+        self.ids = np.zeros((1, 1), np.int64)
+        self.positions = np.zeros((1, 1), np.int32)
+        self.logits = np.zeros((1, e.vocab_size), np.float32)
+        self.total = np.array([self.max_len], np.int32)
+        self.binding = session.io_binding()
+        b = self.binding
+        for past, present, buf in zip(past_names(e.n_layers, DECODER), present_names(e.n_layers, DECODER), self.cache):
+            b.bind_input(past, "cpu", 0, e.kv_dtype, list(buf.shape), buf.ctypes.data)
+            b.bind_output(present, "cpu", 0, e.kv_dtype, list(buf.shape), buf.ctypes.data)
+        b.bind_input(INPUT_IDS, "cpu", 0, np.int64, [1, 1], self.ids.ctypes.data)
+        b.bind_input(POSITION_IDS, "cpu", 0, np.int32, [1, 1], self.positions.ctypes.data)
+        b.bind_input(PAST_LENGTHS, "cpu", 0, np.int32, [1], self.positions.ctypes.data)
+        b.bind_input(TOTAL_SEQUENCE_LENGTH, "cpu", 0, np.int32, [1], self.total.ctypes.data)
+        b.bind_output(LOGITS, "cpu", 0, np.float32, [1, e.vocab_size], self.logits.ctypes.data)
+
+    def start(self, bias: np.ndarray, cross: list[np.ndarray]) -> None:
+        """A new source: its bias [S] and cross K/V [H, S, Dh] per layer and K/V, padded to a multiple of 4."""
+        e, s = self.layout, bias.shape[-1]
+        w = padded_source_len(s)
+        self.bias = np.full((1, 1, 1, w), NEG_INF, e.bias_dtype)
+        self.bias[0, 0, 0, :s] = bias
+        self.cross = []
+        for c in cross:
+            a = np.zeros((1, e.n_heads, w, e.head_dim), e.kv_dtype)
+            a[0, :, :s] = c
+            self.cross.append(a)
+        self.binding.bind_input(ENCODER_ATTENTION_BIAS, "cpu", 0, e.bias_dtype, [1, 1, 1, w], self.bias.ctypes.data)
+        for name, a in zip(past_names(e.n_layers, ENCODER), self.cross):
+            self.binding.bind_input(name, "cpu", 0, e.kv_dtype, list(a.shape), a.ctypes.data)
+
+    def step(self, token: int, position: int) -> np.ndarray:
+        """Feed `token` at `position` (= the row's past length): logits [1, V], a copy."""
+        self.ids[0, 0], self.positions[0, 0] = token, position
+        self.session.run_with_iobinding(self.binding)
+        return self.logits.copy()
