@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(f"$ {curl_command(args.url, body)}")
-    print(json.dumps(out))  # exactly what that command answers
+    print(json.dumps(out, separators=(",", ":"), ensure_ascii=False))  # what that command prints, byte for byte
     return 0
 
 
