@@ -272,9 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bundle", type=Path, help="the bundle exported from --run")
     p.add_argument("--lengths", default="8,32,128", help="output lengths (comma-separated)")
     p.add_argument("--batches", default="1,32", help="batch sizes (comma-separated)")
-    p.add_argument(
-        "--backends", default=",".join(BACKENDS), help=f"subset of {','.join(BACKENDS)} (ct2-*: pip install 'attnserve[dev]')"
-    )
+    p.add_argument("--backends", default=",".join(BACKENDS), help=f"subset of {','.join(BACKENDS)} (ct2-*: the dev extra)")
     p.add_argument("--threads", type=int, default=1, help="threads for PyTorch and ONNX Runtime alike (default 1)")
     p.add_argument("--repeats", type=int, default=5, help="runs per cell (best reported; a slow cell stops early)")
     p.add_argument("--out", type=Path, default=Path("bench.json"), help="raw JSON report")

@@ -6,7 +6,7 @@ serving path. Its Transformer spec matches this model exactly when filled from
 the state dict: pre-norm layers with final LayerNorms, token embeddings scaled
 by sqrt(D) plus an explicit position table (ours, so the sin/cos layout
 matches), fused QKV, tied output projection. `ctranslate2` is an optional
-dependency (`pip install 'attnserve[bench]'`).
+dependency (the `dev` extra: `pip install -e '.[dev]'` from the checkout).
 """
 
 from __future__ import annotations

@@ -42,7 +42,9 @@ def plot(runs: list[tuple[str, dict]], path: Path) -> str:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return "plot skipped: matplotlib is not installed (pip install 'attnserve[loadtest]')"
+        from service.extras import install_command
+
+        return f"plot skipped: matplotlib is not installed (the 'loadtest' extra: {install_command('loadtest')})"
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     for ax, key, name in zip(axes, ("ttft_ms", "e2e_ms"), ("TTFT", "e2e")):
         for (label, result), colour in zip(runs, ("tab:blue", "tab:red")):

@@ -154,7 +154,9 @@ def write_plots(out_dir: Path, levels: list[dict]) -> list[Path] | str:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return "plots skipped: matplotlib is not installed (pip install 'attnserve[loadtest]')"
+        from service.extras import install_command
+
+        return f"plots skipped: matplotlib is not installed (the 'loadtest' extra: {install_command('loadtest')})"
     done = [lv for lv in levels if lv["summary"]["ok"]]
     if not done:
         return "plots skipped: no successful request"

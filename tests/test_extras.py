@@ -73,3 +73,11 @@ def test_the_docs_install_extras_from_the_checkout():
         assert not re.search(r"pip install[^`\n]*'attnserve\[", text), f"{doc.name} installs attnserve from an index"
         for extra in re.findall(r"pip install -e '\.\[([a-z,]+)\]'", text):
             assert set(extra.split(",")) <= {"cpu", "gpu", "train", "dev", "loadtest"}, (doc.name, extra)
+
+
+def test_the_code_names_extras_as_the_checkout_installs_them():
+    """Messages and help that say how to install an extra say it from the checkout (the package is on no index)."""
+    for package in ("service", "training", "export", "loadtest"):
+        for source in sorted((ROOT / package).rglob("*.py")):
+            text = source.read_text()
+            assert not re.search(r"pip install[^\n]*'attnserve\[", text), f"{source.relative_to(ROOT)} installs from an index"

