@@ -102,3 +102,19 @@ def test_numbers_of_their_json_type_are_accepted(url):
     body = b'{"inputs": "cat", "parameters": {"max_new_tokens": 5, "temperature": 1, "top_p": 0.9, "seed": 3}}'
     r = post(url, body)
     assert r.status_code == 200, r.text
+
+
+@pytest.mark.parametrize(
+    ("route", "body", "param"),
+    [
+        ("/v1/completions", b'{"model": "g2p-en", "prompt": "cat", "max_tokens": "5"}', "max_tokens"),
+        ("/v1/completions", b'{"model": "g2p-en", "prompt": "cat", "temperature": "0.5"}', "temperature"),
+        ("/v1/completions", b'{"model": "g2p-en", "prompt": "cat", "temperature": Infinity}', "temperature"),
+        ("/v1/completions", b'{"model": "g2p-en", "prompt": "cat", "stream": "false"}', "stream"),
+        ("/v1/chat/completions", b'{"model": "g2p-en", "messages": [{"role": "user", "content": "cat"}], "n": "1"}', "n"),
+    ],
+)
+def test_the_openai_routes_follow_the_same_type_rule(url, route, body, param):
+    r = post(url, body, route)
+    assert r.status_code == 400, r.text  # OpenAI's status for what the TGI routes answer 422
+    assert r.json()["error"]["param"] == param, r.text

@@ -4,6 +4,8 @@ Field ranges are checked here (a 400 whose `param` names the field); what needs 
 (`max_new_tokens`, `max_best_of`, `max_top_n_tokens`) or spans several fields is checked in
 service/http/openai/completions.py. Unknown fields are kept (`extra="allow"`) so that the route can
 log them at debug level and go on: newer clients send fields this server has never heard of.
+A value has its JSON type and a number is finite, as on the TGI routes (service/http/schemas.py) and as
+OpenAI's own API checks: `"max_tokens": "5"` and `"temperature": "0.5"` are refused, not coerced.
 """
 
 from __future__ import annotations
@@ -30,8 +32,12 @@ def _stop_list(value: Any) -> Any:
     return value
 
 
+# JSON types, not coerced; unknown fields kept (see above)
+REQUEST_CONFIG = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
+
+
 class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = REQUEST_CONFIG
 
     include_usage: bool | None = Field(
         None, description="Send a last chunk with `usage` and `choices: []` before `data: [DONE]`."
@@ -41,7 +47,7 @@ class StreamOptions(BaseModel):
 class SamplingFields(BaseModel):
     """What /v1/completions and /v1/chat/completions share."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = REQUEST_CONFIG
 
     model: str = Field(..., description="The served model's name (GET /v1/models; ATTNSERVE_SERVED_MODEL_NAME).")
     max_tokens: int | None = Field(
@@ -119,7 +125,7 @@ class CompletionRequest(SamplingFields):
 
 
 class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = REQUEST_CONFIG
 
     role: str = Field(..., description="Only `user` is answered.")
     content: Any = Field(..., description="The text (a string, or a list of `text` parts).")
