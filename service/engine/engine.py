@@ -221,6 +221,7 @@ class Engine:
         enc_path, dec_path = self.bundle.graph_paths(self.variant)
         self.kv_cache = self.bundle.kv_cache(self.variant)
         self.in_place = self.kv_cache == "in_place"
+        self.slot_pool: list = []  # self-attention buffers of emptied v2 batches, for the next (service/engine/slots.py)
         try:
             self.encoder = ort.InferenceSession(str(enc_path), so, providers=providers(use_cuda))
             if self.in_place:
@@ -253,7 +254,7 @@ class Engine:
 
     def new_batch(self) -> ActiveBatch | SlotBatch:
         if self.in_place:
-            return SlotBatch(self.decoder, self.layout, self.max_target_len, self.device, self.run_decoder)
+            return SlotBatch(self.decoder, self.layout, self.max_target_len, self.device, self.run_decoder, self.slot_pool)
         return ActiveBatch(self.layout, self.values, self.decoder.io_binding() if self.device != "cpu" else None)
 
     def run_step(self, batch: ActiveBatch) -> tuple[np.ndarray, np.ndarray | None]:

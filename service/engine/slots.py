@@ -46,6 +46,7 @@ NEG_INF = -1e9  # the bias value the graphs use for masked keys (never -inf)
 V2_DISABLED_OPTIMIZERS = ["SkipLayerNormFusion"]
 CROSS_KEY_MULTIPLE = 4  # source axis rounded up to this (export/fused.py proves the invariance it buys)
 MIN_CAPACITY = 4
+POOLED_BUFFER_SETS = 1  # self-attention buffer sets an engine keeps from emptied batches
 
 
 def padded_source_len(n: int) -> int:
@@ -57,8 +58,13 @@ class SlotBatch:
     docstring). The same primitives as `ActiveBatch`: add/remove/free at step boundaries, `follow` a
     step's choice; `run` makes the decoder call."""
 
-    def __init__(self, session: ort.InferenceSession, layout, max_target_len: int, device: str = "cpu", run=None):
-        """`run`: the session's C++ `run_with_iobinding` (the engine's `run_decoder`, which a profiler may wrap)."""
+    def __init__(
+        self, session: ort.InferenceSession, layout, max_target_len: int, device: str = "cpu", run=None, pool: list | None = None
+    ):
+        """`run`: the session's C++ `run_with_iobinding` (the engine's `run_decoder`, which a profiler may wrap).
+        `pool`: self-attention buffers that emptied batches gave back (the engine's), taken before allocating:
+        a batch that empties and fills again, or the next batch, reuses them instead of faulting in new pages."""
+        self.pool = pool if pool is not None else []
         self.session = session
         self.run_binding = run or session._sess.run_with_iobinding
         self.layout = layout
@@ -73,22 +79,34 @@ class SlotBatch:
         self._reset()
 
     def _reset(self) -> None:
+        """No rows: the buffers go back to the pool; the next rows to join allocate (or take them again)."""
         e = self.layout
+        if getattr(self, "cache", None) and self.device == "cpu":
+            self.pool[:] = [self.cache, *self.pool][:POOLED_BUFFER_SETS]
         self.state = RowState(e.vocab_size)
         self.capacity = 0
         self.width = 0
         self.n = 0  # rows the step runs on (== len(self.state.rows))
         self.n_live = 0
         self.cache: list = []
-        self._allocate(MIN_CAPACITY, CROSS_KEY_MULTIPLE)
+        self.bound = -1
 
     # ---- buffers --------------------------------------------------------------------------
     def _allocate(self, capacity: int, width: int) -> None:
         """(Re)allocate every buffer for `capacity` rows and source width `width`, keeping the first n rows."""
         e, n = self.layout, self.n
         h, dh = e.n_heads, e.head_dim
+        if not n and self.pool and capacity > self.capacity:  # no rows to keep: an emptied batch's buffers will do
+            fits = [i for i, c in enumerate(self.pool) if c[0].shape[0] >= capacity]
+            if fits:
+                self.cache = self.pool.pop(fits[0])
+                capacity = max(capacity, self.cache[0].shape[0])
         cache = []
         for old in self.cache or [None] * (2 * e.n_layers):
+            rows = None if old is None else old.shape[0] if self.device == "cpu" else old.shape()[0]
+            if rows == capacity:  # already this size (taken from the pool, or only the source width grew)
+                cache.append(old)
+                continue
             if self.device == "cpu":
                 buf = np.zeros((capacity, h, self.max_len, dh), e.kv_dtype)
                 if old is not None:
@@ -212,7 +230,7 @@ class SlotBatch:
         need_n = self.n + max(0, extra)
         width = padded_source_len(max([self.width] + [q.generation.source_len for q in adding]))
         if need_n > self.capacity or width > self.width:
-            capacity = self.capacity
+            capacity = max(self.capacity, MIN_CAPACITY)
             while capacity < need_n:
                 capacity *= 2
             self._allocate(capacity, width)
