@@ -773,16 +773,6 @@ class PickedTokens:
     processed: np.ndarray | None  # [len(processed_rows), V] their processed logits
 
 
-@dataclass(slots=True)
-class StepOutcome:
-    """What advancing the rows and the searches of one step left to report."""
-
-    results: list[StepResult]
-    leaving: list[Row]  # rows that finished this step
-    done: list[Generation]  # generations of several rows that finished: their hypotheses are ranked at the end
-    searches: list[Generation]  # beam searches with rows in the batch
-
-
 _NO_ROWS = np.zeros(0, dtype=np.int64)  # no row needs processing
 
 
@@ -795,12 +785,12 @@ def choose_tokens(state: RowState, logits: np.ndarray, next_tokens: np.ndarray |
     `reorder` to its cache, feeds `tokens`, and frees `leaving` from its cache and from `state`.
     """
     picked = pick_tokens(state, logits, next_tokens, eos_id)
-    outcome = advance_rows(state, picked, eos_id, decode)
-    reorder = advance_searches(state, picked, outcome, eos_id) if outcome.searches else None
-    if outcome.done:
-        report_finished(outcome, eos_id, decode)
+    results, leaving, done, searches = advance_rows(state, picked, eos_id, decode)
+    reorder = advance_searches(state, picked, searches, done, leaving, eos_id) if searches else None
+    if done:
+        report_finished(done, results, eos_id, decode)
     state.advance(picked.tokens)
-    return StepChoice(picked.tokens, reorder, outcome.leaving, outcome.results)
+    return StepChoice(picked.tokens, reorder, leaving, results)
 
 
 def pick_tokens(state: RowState, logits: np.ndarray, next_tokens: np.ndarray | None, eos_id: int) -> PickedTokens:
@@ -852,10 +842,13 @@ def _pick_processed(state: RowState, logits: np.ndarray, tokens: np.ndarray, row
     return processed
 
 
-def advance_rows(state: RowState, picked: PickedTokens, eos_id: int, decode) -> StepOutcome:
+def advance_rows(
+    state: RowState, picked: PickedTokens, eos_id: int, decode
+) -> tuple[list[StepResult], list[Row], list[Generation], list[Generation]]:
     """Append each picked token to its row (rows of a beam search are left to their search) and stop the rows
-    that end: the end token, the length limit or a stop sequence. A streaming generation gets a StepResult per
-    token; one of several rows is `done` when its last row stops."""
+    that end: the end token, the length limit or a stop sequence. Returns (results, leaving, done, searches):
+    a StepResult per token of a streaming generation, the rows that stopped, the generations of several rows
+    whose last row stopped (their hypotheses are ranked by report_finished), and the beam searches."""
     results: list[StepResult] = []
     leaving: list[Row] = []
     done: list[Generation] = []
@@ -900,19 +893,24 @@ def advance_rows(state: RowState, picked: PickedTokens, eos_id: int, decode) -> 
             results.append(StepResult(gen, tok, row.text[len(old) :], lp, reason, False, top))
         elif stop and all(r.finish_reason is not None for r in gen.rows):
             done.append(gen)
-    return StepOutcome(results, leaving, done, searches)
+    return results, leaving, done, searches
 
 
 def advance_searches(
-    state: RowState, picked: PickedTokens, outcome: StepOutcome, eos_id: int
+    state: RowState,
+    picked: PickedTokens,
+    searches: list[Generation],
+    done: list[Generation],
+    leaving: list[Row],
+    eos_id: int,
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """Every beam search takes its step: the searches of one width choose their candidates together
-    (update_searches), their rows' tokens become their beams', and a search that ended is `done` with its
-    rows leaving. Returns (dest, src), the rows that continue from another row's cache (None: none moves),
+    (update_searches), their rows' tokens become their beams', and a search that ended joins `done` with its
+    rows in `leaving`. Returns (dest, src), the rows that continue from another row's cache (None: none moves),
     after gathering `state`'s per-row arrays the same way."""
     tokens = picked.tokens
     moved: list[tuple[np.ndarray, np.ndarray]] = []  # (slots, parent slots) of the searches that go on, by width
-    for group in _searches_by_width(state, picked, outcome.searches, eos_id).values():
+    for group in _searches_by_width(state, picked, searches, eos_id).values():
         gens = [g for g, *_ in group]
         all_slots = np.array([sl for _, sl, _, _ in group], dtype=np.int64)  # [n, W]
         shared = group[0][2]
@@ -926,8 +924,8 @@ def advance_searches(
         if not all(going_on):
             for g, goes_on in zip(gens, going_on):
                 if not goes_on:
-                    outcome.done.append(g)
-                    outcome.leaving.extend(g.rows)
+                    done.append(g)
+                    leaving.extend(g.rows)
             all_slots, src, beam_tokens = all_slots[going_on], src[going_on], beam_tokens[going_on]
         tokens[all_slots] = beam_tokens  # the rows of each search that goes on follow its beams
         moved.append((all_slots.ravel(), src.ravel()))
@@ -955,7 +953,7 @@ def _searches_by_width(
     raw, processed_rows = picked.raw, picked.processed_rows
     processed_index = np.full(len(state.rows), -1, dtype=np.int64)  # a row's index among processed_rows, or -1
     processed_index[processed_rows] = np.arange(processed_rows.size)
-    is_processed = (processed_index >= 0).tolist()
+    is_processed = (processed_index >= 0).tolist() if processed_rows.size else None
     steps, ends_from = state.steps, state.summary.ends_from
     processed_lp = None  # log-probabilities of the processed rows, for searches with penalties
     raw_without_eos = None  # the model's log-probabilities renormalised without the end token
@@ -963,7 +961,7 @@ def _searches_by_width(
     for gen in searches:
         slots = [r.slot for r in gen.rows]
         first = slots[0]
-        if is_processed[first]:
+        if is_processed is not None and is_processed[first]:
             if processed_lp is None:
                 processed_lp = log_softmax(picked.processed)
             dist, dist_rows = processed_lp, processed_index[slots]
@@ -979,10 +977,10 @@ def _searches_by_width(
     return by_width
 
 
-def report_finished(outcome: StepOutcome, eos_id: int, decode) -> None:
-    """Rank the hypotheses of each generation of several rows that finished this step, and report it with its
-    best hypothesis' last token."""
-    for gen in outcome.done:
+def report_finished(done: list[Generation], results: list[StepResult], eos_id: int, decode) -> None:
+    """Rank the hypotheses of each generation of several rows that finished this step, and report it in
+    `results` with its best hypothesis' last token."""
+    for gen in done:
         finish(gen, decode)
         best = gen.hypotheses[0]
         if best.finish_reason == "eos_token":
@@ -990,7 +988,7 @@ def report_finished(outcome: StepOutcome, eos_id: int, decode) -> None:
         else:
             last = best.token_ids[-1] if best.token_ids else eos_id
             lp = best.logprobs[-1] if best.logprobs else None
-        outcome.results.append(StepResult(gen, last, "", lp, gen.finish_reason, last == eos_id))
+        results.append(StepResult(gen, last, "", lp, gen.finish_reason, last == eos_id))
 
 
 def finish(gen: Generation, decode) -> None:
