@@ -73,9 +73,11 @@ class StepRunner:
     def step(self, tokens: np.ndarray, past_lengths: np.ndarray) -> list[np.ndarray]:
         """tokens [B] int64, past_lengths [B] int32 -> [logits [B, V], *extra outputs]."""
         lengths = np.ascontiguousarray(past_lengths, np.int32)
-        self.binding.bind_cpu_input(INPUT_IDS, np.ascontiguousarray(tokens, np.int64)[:, None])
-        self.binding.bind_cpu_input(POSITION_IDS, lengths[:, None].copy())
-        self.binding.bind_cpu_input(PAST_LENGTHS, lengths)
+        # kept referenced until the next step: the binding may read them when it runs
+        self._inputs = (np.ascontiguousarray(tokens, np.int64)[:, None].copy(), lengths[:, None].copy(), lengths)
+        self.binding.bind_cpu_input(INPUT_IDS, self._inputs[0])
+        self.binding.bind_cpu_input(POSITION_IDS, self._inputs[1])
+        self.binding.bind_cpu_input(PAST_LENGTHS, self._inputs[2])
         self.binding.bind_cpu_input(TOTAL_SEQUENCE_LENGTH, self.total)
         self.session.run_with_iobinding(self.binding)
         return [o.numpy().copy() for o in self.binding.get_outputs()[2 * self.n_layers :]]  # the caches were bound first
