@@ -487,8 +487,7 @@ def v2_parity(engine, corpus: dict, exact: bool) -> dict:
         "greedy": (ids, greedy, engine.generate(ids, greedy, batch_size=1)),
         "sampling": (sampled_ids, sampling, [engine.generate([x], [o], batch_size=1)[0] for x, o in zip(sampled_ids, sampling)]),
     }
-    if "beam" in corpus:
-        runs["beam"] = (ids, beam, engine.generate(ids, beam, batch_size=beam.n_rows))
+    runs["beam"] = (ids, beam, engine.generate(ids, beam, batch_size=beam.n_rows))
     mixed_opts = [beam if i % 3 == 0 else sampling_options(i, n) if i % 3 == 1 else greedy for i in range(len(ids))]
     mixed = engine.generate(ids, mixed_opts, batch_size=13, refill=True, sort=False)
     batched = {
@@ -512,6 +511,8 @@ def v2_parity(engine, corpus: dict, exact: bool) -> dict:
         out[f"{kind}_alone_vs_continuous_batching_differ"] = differ
         if differ:
             failures.append(f"{engine.variant}: {kind} alone vs in continuous batches differs for {differ} of {len(pairs)}")
+        if kind == "beam" and "beam" not in corpus:  # bundles built before beam search record no beam reference
+            continue
         if kind == "beam":
             ref = corpus["beam"]["hypotheses"]
             same = sum([h.token_ids for h in r.hypotheses] == e for r, e in zip(alone, ref))
