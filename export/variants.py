@@ -254,13 +254,13 @@ def calibrate_amax(path: Path, feeds: list[dict[str, np.ndarray]]) -> dict[str, 
     """max |x| over `feeds` of every activation the int8 variant quantizes, from the float32 graph at `path`."""
     import onnxruntime as ort
 
+    from service.engine.runtime import session_options
+
     m = onnx.load(str(path))
     names = list(quantized_inputs(m.graph))
     known = {o.name for o in m.graph.output}
     m.graph.output.extend(onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None) for n in names if n not in known)
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    sess = ort.InferenceSession(m.SerializeToString(), session_options(), providers=["CPUExecutionProvider"])
     amax = dict.fromkeys(names, 0.0)
     for f in feeds:
         for n, v in zip(names, sess.run(names, f)):
