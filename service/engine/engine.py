@@ -18,7 +18,9 @@ search follow their beams: after each step `ActiveBatch.reorder` gathers their
 self-attention cache by parent (Whisper's rearrange_kv_cache). Rows that finish
 leave the batch at once, so a short request is never held by a long one.
 
-The batch and its cache (layout, joins, compaction, beam reorder) are service/engine/batch.py's.
+The batch and its cache (layout, joins, compaction, beam reorder) are service/engine/batch.py's for a v1
+decoder (`kv_cache: "concat"`), and service/engine/slots.py's for a v2 one (`"in_place"`: each row's cache in
+a slot of the batch's buffers, which the fused decoder writes in place).
 """
 
 from __future__ import annotations
