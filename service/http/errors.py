@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable
 
+import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -82,13 +84,43 @@ def error_response(err: APIError) -> JSONResponse:
     return JSONResponse(error_body(err.error_type, err.message), status_code=err.status, headers=err.headers)
 
 
-def describe_validation_errors(errors: list[dict]) -> str:
+_NON_FINITE = re.compile(rb"(?<![\w\"])-?(?:NaN|Infinity)(?![\w\"])")
+
+
+def malformed_json(raw: bytes, reason: str) -> str:
+    """What is wrong with a body that is not JSON, for a 422 `validation`: not UTF-8, nested too deep, a
+    non-finite number, or where the syntax breaks. One wording for every route: the fast path's parser
+    and FastAPI's both come here, with the raw body and their parser's reason."""
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as u:
+        return f"the request body is not valid UTF-8 (byte {u.start}); JSON text must be UTF-8"
+    if reason.startswith("depth limit exceeded"):
+        return "the request body is not valid JSON: it is nested too deeply (arrays and objects at most 1024 levels deep)"
+    if _NON_FINITE.search(raw):
+        return "the request body is not valid JSON: NaN and Infinity are not JSON numbers; every number must be finite"
+    return f"the request body is not valid JSON ({reason})"
+
+
+def json_refusal(body: object) -> str:
+    """The message for a body FastAPI's parser refused (`json_invalid`): its raw text is parsed again with
+    the fast path's parser, so /explain and /v1 word it exactly as /generate does."""
+    raw = body.encode("utf-8", "surrogatepass") if isinstance(body, str) else body
+    if not isinstance(raw, bytes):
+        return "the request body is not valid JSON"
+    try:
+        orjson.loads(raw)
+    except orjson.JSONDecodeError as e:
+        return malformed_json(raw, str(e))
+    return "the request body is not valid JSON"
+
+
+def describe_validation_errors(errors: list[dict], body: object = None) -> str:
     """pydantic's error list -> one line a person can act on: `parameters.top_p: Input should be ...; ...`."""
     parts = []
     for err in errors:
         if err.get("type") == "json_invalid":
-            ctx = err.get("ctx") or {}
-            return f"the request body is not valid JSON ({ctx.get('error', 'malformed')})"
+            return json_refusal(body)
         loc = [str(x) for x in err.get("loc", ()) if x != "body"]
         where = ".".join(loc) or "body"
         msg = err.get("msg", "invalid")
@@ -118,7 +150,7 @@ def install_error_handlers(app: FastAPI, on_error: Callable[[Request, APIError],
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return answer(request, validation(describe_validation_errors(list(exc.errors()))))
+        return answer(request, validation(describe_validation_errors(list(exc.errors()), exc.body)))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -13,7 +13,7 @@ API key, a body too large, JSON that does not validate): the app answers it as i
 request (same status, error body, headers and metrics). The routes stay declared in the app,
 so /docs and the OpenAPI schema do not change.
 
-A body that is not JSON at all (not UTF-8, nested too deep, NaN or Infinity: `malformed_json`)
+A body that is not JSON at all (not UTF-8, nested too deep, NaN or Infinity: `errors.malformed_json`)
 is a 422 `validation` here, where the app's parser would answer some of them 400. A valid
 request to a draining server, and errors of admission (the text layer's and the
 scheduler's refusals, a timeout), are answered here with service/http/errors.py's shape and
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from collections.abc import AsyncIterator
 
@@ -92,7 +91,7 @@ async def answer_generation(scope: Scope, receive: Receive, send: Send, app) -> 
     try:
         parsed = orjson.loads(raw)
     except orjson.JSONDecodeError as e:  # answered here: the app's JSON parser would call some of these a 400
-        refusal = errors.validation(malformed_json(raw, e))
+        refusal = errors.validation(errors.malformed_json(raw, str(e)))
     else:
         try:
             body = model.model_validate(parsed)  # as FastAPI validates it (python mode), from JSON
@@ -176,23 +175,6 @@ async def _stream(headers: list[tuple[bytes, bytes]], body: AsyncIterator[bytes]
         done = True
         listener.cancel()
         await body.aclose()  # a generator left suspended (send failed) still runs its finally now
-
-
-_NON_FINITE = re.compile(rb"(?<![\w\"])-?(?:NaN|Infinity)(?![\w\"])")
-
-
-def malformed_json(raw: bytes, e: orjson.JSONDecodeError) -> str:
-    """What is wrong with a body that is not JSON, for a 422 `validation`: not UTF-8, nested too deep, a
-    non-finite number, or where the syntax breaks."""
-    try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError as u:
-        return f"the request body is not valid UTF-8 (byte {u.start}); JSON text must be UTF-8"
-    if str(e).startswith("depth limit exceeded"):
-        return "the request body is not valid JSON: it is nested too deeply (arrays and objects at most 1024 levels deep)"
-    if _NON_FINITE.search(raw):
-        return "the request body is not valid JSON: NaN and Infinity are not JSON numbers; every number must be finite"
-    return f"the request body is not valid JSON ({e})"
 
 
 def _authorized(headers: dict[bytes, bytes], key: str | None) -> bool:
