@@ -111,14 +111,9 @@ def synthetic_run(work: Path, max_target_len: int = 128):
 
 
 def machine_info(threads: int) -> dict:
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    from service.engine.runtime import cpu_model
+
+    cpu = cpu_model()
     return {
         "cpu": cpu,
         "cpus_visible": os.cpu_count(),

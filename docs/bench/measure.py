@@ -14,24 +14,8 @@ import os
 import platform
 import time
 from collections.abc import Callable
-from pathlib import Path
 
-# /proc/cpuinfo flag -> how docs/BENCHMARKS.md names it; the first of AVX-512 and AVX2 found is the vector width
-EXTENSIONS = [("avx512f", "AVX-512"), ("avx2", "AVX2"), ("avx512_vnni", "VNNI"), ("avx512_bf16", "bf16")]
-
-
-def cpu_model() -> str:
-    """The CPU's model name and its vector extensions, e.g. "AMD EPYC AVX-512 VNNI bf16"."""
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return platform.processor() or platform.machine()
-    name = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), platform.machine())
-    flags = next((ln.split(":", 1)[1].split() for ln in info.splitlines() if ln.startswith("flags")), [])
-    found = [label for flag, label in EXTENSIONS if flag in flags]
-    if "AVX-512" in found and "AVX2" in found:
-        found.remove("AVX2")
-    return " ".join([name, *found])
+from service.engine.runtime import cpu_model  # one reading of the CPU for these scripts and attnserve-bench
 
 
 def machine() -> dict:
