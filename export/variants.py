@@ -296,7 +296,7 @@ def _exact_attention(graph: onnx.GraphProto, key_lengths: dict[str, str]) -> int
     (left or right) leave the sums bitwise unchanged; its one-row kernel (T = 1, every decoder step),
     its one-column kernel and Softmax's vectorised sum do not: hence the duplicated row, and 8 columns
     of ones (one broadcast GEMM over every batch row and head) for the sum. An earlier form padded V
-    with a ones column, copying the whole cache every step (docs/BENCHMARKS.md, "Batch-invariant
+    with a ones column, copying the whole cache every step (docs/bench/HISTORY.md, "Batch-invariant
     int8"). Attentions whose V have a key axis of one name (`key_lengths`) share their ones. Returns the
     attentions rewritten."""
     from onnx import helper, numpy_helper
