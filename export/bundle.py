@@ -269,13 +269,13 @@ def requantize(
     """Rewrite a bundle's int8 graphs from its own fp32 graphs (`quantize_int8`) and re-run the int8
     gate; returns the new bundle.json. No run directory needed: how an existing bundle gets a new
     quantization, and how a v1 bundle gets its v2 decoders (export/fused.py, from the weights its fp32
-    graphs hold: export/weights.py), its int8 (and fp16) variants becoming v2. `eval_limit` defaults to the
+    graphs hold: training/weights.py), its int8 (and fp16) variants becoming v2. `eval_limit` defaults to the
     dev size the bundle recorded. Works in
     `BUNDLE.partial` and replaces the bundle only when everything passed. A test-split figure
     measured on the old int8 is dropped (re-run `attnserve-eval BUNDLE --split test --record`)."""
     from export.verify import v2_parity
-    from export.weights import load_bundle_weights
     from service.engine.engine import Engine
+    from training.weights import load_bundle_weights
 
     bundle_dir = Path(bundle_dir)
     meta = load_bundle(bundle_dir).meta  # every hash checked before anything is derived from it

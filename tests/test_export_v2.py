@@ -100,8 +100,8 @@ def test_v2_rows_are_bitwise_the_same_alone_and_in_a_batch_of_32(tiny_bundle_dir
 
 
 def test_v2_graph_from_a_bundles_own_weights_equals_the_runs(tiny_model, tiny_bundle_dir):
-    """The bundle's fp32 graphs read back (export/weights.py) give the same v2 graph as the run's state_dict."""
-    from export.weights import load_bundle_weights
+    """The bundle's fp32 graphs read back (training/weights.py) give the same v2 graph as the run's state_dict."""
+    from training.weights import load_bundle_weights
 
     config, state = load_bundle_weights(tiny_bundle_dir)
     from_bundle = decoder_v2_model(config, state)

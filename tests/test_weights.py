@@ -1,4 +1,4 @@
-"""export/weights.py: a bundle's own fp32 graphs give back the PyTorch state_dict they were exported from."""
+"""training/weights.py: a bundle's own fp32 graphs give back the PyTorch state_dict they were exported from."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from export.weights import WeightsError, load_bundle_weights
+from training.weights import WeightsError, load_bundle_weights
 
 
 def _graphs(model, out: Path, config: dict) -> Path:

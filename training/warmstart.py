@@ -3,7 +3,7 @@ fine-tuning run (`finetune_data`, `replay_pairs`, `dev_data`).
 
 A bundle decides its architecture, vocabularies and task: `adopt_bundle` takes those keys from
 bundle.json and refuses a key the user set to something else, naming it. The weights come from
-the bundle's own fp32 graphs (export/weights.py reads them: numpy and onnx only, no copy of the
+the bundle's own fp32 graphs (training/weights.py reads them: numpy and onnx only, no copy of the
 weights is shipped twice), the tokenizers from its tokenizer files.
 
 The user's pairs must be expressible in the bundle's vocabularies: a target symbol or a source
@@ -109,7 +109,7 @@ def bundle_state_dict(bundle_dir: str | Path) -> tuple[dict, dict]:
     """(model config, state_dict of torch tensors) read from the bundle's fp32 graphs."""
     import torch
 
-    from export.weights import WeightsError, load_bundle_weights
+    from training.weights import WeightsError, load_bundle_weights
 
     try:
         config, state = load_bundle_weights(bundle_dir)
