@@ -141,3 +141,19 @@ def test_a_target_symbol_outside_the_bundle_vocabulary_is_refused_with_file_and_
     data.write_text("zorblax\tZ AO1 R B L AE2 K S\n\nzo#rb\tZ AO1 R B\n")
     with pytest.raises(DataError, match=rf"{data}:3: source character\(s\) '#' not in the bundle's source vocabulary"):
         train(_finetune_cfg(tiny_bundle_dir, data), tmp_path / "run")
+
+
+def test_dev_data_names_the_whole_dev_set_and_eval_limit_caps_it(tmp_path):
+    """A user's dev file replaces the dictionary's dev split: all of its words, grouped by source, up to eval_limit."""
+    from training.config import TrainConfig
+    from training.warmstart import dev_examples
+
+    dev = tmp_path / "dev.tsv"
+    dev.write_text("quentrofy\tK W EH1 N T R AH0 F AY2\nzorbal\tZ AO1 R B AH0 L\nzorbal\tZ AO1 R B AE2 L\n")
+    cfg = TrainConfig(dataset="cmudict", dev_data=str(dev), eval_limit=0)
+    examples = dev_examples(cfg)
+    assert [e.source for e in examples] == ["quentrofy", "zorbal"]
+    assert len(examples[1].targets) == 2  # a word's every listed pronunciation counts as right
+    assert len(dev_examples(TrainConfig(dataset="cmudict", dev_data=str(dev), eval_limit=1))) == 1
+    default = dev_examples(TrainConfig(dataset="cmudict", eval_limit=5))
+    assert len(default) == 5 and "quentrofy" not in {e.source for e in default}  # without it: CMUdict's dev split
