@@ -139,15 +139,33 @@ def run_bench(
     spin: bool = False,
     beam: int = 1,
 ) -> dict:
-    import onnxruntime
+    """Every backend at every (output length, batch) cell: open the backends, warm them up, time each cell,
+    then compare tokens/s across backends."""
     import torch
 
     from service.engine.bundle import load_bundle
-    from service.engine.engine import DecodingOptions, Engine
-    from training.decode import generate_ids
 
     torch.set_num_threads(threads)
     bundle = load_bundle(bundle_dir)
+    once, backends, kv_caches = open_backends(model, bundle, backends, threads, work_dir, spin, beam)
+    rng = np.random.default_rng(0)
+    src_v = int(bundle.config["src_vocab_size"])
+    sources = [rng.integers(4, src_v, int(n)).tolist() for n in rng.integers(5, 12, max(batches))]  # word-like lengths
+    for backend in backends:  # warm-up: first-run allocations and lazy initialisation
+        once(backend, sources[:2], 4)
+    cells = []
+    for n in lengths:
+        for b in batches:
+            cells += time_cell(once, backends, kv_caches, sources[:b], n, repeats, max_seconds_per_cell, log)
+    return bench_report(bundle, beam, cells, lengths, batches)
+
+
+def open_backends(model, bundle, backends: list[str], threads: int, work_dir: Path, spin: bool, beam: int):
+    """Load every requested backend; returns `once(backend, ids, n) -> (wall s, cpu s, tokens produced)`, the
+    backends this bundle can run (a trained bundle has no int8-v1) and the KV cache kind of each ORT backend."""
+    from service.engine.engine import DecodingOptions, Engine
+    from training.decode import generate_ids
+
     engines = {
         b: Engine(bundle, variant=ORT_VARIANTS[b], provider="cpu", threads=threads, spin=spin)
         for b in backends
@@ -167,11 +185,8 @@ def run_bench(
                 quant = {"ct2-fp32": "float32", "ct2-int8": "int8"}[b]
                 path = ct2_mod.convert(model, src_tok, tgt_tok, Path(work_dir) / b, quant)
                 ct2[b] = ct2_mod.translator(path, threads)
-    rng = np.random.default_rng(0)
-    src_v = int(bundle.config["src_vocab_size"])
-    sources = [rng.integers(4, src_v, int(n)).tolist() for n in rng.integers(5, 12, max(batches))]  # word-like lengths
 
-    def once(backend: str, ids: list[list[int]], n: int) -> tuple[float, int]:
+    def once(backend: str, ids: list[list[int]], n: int) -> tuple[float, float, int]:
         opts = DecodingOptions(max_new_tokens=n, min_new_tokens=n, num_beams=beam if beam > 1 else None)
         c = time.process_time()
         t = time.perf_counter()
@@ -186,48 +201,57 @@ def run_bench(
             produced = sum(r.generated_tokens for r in out)
         return time.perf_counter() - t, time.process_time() - c, produced
 
-    for backend in backends:  # warm-up: first-run allocations and lazy initialisation
-        once(backend, sources[:2], 4)
+    return once, backends, {b: e.kv_cache for b, e in engines.items()}
+
+
+def time_cell(once, backends: list[str], kv_caches: dict, ids: list[list[int]], n: int, repeats: int, max_seconds: float, log):
+    """One (output length, batch) cell: `repeats` timed runs of every backend, interleaved; one result row each."""
+    b = len(ids)
+    for backend in backends:  # per-shape warm-up (arena growth), except the one slow cell
+        if not (backend == "torch-nocache" and b * n * n > 32 * 32 * 32):
+            once(backend, ids, n)
+    wall: dict[str, list[float]] = {k: [] for k in backends}
+    cpu: dict[str, list[float]] = {k: [] for k in backends}
+    for _ in range(repeats):  # backends interleaved, so drifting background load hits all alike
+        for backend in backends:
+            if sum(wall[backend]) > max_seconds:  # keep the shared machine usable
+                continue
+            w, c, produced = once(backend, ids, n)
+            if produced != b * n:
+                raise RuntimeError(f"{backend} produced {produced} tokens, expected {b * n}")
+            wall[backend].append(w)
+            cpu[backend].append(c)
     cells = []
-    for n in lengths:
-        for b in batches:
-            ids = sources[:b]
-            for backend in backends:  # per-shape warm-up (arena growth), except the one slow cell
-                if not (backend == "torch-nocache" and b * n * n > 32 * 32 * 32):
-                    once(backend, ids, n)
-            wall: dict[str, list[float]] = {k: [] for k in backends}
-            cpu: dict[str, list[float]] = {k: [] for k in backends}
-            for _ in range(repeats):  # backends interleaved, so drifting background load hits all alike
-                for backend in backends:
-                    if sum(wall[backend]) > max_seconds_per_cell:  # keep the shared machine usable
-                        continue
-                    w, c, produced = once(backend, ids, n)
-                    if produced != b * n:
-                        raise RuntimeError(f"{backend} produced {produced} tokens, expected {b * n}")
-                    wall[backend].append(w)
-                    cpu[backend].append(c)
-            for backend in backends:
-                best = min(wall[backend])  # the run least disturbed by other load
-                cell = {
-                    "backend": backend,
-                    **({"kv_cache": engines[backend].kv_cache} if backend in engines else {}),
-                    "batch": b,
-                    "output_len": n,
-                    "runs": len(wall[backend]),
-                    "seconds_best": round(best, 5),
-                    "seconds_median": round(statistics.median(wall[backend]), 5),
-                    "seconds_all": [round(x, 5) for x in wall[backend]],
-                    "ms_per_step": round(1000 * best / n, 3),  # per generated token of each sequence
-                    "tokens_per_s": round(b * n / best, 1),
-                    # CPU time of this process: less sensitive than wall time to other load on a shared machine
-                    "cpu_seconds_best": round(min(cpu[backend]), 5),
-                    "cpu_ms_per_step": round(1000 * min(cpu[backend]) / n, 3),
-                }
-                cells.append(cell)
-                log(
-                    f"[bench] {backend:14s} batch {b:3d} len {n:4d}: {cell['ms_per_step']:9.3f} ms/step "
-                    f"{cell['tokens_per_s']:10.1f} tok/s (cpu {cell['cpu_ms_per_step']:.3f} ms/step)"
-                )
+    for backend in backends:
+        best = min(wall[backend])  # the run least disturbed by other load
+        cell = {
+            "backend": backend,
+            **({"kv_cache": kv_caches[backend]} if backend in kv_caches else {}),
+            "batch": b,
+            "output_len": n,
+            "runs": len(wall[backend]),
+            "seconds_best": round(best, 5),
+            "seconds_median": round(statistics.median(wall[backend]), 5),
+            "seconds_all": [round(x, 5) for x in wall[backend]],
+            "ms_per_step": round(1000 * best / n, 3),  # per generated token of each sequence
+            "tokens_per_s": round(b * n / best, 1),
+            # CPU time of this process: less sensitive than wall time to other load on a shared machine
+            "cpu_seconds_best": round(min(cpu[backend]), 5),
+            "cpu_ms_per_step": round(1000 * min(cpu[backend]) / n, 3),
+        }
+        cells.append(cell)
+        log(
+            f"[bench] {backend:14s} batch {b:3d} len {n:4d}: {cell['ms_per_step']:9.3f} ms/step "
+            f"{cell['tokens_per_s']:10.1f} tok/s (cpu {cell['cpu_ms_per_step']:.3f} ms/step)"
+        )
+    return cells
+
+
+def bench_report(bundle, beam: int, cells: list[dict], lengths: list[int], batches: list[int]) -> dict:
+    """The report: the model, library versions, every cell, and each cell's tokens/s relative to each baseline."""
+    import onnxruntime
+    import torch
+
     ratios = []
     for n in lengths:
         for b in batches:
