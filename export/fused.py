@@ -114,118 +114,148 @@ class _Graph:
         return y
 
 
+class _DecoderV2Graph(_Graph):
+    """The v2 decoder of one model, built block by block: each method appends its nodes in the order they run
+    and returns the name of its output. `config` is bundle.json `config`; `state` maps training/model.py's
+    parameter names to numpy arrays."""
+
+    def __init__(self, config: dict, state: dict[str, np.ndarray]):
+        super().__init__()
+        self.config, self.state = config, state
+        self.d, self.h, self.n_layers = int(config["d_model"]), int(config["n_heads"]), int(config["n_decoder_layers"])
+        self.dh = self.d // self.h
+        self.pre = config.get("norm_placement", "pre") == "pre"
+        fold = _scale_folds(self.dh)
+        self.q_scale = np.float32(1.0 / math.sqrt(self.dh)) if fold else np.float32(1.0)  # into Q's weight and bias
+        self.attn_scale = 1.0 if fold else 1.0 / math.sqrt(self.dh)  # the attention operators' `scale`
+        self.self_past, self.cross_past = past_names(self.n_layers, SELF), past_names(self.n_layers, ENCODER)
+        self.self_present = present_names(self.n_layers, SELF)
+
+    def param_linear(self, x: str, prefix: str, name: str) -> str:
+        """The torch Linear `prefix` (its `.weight` and `.bias` in `state`) applied to x."""
+        return self.linear(x, self.state[f"{prefix}.weight"], self.state[f"{prefix}.bias"], name)
+
+    def embedding(self) -> str:
+        """token * sqrt(D) (folded into the table: the same float32 product) + position. [B, 1, D]"""
+        tokens = self.state["tgt_embed.tokens.weight"].astype(np.float32) * np.float32(math.sqrt(self.d))
+        if self.config.get("pos_encoding", "sinusoidal") == "learned":
+            positions = self.state["tgt_embed.positions.weight"].astype(np.float32)
+        else:
+            positions = sinusoidal_table(int(self.config["max_target_len"]) + 1, self.d)
+        (tok,) = self.node("Gather", [self.const("embed/tokens", tokens), INPUT_IDS], "embed/Tokens")
+        (pos,) = self.node("Gather", [self.const("embed/positions", positions), POSITION_IDS], "embed/Positions")
+        (x,) = self.node("Add", [tok, pos], "embed/Add")
+        return x
+
+    def decoder_layer(self, x: str, i: int) -> str:
+        x = self.residual(x, i, "self", self.self_attention)
+        x = self.residual(x, i, "cross", self.cross_attention)
+        return self.residual(x, i, "ffn", self.feed_forward)
+
+    def residual(self, x: str, i: int, sublayer: str, body) -> str:
+        """Residual around `body(h, i)`, sublayer "self", "cross" or "ffn" of layer i: pre-norm x + body(LN(x)),
+        post-norm LN(x + body(x))."""
+        norm, name = f"decoder_layers.{i}.{sublayer}_res.norm", f"layer{i}/{sublayer}"
+        inner = self.layer_norm(x, self.state, norm, f"{name}/LayerNorm") if self.pre else x
+        (y,) = self.node("Add", [x, body(inner, i)], f"{name}/Residual")
+        return y if self.pre else self.layer_norm(y, self.state, norm, f"{name}/LayerNorm")
+
+    def self_attention(self, h: str, i: int) -> str:
+        """One fused QKV projection [B, 1, 3D], GroupQueryAttention over layer i's in-place cache, the out projection."""
+        a, s = f"decoder_layers.{i}.self_attn", self.state
+        w = np.concatenate([s[f"{a}.q_proj.weight"] * self.q_scale, s[f"{a}.k_proj.weight"], s[f"{a}.v_proj.weight"]])
+        b = np.concatenate([s[f"{a}.q_proj.bias"] * self.q_scale, s[f"{a}.k_proj.bias"], s[f"{a}.v_proj.bias"]])
+        qkv = self.linear(h, w, b, f"layer{i}/self/qkv")
+        past, present = self.self_past[2 * i : 2 * i + 2], self.self_present[2 * i : 2 * i + 2]
+        self.nodes.append(
+            helper.make_node(
+                "GroupQueryAttention",
+                [qkv, "", "", *past, PAST_LENGTHS, TOTAL_SEQUENCE_LENGTH],
+                [f"layer{i}/self/attention", *present],
+                name=f"layer{i}/self/GroupQueryAttention",
+                domain=MS_DOMAIN,
+                num_heads=self.h,
+                kv_num_heads=self.h,
+                scale=self.attn_scale,
+            )
+        )
+        return self.param_linear(f"layer{i}/self/attention", f"{a}.out_proj", f"layer{i}/self/out")
+
+    def cross_attention(self, h: str, i: int) -> str:
+        """The Q projection, MultiHeadAttention over the encoder's K/V under `encoder_attention_bias`, the out projection."""
+        a, s = f"decoder_layers.{i}.cross_attn", self.state
+        q = self.linear(h, s[f"{a}.q_proj.weight"] * self.q_scale, s[f"{a}.q_proj.bias"] * self.q_scale, f"layer{i}/cross/q")
+        (c,) = self.node(
+            "MultiHeadAttention",
+            [q, *self.cross_past[2 * i : 2 * i + 2], "", "", ENCODER_ATTENTION_BIAS],
+            f"layer{i}/cross/MultiHeadAttention",
+            domain=MS_DOMAIN,
+            num_heads=self.h,
+            scale=self.attn_scale,
+        )
+        return self.param_linear(c, f"{a}.out_proj", f"layer{i}/cross/out")
+
+    def feed_forward(self, h: str, i: int) -> str:
+        p = f"decoder_layers.{i}.ffn"
+        up = self.param_linear(h, f"{p}.up", f"layer{i}/ffn/up")
+        if self.config.get("activation", "relu") == "gelu":
+            (act,) = self.node("Gelu", [up], f"layer{i}/ffn/Gelu", domain=MS_DOMAIN)  # exact (erf), as nn.GELU()
+        else:
+            (act,) = self.node("Relu", [up], f"layer{i}/ffn/Relu")
+        return self.param_linear(act, f"{p}.down", f"layer{i}/ffn/down")
+
+    def output(self, x: str, next_token: bool) -> None:
+        """The final LayerNormalization (pre-norm), `logits` [B, V] and, with `next_token`, its argmax [B]."""
+        if self.pre:
+            x = self.layer_norm(x, self.state, "decoder_norm", "final/LayerNorm")
+        lm_head = self.state["lm_head.weight"] if "lm_head.weight" in self.state else self.state["tgt_embed.tokens.weight"]
+        logits3 = self.linear(x, lm_head, None, "final/lm_head")  # [B, 1, V]
+        axis1 = self.const("final/axis1", np.array([1], np.int64))
+        self.nodes.append(helper.make_node("Squeeze", [logits3, axis1], [LOGITS], name="final/Squeeze"))
+        if next_token:
+            self.nodes.append(helper.make_node("ArgMax", [LOGITS], [NEXT_TOKEN], name="final/ArgMax", axis=-1, keepdims=0))
+
+    def io_types(self) -> dict[str, tuple[int, list]]:
+        """Element type and shape of every graph input and output, by name."""
+        kv = ["B", self.h, "Pmax", self.dh]
+        return {
+            INPUT_IDS: (TensorProto.INT64, ["B", 1]),
+            POSITION_IDS: (TensorProto.INT32, ["B", 1]),
+            PAST_LENGTHS: (TensorProto.INT32, ["B"]),
+            TOTAL_SEQUENCE_LENGTH: (TensorProto.INT32, [1]),
+            ENCODER_ATTENTION_BIAS: (TensorProto.FLOAT, ["B", 1, 1, "S"]),
+            LOGITS: (TensorProto.FLOAT, ["B", int(self.config["tgt_vocab_size"])]),
+            NEXT_TOKEN: (TensorProto.INT64, ["B"]),
+            **{name: (TensorProto.FLOAT, kv) for name in self.self_past + self.self_present},
+            **{name: (TensorProto.FLOAT, ["B", self.h, "S", self.dh]) for name in self.cross_past},
+        }
+
+    def model(self, next_token: bool) -> onnx.ModelProto:
+        """The checked model of the nodes appended so far, its io in `decoder_v2_io` order."""
+        names_in, names_out = decoder_v2_io(self.n_layers, next_token)
+        types = self.io_types()
+        graph = helper.make_graph(
+            self.nodes,
+            "decoder_v2",
+            [helper.make_tensor_value_info(name, *types[name]) for name in names_in],
+            [helper.make_tensor_value_info(name, *types[name]) for name in names_out],
+            self.inits,
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(MS_DOMAIN, 1)])
+        model.ir_version = MAX_IR_VERSION
+        onnx.checker.check_model(model)
+        return model
+
+
 def decoder_v2_model(config: dict, state: dict[str, np.ndarray], next_token: bool = True) -> onnx.ModelProto:
     """The v2 float32 decoder of the model `config` (bundle.json `config`) with weights `state`
     (numpy arrays under training/model.py's parameter names); io in `service.engine.names.decoder_v2_io`."""
-    d, h, n = int(config["d_model"]), int(config["n_heads"]), int(config["n_decoder_layers"])
-    dh = d // h
-    pre = config.get("norm_placement", "pre") == "pre"
-    fold = _scale_folds(dh)
-    q_scale = np.float32(1.0 / math.sqrt(dh)) if fold else np.float32(1.0)
-    attn_scale = 1.0 if fold else 1.0 / math.sqrt(dh)
-    g = _Graph()
-
-    # embedding: token * sqrt(D) (folded into the table: the same float32 product) + position
-    tokens = state["tgt_embed.tokens.weight"].astype(np.float32) * np.float32(math.sqrt(d))
-    if config.get("pos_encoding", "sinusoidal") == "learned":
-        positions = state["tgt_embed.positions.weight"].astype(np.float32)
-    else:
-        positions = sinusoidal_table(int(config["max_target_len"]) + 1, d)
-    (tok,) = g.node("Gather", [g.const("embed/tokens", tokens), INPUT_IDS], "embed/Tokens")
-    (pos,) = g.node("Gather", [g.const("embed/positions", positions), POSITION_IDS], "embed/Positions")
-    (x,) = g.node("Add", [tok, pos], "embed/Add")  # [B, 1, D]
-
-    def sublayer(x: str, norm_prefix: str, name: str, body) -> str:
-        """Residual around `body`: pre-norm x + body(LN(x)); post-norm LN(x + body(x))."""
-        inner = g.layer_norm(x, state, norm_prefix, f"{name}/LayerNorm") if pre else x
-        (y,) = g.node("Add", [x, body(inner)], f"{name}/Residual")
-        return y if pre else g.layer_norm(y, state, norm_prefix, f"{name}/LayerNorm")
-
-    self_past, cross_past = past_names(n, SELF), past_names(n, ENCODER)
-    self_present = present_names(n, SELF)
-    for i in range(n):
-        p = f"decoder_layers.{i}"
-
-        def self_attention(hx: str, i: int = i, p: str = p) -> str:
-            a = f"{p}.self_attn"
-            w = np.concatenate([state[f"{a}.q_proj.weight"] * q_scale, state[f"{a}.k_proj.weight"], state[f"{a}.v_proj.weight"]])
-            b = np.concatenate([state[f"{a}.q_proj.bias"] * q_scale, state[f"{a}.k_proj.bias"], state[f"{a}.v_proj.bias"]])
-            qkv = g.linear(hx, w, b, f"layer{i}/self/qkv")  # [B, 1, 3D]
-            g.nodes.append(
-                helper.make_node(
-                    "GroupQueryAttention",
-                    [qkv, "", "", self_past[2 * i], self_past[2 * i + 1], PAST_LENGTHS, TOTAL_SEQUENCE_LENGTH],
-                    [f"layer{i}/self/attention", self_present[2 * i], self_present[2 * i + 1]],
-                    name=f"layer{i}/self/GroupQueryAttention",
-                    domain=MS_DOMAIN,
-                    num_heads=h,
-                    kv_num_heads=h,
-                    scale=attn_scale,
-                )
-            )
-            return g.linear(
-                f"layer{i}/self/attention", state[f"{a}.out_proj.weight"], state[f"{a}.out_proj.bias"], f"layer{i}/self/out"
-            )
-
-        def cross_attention(hx: str, i: int = i, p: str = p) -> str:
-            a = f"{p}.cross_attn"
-            q = g.linear(hx, state[f"{a}.q_proj.weight"] * q_scale, state[f"{a}.q_proj.bias"] * q_scale, f"layer{i}/cross/q")
-            (c,) = g.node(
-                "MultiHeadAttention",
-                [q, cross_past[2 * i], cross_past[2 * i + 1], "", "", ENCODER_ATTENTION_BIAS],
-                f"layer{i}/cross/MultiHeadAttention",
-                domain=MS_DOMAIN,
-                num_heads=h,
-                scale=attn_scale,
-            )
-            return g.linear(c, state[f"{a}.out_proj.weight"], state[f"{a}.out_proj.bias"], f"layer{i}/cross/out")
-
-        def feed_forward(hx: str, i: int = i, p: str = p) -> str:
-            up = g.linear(hx, state[f"{p}.ffn.up.weight"], state[f"{p}.ffn.up.bias"], f"layer{i}/ffn/up")
-            if config.get("activation", "relu") == "gelu":
-                (act,) = g.node("Gelu", [up], f"layer{i}/ffn/Gelu", domain=MS_DOMAIN)  # exact (erf), as nn.GELU()
-            else:
-                (act,) = g.node("Relu", [up], f"layer{i}/ffn/Relu")
-            return g.linear(act, state[f"{p}.ffn.down.weight"], state[f"{p}.ffn.down.bias"], f"layer{i}/ffn/down")
-
-        x = sublayer(x, f"{p}.self_res.norm", f"layer{i}/self", self_attention)
-        x = sublayer(x, f"{p}.cross_res.norm", f"layer{i}/cross", cross_attention)
-        x = sublayer(x, f"{p}.ffn_res.norm", f"layer{i}/ffn", feed_forward)
-
-    if pre:
-        x = g.layer_norm(x, state, "decoder_norm", "final/LayerNorm")
-    lm_head = state["lm_head.weight"] if "lm_head.weight" in state else state["tgt_embed.tokens.weight"]
-    logits3 = g.linear(x, lm_head, None, "final/lm_head")  # [B, 1, V]
-    g.nodes.append(
-        helper.make_node("Squeeze", [logits3, g.const("final/axis1", np.array([1], np.int64))], [LOGITS], name="final/Squeeze")
-    )
-    if next_token:
-        g.nodes.append(helper.make_node("ArgMax", [LOGITS], [NEXT_TOKEN], name="final/ArgMax", axis=-1, keepdims=0))
-
-    names_in, names_out = decoder_v2_io(n, next_token)
-    kv = ["B", h, "Pmax", dh]
-    shapes = {
-        INPUT_IDS: (TensorProto.INT64, ["B", 1]),
-        POSITION_IDS: (TensorProto.INT32, ["B", 1]),
-        PAST_LENGTHS: (TensorProto.INT32, ["B"]),
-        TOTAL_SEQUENCE_LENGTH: (TensorProto.INT32, [1]),
-        ENCODER_ATTENTION_BIAS: (TensorProto.FLOAT, ["B", 1, 1, "S"]),
-        LOGITS: (TensorProto.FLOAT, ["B", int(config["tgt_vocab_size"])]),
-        NEXT_TOKEN: (TensorProto.INT64, ["B"]),
-        **{name: (TensorProto.FLOAT, kv) for name in self_past + self_present},
-        **{name: (TensorProto.FLOAT, ["B", h, "S", dh]) for name in cross_past},
-    }
-    graph = helper.make_graph(
-        g.nodes,
-        "decoder_v2",
-        [helper.make_tensor_value_info(name, *shapes[name]) for name in names_in],
-        [helper.make_tensor_value_info(name, *shapes[name]) for name in names_out],
-        g.inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(MS_DOMAIN, 1)])
-    model.ir_version = MAX_IR_VERSION
-    onnx.checker.check_model(model)
-    return model
+    g = _DecoderV2Graph(config, state)
+    x = g.embedding()  # [B, 1, D]
+    for i in range(g.n_layers):
+        x = g.decoder_layer(x, i)  # self-attention over the in-place cache, cross-attention, feed-forward
+    g.output(x, next_token)  # final norm, logits [B, V], next_token [B]
+    return g.model(next_token)
 
 
 def write_decoder_v2(config: dict, state: dict[str, np.ndarray], path: Path, next_token: bool = True) -> dict:
