@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from training.config import ConfigError, TrainConfig
+from training.config import ConfigError, ModelConfig, TrainConfig
 from training.data import Example, token_batches
 from training.decode import collate, evaluate_model
 from training.model import Transformer
@@ -201,38 +201,7 @@ def plot_curves(run_dir: Path) -> None:
     plt.close(fig)
 
 
-# ---- the loop ---------------------------------------------------------------------------
-def _truncate_log(path: Path, step: int) -> None:
-    """Drop lines logged after `step` (a run killed between checkpoints logged steps it will redo)."""
-    if path.exists():
-        lines = [line for line in path.read_text().splitlines() if line and json.loads(line)["step"] <= step]
-        path.write_text("".join(line + "\n" for line in lines))
-
-
-def _shared_tokenizers(cfg: TrainConfig, train_ex: list[Example], is_main: bool, world: int) -> tuple[Tokenizer, Tokenizer]:
-    """Rank 0 builds the tokenizers and sends them to the others, so every rank has the same ids."""
-    payload: list[str | None] = [None, None]
-    if is_main:
-        src = build_tokenizer((e.source for e in train_ex), cfg.src_tokenizer, cfg.lowercase_source, cfg.bpe_vocab_size)
-        tgt = build_tokenizer((t for e in train_ex for t in e.targets), cfg.tgt_tokenizer, False, cfg.bpe_vocab_size)
-        payload = [src.to_str(), tgt.to_str()]
-    if world > 1:
-        dist.broadcast_object_list(payload, src=0)
-    return Tokenizer.from_str(payload[0]), Tokenizer.from_str(payload[1])
-
-
-def _warn_unknown_dev_tokens(cfg: TrainConfig, src_tok: Tokenizer, tgt_tok: Tokenizer, dev_ex: list[Example]) -> None:
-    """A tokenizer that maps much of the dev set to <unk> dooms the run (exact match 0, silently): say so at the start."""
-    sides = (
-        ("source", "src_tokenizer", cfg.src_tokenizer, src_tok, [e.source for e in dev_ex]),
-        ("target", "tgt_tokenizer", cfg.tgt_tokenizer, tgt_tok, [t for e in dev_ex for t in e.targets]),
-    )
-    for side, key, kind, tok, texts in sides:
-        warning = unknown_tokens_warning(side, key, kind, *unknown_fraction(tok, texts), from_bundle=bool(cfg.init_from))
-        if warning:
-            print(f"\n{warning}\n", file=sys.stderr, flush=True)
-
-
+# ---- the pipeline ------------------------------------------------------------------------
 def train(cfg: TrainConfig, out_dir: Path, resume: bool = False, on_step: StepHook | None = None) -> dict:
     """Train into `out_dir` (or continue the run there with `resume`); returns the last dev metrics.
 
@@ -250,31 +219,82 @@ def train(cfg: TrainConfig, out_dir: Path, resume: bool = False, on_step: StepHo
 
 
 def _train(cfg, out_dir: Path, resume: bool, on_step, rank: int, world: int, device: torch.device) -> dict:
-    is_main = rank == 0
+    """The pipeline: set up (data, tokenizers, model, optimizer, resume state), loop, finish."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    ckpt = None
-    if resume:
-        if not (out_dir / "checkpoint.pt").is_file():
-            raise ConfigError(f"--resume: no checkpoint.pt in {out_dir}")
-        ckpt = torch.load(out_dir / "checkpoint.pt", map_location="cpu", weights_only=False)
-    elif (out_dir / "checkpoint.pt").exists():
-        raise ConfigError(f"{out_dir} already holds a run: pass --resume to continue it, or choose another --out")
-
+    ckpt = _load_checkpoint(out_dir, resume)
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
 
-    if ckpt is not None:
-        src_tok, tgt_tok = load_run_tokenizers(out_dir)
-    elif cfg.init_from:
-        src_tok, tgt_tok = bundle_tokenizers(cfg.init_from)
-    else:
-        src_tok, tgt_tok = None, None
+    src_tok, tgt_tok = _given_tokenizers(cfg, out_dir, ckpt)
     train_ex = training_examples(cfg, src_tok, tgt_tok)
     dev_ex = dev_examples(cfg)
     if src_tok is None or tgt_tok is None:
-        src_tok, tgt_tok = _shared_tokenizers(cfg, train_ex, is_main, world)
+        src_tok, tgt_tok = _shared_tokenizers(cfg, train_ex, rank == 0, world)
+    pairs, skipped, unknown = _encode_pairs(cfg, train_ex, src_tok, tgt_tok)
 
+    mcfg = cfg.model_config(src_tok.get_vocab_size(), tgt_tok.get_vocab_size())
+    model = _build_model(cfg, mcfg, device, warm_start=bool(cfg.init_from) and ckpt is None)
+    torch.manual_seed(cfg.seed + rank)  # but each rank its own dropout draws
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), weight_decay=cfg.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
+    run = _Run(cfg, out_dir, rank, world, device, src_tok, tgt_tok, dev_ex, mcfg, model, optimizer, scheduler)
+    if ckpt is not None:
+        _restore(run, ckpt)
+
+    if run.is_main:
+        _prepare_run_dir(run, resumed=ckpt is not None)
+        print(
+            f"[train] {len(pairs)} pairs ({skipped} too long, {unknown} with symbols outside the vocabulary: skipped), "
+            f"{len(dev_ex)} dev examples, "
+            f"{model.num_parameters() / 1e6:.2f}M parameters, world size {world}, device {device}"
+            + (f", resuming after step {run.step}" if ckpt is not None else "")
+            + (f", initialised from {cfg.init_from}" if cfg.init_from and ckpt is None else "")
+        )
+        _warn_unknown_dev_tokens(cfg, src_tok, tgt_tok, dev_ex)
+
+    last_metrics = _loop(run, pairs, on_step)
+    return _finish(run, last_metrics)
+
+
+# ---- set-up ------------------------------------------------------------------------------
+def _load_checkpoint(out_dir: Path, resume: bool) -> dict | None:
+    """checkpoint.pt to continue from with `resume`, else None; refuses to overwrite a run without it."""
+    if resume:
+        if not (out_dir / "checkpoint.pt").is_file():
+            raise ConfigError(f"--resume: no checkpoint.pt in {out_dir}")
+        return torch.load(out_dir / "checkpoint.pt", map_location="cpu", weights_only=False)
+    if (out_dir / "checkpoint.pt").exists():
+        raise ConfigError(f"{out_dir} already holds a run: pass --resume to continue it, or choose another --out")
+    return None
+
+
+def _given_tokenizers(cfg: TrainConfig, out_dir: Path, ckpt: dict | None) -> tuple[Tokenizer | None, Tokenizer | None]:
+    """The tokenizers a run must keep: the resumed run's, else --init-from's bundle's; (None, None) to build new ones."""
+    if ckpt is not None:
+        return load_run_tokenizers(out_dir)
+    if cfg.init_from:
+        return bundle_tokenizers(cfg.init_from)
+    return None, None
+
+
+def _shared_tokenizers(cfg: TrainConfig, train_ex: list[Example], is_main: bool, world: int) -> tuple[Tokenizer, Tokenizer]:
+    """Rank 0 builds the tokenizers and sends them to the others, so every rank has the same ids."""
+    payload: list[str | None] = [None, None]
+    if is_main:
+        src = build_tokenizer((e.source for e in train_ex), cfg.src_tokenizer, cfg.lowercase_source, cfg.bpe_vocab_size)
+        tgt = build_tokenizer((t for e in train_ex for t in e.targets), cfg.tgt_tokenizer, False, cfg.bpe_vocab_size)
+        payload = [src.to_str(), tgt.to_str()]
+    if world > 1:
+        dist.broadcast_object_list(payload, src=0)
+    return Tokenizer.from_str(payload[0]), Tokenizer.from_str(payload[1])
+
+
+def _encode_pairs(
+    cfg: TrainConfig, train_ex: list[Example], src_tok: Tokenizer, tgt_tok: Tokenizer
+) -> tuple[list[tuple[list[int], list[int]]], int, int]:
+    """(source ids, target ids) of every pair that fits the length limits, the number too long, and the
+    number with a target symbol the --init-from bundle's vocabulary lacks (both skipped)."""
     pairs: list[tuple[list[int], list[int]]] = []
     skipped, unknown = 0, 0
     for e in train_ex:
@@ -289,185 +309,280 @@ def _train(cfg, out_dir: Path, resume: bool, on_step, rank: int, world: int, dev
                 skipped += 1
     if not pairs:
         raise ConfigError("no training pair fits max_source_len/max_target_len")
+    return pairs, skipped, unknown
 
-    mcfg = cfg.model_config(src_tok.get_vocab_size(), tgt_tok.get_vocab_size())
-    model = Transformer(mcfg).to(device)  # same seed, same init on every rank
-    if cfg.init_from and ckpt is None:
+
+def _changed_keys(saved: dict, mcfg: ModelConfig) -> list[str]:
+    """The architecture keys (dropout aside) in which a saved model config differs from `mcfg`."""
+    return sorted(k for k, v in saved.items() if k != "dropout" and mcfg.to_dict().get(k) != v)
+
+
+def _build_model(cfg: TrainConfig, mcfg: ModelConfig, device: torch.device, warm_start: bool) -> Transformer:
+    """A fresh model (same seed, same init on every rank), or with `warm_start` the --init-from bundle's weights."""
+    model = Transformer(mcfg).to(device)
+    if warm_start:
         bundle_cfg, bundle_state = bundle_state_dict(cfg.init_from)
-        changed = sorted(k for k, v in bundle_cfg.items() if k != "dropout" and mcfg.to_dict().get(k) != v)
+        changed = _changed_keys(bundle_cfg, mcfg)
         if changed:
             raise ConfigError(f"--init-from: the bundle's model differs from the run's config in {changed}")
         model.load_state_dict(bundle_state)
-    torch.manual_seed(cfg.seed + rank)  # but each rank its own dropout draws
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), weight_decay=cfg.weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
-    step, epoch, batch_pos, best = 0, 0, 0, None
-    if ckpt is not None:
-        changed = sorted(k for k, v in ckpt["config"].items() if k != "dropout" and mcfg.to_dict().get(k) != v)
-        if changed:
-            raise ConfigError(f"--resume: the model in {out_dir} differs from the config in {changed}; they cannot change")
-        model.load_state_dict(ckpt["state_dict"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        scheduler.load_state_dict(ckpt["scheduler"])
-        step, epoch, batch_pos, best = ckpt["step"], ckpt["epoch"], ckpt["batch_pos"], ckpt.get("best")
-        if isinstance(best, int | float):  # a run saved when the score was the headline metric alone
-            best = [best, float("inf")]
-        per_rank = ckpt.get("rng_per_rank")
-        set_rng_state(per_rank[rank] if per_rank and len(per_rank) == world else ckpt["rng"], device)
+    return model
 
-    ddp_model = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
-    use_bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and bf16_accelerated(device))
 
-    if is_main:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        src_tok.save(str(out_dir / "src_tokenizer.json"))
-        tgt_tok.save(str(out_dir / "tgt_tokenizer.json"))
-        (out_dir / "config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")
-        if ckpt is not None:
-            _truncate_log(out_dir / "train_log.jsonl", step)
-            _truncate_log(out_dir / "metrics.jsonl", step)
-        print(
-            f"[train] {len(pairs)} pairs ({skipped} too long, {unknown} with symbols outside the vocabulary: skipped), "
-            f"{len(dev_ex)} dev examples, "
-            f"{model.num_parameters() / 1e6:.2f}M parameters, world size {world}, device {device}"
-            + (f", resuming after step {step}" if ckpt is not None else "")
-            + (f", initialised from {cfg.init_from}" if cfg.init_from and ckpt is None else "")
-        )
-        _warn_unknown_dev_tokens(cfg, src_tok, tgt_tok, dev_ex)
+@dataclass
+class _Run:
+    """One run's state: the parts the loop's steps share, and what checkpoint.pt saves for an exact resume."""
 
-    def save(name: str, rng_per_rank: list[dict] | None = None) -> None:
+    cfg: TrainConfig
+    out_dir: Path
+    rank: int
+    world: int
+    device: torch.device
+    src_tok: Tokenizer
+    tgt_tok: Tokenizer
+    dev_ex: list[Example]
+    mcfg: ModelConfig
+    model: Transformer
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    step: int = 0
+    epoch: int = 0
+    batch_pos: int = 0
+    best: list[float] | None = None  # dev_score of the best eval so far
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def save(self, name: str, rng_per_rank: list[dict] | None = None) -> None:
+        """Write out_dir/name atomically: model, optimizer, scheduler, data order, best score, RNG."""
         state = {
-            "config": mcfg.to_dict(),
-            "train_config": asdict(cfg),
-            "state_dict": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(),
-            "step": step,
-            "epoch": epoch,
-            "batch_pos": batch_pos,
-            "best": best,
-            "rng": rng_state(device),
+            "config": self.mcfg.to_dict(),
+            "train_config": asdict(self.cfg),
+            "state_dict": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "step": self.step,
+            "epoch": self.epoch,
+            "batch_pos": self.batch_pos,
+            "best": self.best,
+            "rng": rng_state(self.device),
             "rng_per_rank": rng_per_rank,
         }
-        tmp = out_dir / (name + ".tmp")
+        tmp = self.out_dir / (name + ".tmp")
         torch.save(state, tmp)
-        tmp.replace(out_dir / name)
+        tmp.replace(self.out_dir / name)
 
-    def checkpoint() -> None:
-        """Collective: every rank hands rank 0 its RNG state, rank 0 writes checkpoint.pt."""
-        states = [rng_state(device)]
-        if world > 1:
-            states = [None] * world
-            dist.all_gather_object(states, rng_state(device))
-        if is_main:
-            save("checkpoint.pt", states)
-            if cfg.average_last and step > cfg.max_steps - cfg.average_last * cfg.checkpoint_every:
-                snapshot_dir = out_dir / "averaging"
+    def checkpoint(self) -> None:
+        """Collective: every rank hands rank 0 its RNG state, rank 0 writes checkpoint.pt (and, near
+        the end, a weights snapshot in averaging/)."""
+        cfg = self.cfg
+        states = [rng_state(self.device)]
+        if self.world > 1:
+            states = [None] * self.world
+            dist.all_gather_object(states, rng_state(self.device))
+        if self.is_main:
+            self.save("checkpoint.pt", states)
+            if cfg.average_last and self.step > cfg.max_steps - cfg.average_last * cfg.checkpoint_every:
+                snapshot_dir = self.out_dir / "averaging"
                 snapshot_dir.mkdir(exist_ok=True)
-                torch.save(model.state_dict(), snapshot_dir / f"step-{step:07d}.pt")
+                torch.save(self.model.state_dict(), snapshot_dir / f"step-{self.step:07d}.pt")
 
-    def run_eval(**extra) -> tuple[dict, bool]:
+    def evaluate(self, **extra) -> tuple[dict, bool]:
         """Dev figures of the model as it is now, one metrics.jsonl line (with `extra`, e.g. the
         averaged steps); best.pt when they beat every earlier eval. -> (figures, became best)."""
-        nonlocal best
-        m = evaluate_model(model, src_tok, tgt_tok, dev_ex, cfg.task, cfg.eval_batch_size)
-        m = {"step": step, **extra, **{k: v for k, v in m.items() if k != "by_length"}}
+        cfg = self.cfg
+        m = evaluate_model(self.model, self.src_tok, self.tgt_tok, self.dev_ex, cfg.task, cfg.eval_batch_size)
+        m = {"step": self.step, **extra, **{k: v for k, v in m.items() if k != "by_length"}}
         score = dev_score(cfg.task, m)
-        with open(out_dir / "metrics.jsonl", "a") as f:
+        with open(self.out_dir / "metrics.jsonl", "a") as f:
             f.write(json.dumps(m) + "\n")
-        improved = best is None or score < best
+        improved = self.best is None or score < self.best
         if improved:
-            best = score
-            save("best.pt")
+            self.best = score
+            self.save("best.pt")
         return m, improved
 
+
+def _restore(run: _Run, ckpt: dict) -> None:
+    """Continue from checkpoint.pt: weights, optimizer, schedule, data order, best score and this rank's RNG."""
+    changed = _changed_keys(ckpt["config"], run.mcfg)
+    if changed:
+        raise ConfigError(f"--resume: the model in {run.out_dir} differs from the config in {changed}; they cannot change")
+    run.model.load_state_dict(ckpt["state_dict"])
+    run.optimizer.load_state_dict(ckpt["optimizer"])
+    run.scheduler.load_state_dict(ckpt["scheduler"])
+    run.step, run.epoch, run.batch_pos, run.best = ckpt["step"], ckpt["epoch"], ckpt["batch_pos"], ckpt.get("best")
+    if isinstance(run.best, int | float):  # a run saved when the score was the headline metric alone
+        run.best = [run.best, float("inf")]
+    per_rank = ckpt.get("rng_per_rank")
+    set_rng_state(per_rank[run.rank] if per_rank and len(per_rank) == run.world else ckpt["rng"], run.device)
+
+
+def _prepare_run_dir(run: _Run, resumed: bool) -> None:
+    """Rank 0: tokenizers and config.json into the run directory; on resume, drop log lines past the checkpoint."""
+    run.out_dir.mkdir(parents=True, exist_ok=True)
+    run.src_tok.save(str(run.out_dir / "src_tokenizer.json"))
+    run.tgt_tok.save(str(run.out_dir / "tgt_tokenizer.json"))
+    (run.out_dir / "config.json").write_text(json.dumps(asdict(run.cfg), indent=2) + "\n")
+    if resumed:
+        _truncate_log(run.out_dir / "train_log.jsonl", run.step)
+        _truncate_log(run.out_dir / "metrics.jsonl", run.step)
+
+
+def _truncate_log(path: Path, step: int) -> None:
+    """Drop lines logged after `step` (a run killed between checkpoints logged steps it will redo)."""
+    if path.exists():
+        lines = [line for line in path.read_text().splitlines() if line and json.loads(line)["step"] <= step]
+        path.write_text("".join(line + "\n" for line in lines))
+
+
+def _warn_unknown_dev_tokens(cfg: TrainConfig, src_tok: Tokenizer, tgt_tok: Tokenizer, dev_ex: list[Example]) -> None:
+    """A tokenizer that maps much of the dev set to <unk> dooms the run (exact match 0, silently): say so at the start."""
+    sides = (
+        ("source", "src_tokenizer", cfg.src_tokenizer, src_tok, [e.source for e in dev_ex]),
+        ("target", "tgt_tokenizer", cfg.tgt_tokenizer, tgt_tok, [t for e in dev_ex for t in e.targets]),
+    )
+    for side, key, kind, tok, texts in sides:
+        warning = unknown_tokens_warning(side, key, kind, *unknown_fraction(tok, texts), from_bundle=bool(cfg.init_from))
+        if warning:
+            print(f"\n{warning}\n", file=sys.stderr, flush=True)
+
+
+# ---- the loop ---------------------------------------------------------------------------
+def _loop(run: _Run, pairs: list[tuple[list[int], list[int]]], on_step: StepHook | None) -> dict:
+    """Optimizer steps until max_steps or max_minutes, with periodic logs, evals and checkpoints;
+    returns the last periodic eval's metrics ({} if none). On SIGINT/SIGTERM: saves checkpoint.pt
+    and raises StopRequested."""
+    cfg, world = run.cfg, run.world
+    ddp_model = torch.nn.parallel.DistributedDataParallel(run.model) if world > 1 else run.model
+    use_bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and bf16_accelerated(run.device))
     lengths = [len(t) + 1 for _, t in pairs]
     start_time = time.monotonic()
-    bar = tqdm(total=cfg.max_steps, initial=step, desc="train", disable=not is_main, dynamic_ncols=True)
+    bar = tqdm(total=cfg.max_steps, initial=run.step, desc="train", disable=not run.is_main, dynamic_ncols=True)
+    rate = _TokenRate()
     last_metrics: dict = {}
-    tokens_since, t_since = 0, time.monotonic()
-    model.train()
-    stop = step >= cfg.max_steps
+    run.model.train()
+    stop = run.step >= cfg.max_steps
     signalled = False
     with StopSignal() as stop_signal:
         while not stop:
-            batches = token_batches(lengths, cfg.max_tokens, cfg.seed, epoch)
+            batches = token_batches(lengths, cfg.max_tokens, cfg.seed, run.epoch)
             usable = len(batches) - len(batches) % world  # every rank takes the same number of steps
             if usable == 0:
                 raise ConfigError(f"{len(batches)} batch(es) per epoch cannot feed {world} ranks: lower max_tokens")
-            while batch_pos < usable:
-                batch = collate([pairs[i] for i in batches[batch_pos + rank]], device)
-                batch_pos += world
-                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
-                    logits = ddp_model(batch["src"], batch["src_mask"], batch["tgt_in"], batch["tgt_mask"])
-                    loss = F.cross_entropy(
-                        logits.float().reshape(-1, logits.shape[-1]),
-                        batch["labels"].reshape(-1),
-                        ignore_index=-100,
-                        label_smoothing=cfg.label_smoothing,
-                    )
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-                optimizer.step()
-                scheduler.step()
-                step += 1
+            while run.batch_pos < usable:
+                batch = collate([pairs[i] for i in batches[run.batch_pos + run.rank]], run.device)
+                run.batch_pos += world
+                loss = _train_step(run, ddp_model, batch, use_bf16)
                 if on_step is not None:
-                    on_step(step, loss.item(), model)
-                tokens_since += int(batch["tgt_mask"].sum()) * world
-                log_now = step % cfg.log_every == 0 or step == 1
-                logged_loss = loss.detach().clone()
-                if world > 1 and log_now:  # the log shows the mean over ranks
-                    dist.all_reduce(logged_loss)
-                    logged_loss /= world
-                if is_main:
-                    bar.update(1)
-                    if log_now:
-                        now = time.monotonic()
-                        tps = tokens_since / max(1e-9, now - t_since)
-                        tokens_since, t_since = 0, now
-                        lr = scheduler.get_last_lr()[0]
-                        bar.set_postfix(loss=f"{logged_loss.item():.3f}", lr=f"{lr:.2e}", tok_s=f"{tps:.0f}")
-                        with open(out_dir / "train_log.jsonl", "a") as f:
-                            record = {"step": step, "loss": logged_loss.item(), "lr": lr, "tokens_per_s": tps}
-                            f.write(json.dumps(record) + "\n")
-                    if step % cfg.eval_every == 0:
-                        last_metrics, _ = run_eval()
-                        bar.write(f"[eval] step {step}: {format_figures(last_metrics)}")
-                if step % cfg.checkpoint_every == 0:
-                    checkpoint()
+                    on_step(run.step, loss.item(), run.model)
+                rate.tokens += int(batch["tgt_mask"].sum()) * world
+                _log_step(run, loss, bar, rate)
+                if run.is_main and run.step % cfg.eval_every == 0:
+                    last_metrics, _ = run.evaluate()
+                    bar.write(f"[eval] step {run.step}: {format_figures(last_metrics)}")
+                if run.step % cfg.checkpoint_every == 0:
+                    run.checkpoint()
                 out_of_time = bool(cfg.max_minutes) and (time.monotonic() - start_time) / 60 >= cfg.max_minutes
-                halt = out_of_time or stop_signal.requested
-                if world > 1:  # every rank stops on the same step
-                    flag = torch.tensor([1 if halt else 0], device=device)
-                    dist.all_reduce(flag)
-                    halt = bool(flag.item())
-                if step >= cfg.max_steps or halt:
+                halt = _all_ranks_halt(run, out_of_time or stop_signal.requested)
+                if run.step >= cfg.max_steps or halt:
                     signalled = halt and not out_of_time
                     stop = True
                     break
             else:
-                epoch += 1
-                batch_pos = 0
+                run.epoch += 1
+                run.batch_pos = 0
         bar.close()
         if signalled:  # stop quickly: no final eval, just what --resume needs
-            checkpoint()
-            if is_main:
-                plot_curves(out_dir)
-            raise StopRequested(step)
-    if is_main and (not last_metrics or last_metrics.get("step") != step):
-        last_metrics, _ = run_eval()
-    checkpoint()
-    if is_main and cfg.average_last:
-        averaged = average_snapshots(model, out_dir, cfg.average_last)
+            run.checkpoint()
+            if run.is_main:
+                plot_curves(run.out_dir)
+            raise StopRequested(run.step)
+    return last_metrics
+
+
+def _train_step(run: _Run, ddp_model: torch.nn.Module, batch: dict, use_bf16: bool) -> torch.Tensor:
+    """One optimizer step on `batch` (forward under autocast, clipped backward, LR schedule); -> this rank's loss."""
+    with torch.autocast(run.device.type, dtype=torch.bfloat16, enabled=use_bf16):
+        logits = ddp_model(batch["src"], batch["src_mask"], batch["tgt_in"], batch["tgt_mask"])
+        loss = F.cross_entropy(
+            logits.float().reshape(-1, logits.shape[-1]),
+            batch["labels"].reshape(-1),
+            ignore_index=-100,
+            label_smoothing=run.cfg.label_smoothing,
+        )
+    run.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(run.model.parameters(), run.cfg.grad_clip)
+    run.optimizer.step()
+    run.scheduler.step()
+    run.step += 1
+    return loss
+
+
+@dataclass
+class _TokenRate:
+    """Target tokens (all ranks) since the last log line, and when that line was written."""
+
+    tokens: int = 0
+    since: float = field(default_factory=time.monotonic)
+
+    def per_second(self) -> float:
+        """Tokens per second since the last call (or creation); starts the next interval."""
+        now = time.monotonic()
+        tps = self.tokens / max(1e-9, now - self.since)
+        self.tokens, self.since = 0, now
+        return tps
+
+
+def _log_step(run: _Run, loss: torch.Tensor, bar: tqdm, rate: _TokenRate) -> None:
+    """Collective on log steps (every log_every and the first): the loss, averaged over ranks, the LR and
+    tokens/s go to the progress bar and train_log.jsonl on rank 0, which also advances the bar every step."""
+    log_now = run.step % run.cfg.log_every == 0 or run.step == 1
+    logged_loss = loss.detach().clone()
+    if run.world > 1 and log_now:  # the log shows the mean over ranks
+        dist.all_reduce(logged_loss)
+        logged_loss /= run.world
+    if not run.is_main:
+        return
+    bar.update(1)
+    if log_now:
+        tps = rate.per_second()
+        lr = run.scheduler.get_last_lr()[0]
+        bar.set_postfix(loss=f"{logged_loss.item():.3f}", lr=f"{lr:.2e}", tok_s=f"{tps:.0f}")
+        with open(run.out_dir / "train_log.jsonl", "a") as f:
+            record = {"step": run.step, "loss": logged_loss.item(), "lr": lr, "tokens_per_s": tps}
+            f.write(json.dumps(record) + "\n")
+
+
+def _all_ranks_halt(run: _Run, halt: bool) -> bool:
+    """Whether any rank wants to stop (time limit or signal), so every rank stops on the same step."""
+    if run.world == 1:
+        return halt
+    flag = torch.tensor([1 if halt else 0], device=run.device)
+    dist.all_reduce(flag)
+    return bool(flag.item())
+
+
+# ---- finish -----------------------------------------------------------------------------
+def _finish(run: _Run, last_metrics: dict) -> dict:
+    """After the last step: a final eval (unless that step was just evaluated), checkpoint.pt, the mean
+    of the last checkpoints when it decodes better, curves.png; -> the last dev metrics."""
+    cfg = run.cfg
+    if run.is_main and (not last_metrics or last_metrics.get("step") != run.step):
+        last_metrics, _ = run.evaluate()
+    run.checkpoint()
+    if run.is_main and cfg.average_last:
+        averaged = average_snapshots(run.model, run.out_dir, cfg.average_last)
         if averaged is not None:  # a mean of weights is only kept if it decodes better
-            m, improved = run_eval(averaged_steps=averaged)
+            m, improved = run.evaluate(averaged_steps=averaged)
             print(f"[train] mean of the checkpoints at steps {averaged}: {format_figures(m)}")
             if improved:
                 last_metrics = m
-    if is_main:
-        plot_curves(out_dir)
-        print(f"[train] done at step {step}: {format_figures(last_metrics)}")
-    if world > 1:
+    if run.is_main:
+        plot_curves(run.out_dir)
+        print(f"[train] done at step {run.step}: {format_figures(last_metrics)}")
+    if run.world > 1:
         dist.barrier()
     return last_metrics
