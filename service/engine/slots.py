@@ -135,15 +135,9 @@ class SlotBatch:
             ids = np.full((capacity, 1), e.bos_id, np.int64)
             positions = np.zeros((capacity, 1), np.int32)
             live = np.zeros((capacity, 1), np.int32)
-            source_lens = np.zeros(capacity, np.int64)
             if self.capacity:
-                ids[:n], positions[:n], live[:n], source_lens[:n] = (
-                    self.input_ids[:n],
-                    self.positions[:n],
-                    self.live[:n],
-                    self.source_lens[:n],
-                )
-            self.input_ids, self.positions, self.live, self.source_lens = ids, positions, live, source_lens
+                ids[:n], positions[:n], live[:n] = self.input_ids[:n], self.positions[:n], self.live[:n]
+            self.input_ids, self.positions, self.live = ids, positions, live
             self.logits = np.zeros((capacity, e.vocab_size), np.float32)
             self.next_token = np.zeros(capacity, np.int64)
         self.capacity, self.width = capacity, width
@@ -192,20 +186,10 @@ class SlotBatch:
         batch grows."""
         return self.cache
 
-    @property
-    def cache_bytes(self) -> int:
-        """Bytes of the self-attention buffers (allocated capacity)."""
-        e = self.layout
-        return 2 * e.n_layers * self.capacity * e.n_heads * self.max_len * e.head_dim * np.dtype(e.kv_dtype).itemsize
-
     # ---- rows -----------------------------------------------------------------------------
     @property
     def rows(self) -> list[Row | None]:
         return self.state.rows
-
-    @property
-    def generations(self) -> list[Generation]:
-        return list(dict.fromkeys(r.generation for r in self.rows if r is not None))
 
     def __len__(self) -> int:
         return self.n_live
@@ -258,7 +242,6 @@ class SlotBatch:
         self.input_ids[i, 0] = self.layout.bos_id
         self.positions[i, 0] = 0
         self.live[i, 0] = 1
-        self.source_lens[i] = s
         self.n_live += 1
 
     def free(self, rows: list[Row]) -> None:
