@@ -117,19 +117,64 @@ def build(
 
     decoder.onnx and decoder.explain.onnx keep their weights in one file, decoder.onnx.data:
     the explain graph is a second trace of the same decoder, so this halves the decoder's disk size."""
-    from export.verify import default_corpus, fp16_check, make_parity_corpus, run_parity
-
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     if (out_dir.exists() and any(out_dir.iterdir())) and not (out_dir / BUNDLE_JSON).is_file():
         raise BuildError(f"{out_dir} exists and is not a bundle: choose an empty or new --out")
     t_start = time.perf_counter()
-    outer_log = log
-
-    def log(msg: str) -> None:  # every line says how long the build has run: where the time goes
-        outer_log(f"{time.perf_counter() - t_start:6.1f}s {msg}")
-
+    log = elapsed_log(log, t_start)
     model = load_model(run_dir)
     src_tok, tgt_tok = load_run_tokenizers(run_dir)
+    train_cfg, sources = build_inputs(run_dir, dataset, parity_limit)
+    cfg = model.cfg
+    work = out_dir.with_name(out_dir.name + ".partial")
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+
+    log(f"[export] graphs (opset {OPSET}) from {run_dir}")
+    pairs, calibration = export_graphs(model, work, src_tok, tgt_tok, train_cfg, fp16, log)
+    length_bound = learned_length_bound(train_cfg, src_tok, tgt_tok, cfg.max_source_len, cfg.max_target_len)
+    log(f"[export] length bound from the training targets: {length_bound['by_source_len'][:16]}... + {LENGTH_MARGIN}")
+    write_parity_corpus(model, work, src_tok, sources, length_bound, log)
+    model_id = model_id or out_dir.resolve().name
+    meta = bundle_meta(model, work, model_id, calibration, length_bound, train_cfg, word_level_source, fp16)
+    if lexicon:
+        meta = with_fields_after(
+            meta,
+            "word_level_source",
+            {"lexicon": write_lexicon(work, meta["dataset"], meta["strip_stress"], src_tok, tgt_tok, log)},
+        )
+    log("[export] v2 decoders (fused, in-place cache) for the int8 and fp16 variants")
+    state = {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
+    meta = add_v2_to_bundle(work, meta, state, src_tok, tgt_tok, pairs, log)
+    add_explain_sharing_weights(model, work, meta, log)
+    write_manifest(work, meta)
+
+    f16 = check_fp16(work, meta, threads, log)
+    report = parity_suite(work, model, f16, threads, log)
+    meta, default_cpu = apply_int8_gate(work, meta, report, train_cfg, eval_limit, threads, log)
+    load_bundle(work)  # the service's own loader must accept what we wrote
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    work.rename(out_dir)
+    log(f"[export] bundle written to {out_dir} in {time.perf_counter() - t_start:.0f} s (default cpu variant: {default_cpu})")
+    return meta
+
+
+def elapsed_log(log, t_start: float):
+    """`log` with how long the build has run before every line: where the time goes."""
+
+    def timed(msg: str) -> None:
+        log(f"{time.perf_counter() - t_start:6.1f}s {msg}")
+
+    return timed
+
+
+def build_inputs(run_dir: Path, dataset: str | None, parity_limit: int) -> tuple[dict, list]:
+    """The run's task settings (`dataset` overriding its dataset) and the parity corpus's inputs; a dataset
+    that gives too few inputs stops the build before anything is written."""
+    from export.verify import default_corpus
+
     train_cfg = run_task(run_dir)
     if dataset:
         train_cfg["dataset"] = dataset
@@ -139,35 +184,44 @@ def build(
             f"dataset {train_cfg.get('dataset')!r} gives {len(sources)} inputs for the parity corpus (need 200): "
             "is it installed/readable here? pass --dataset"
         )
-    cfg = model.cfg
-    work = out_dir.with_name(out_dir.name + ".partial")
-    if work.exists():
-        shutil.rmtree(work)
-    work.mkdir(parents=True)
+    return train_cfg, sources
 
-    log(f"[export] graphs (opset {OPSET}) from {run_dir}")
+
+def export_graphs(model, work: Path, src_tok, tgt_tok, train_cfg: dict, fp16: bool, log) -> tuple[list, dict]:
+    """The fp32 graphs, int8 calibrated on the training pairs, fp16 (unless left out) and the tokenizers;
+    returns the calibration pairs and the int8 calibration record."""
     export_encoder(model, work / VARIANT_FILES["fp32"]["encoder"])
     export_decoder(model, work / VARIANT_FILES["fp32"]["decoder"])
     pairs = training_pairs(train_cfg["dataset"], bool(train_cfg.get("strip_stress", False)))
     log(f"[export] int8 graphs, activation scales calibrated on {len(pairs)} training pairs")
-    calibration = write_int8(work, VARIANT_FILES["fp32"], VARIANT_FILES["int8"], src_tok, tgt_tok, cfg.to_dict(), pairs, log)
+    config = model.cfg.to_dict()
+    calibration = write_int8(work, VARIANT_FILES["fp32"], VARIANT_FILES["int8"], src_tok, tgt_tok, config, pairs, log)
     if fp16:
         for graph in ("encoder", "decoder"):
             convert_fp16(work / VARIANT_FILES["fp32"][graph], work / VARIANT_FILES["fp16"][graph])
     src_tok.save(str(work / TOKENIZERS["source"]))
     tgt_tok.save(str(work / TOKENIZERS["target"]))
+    return pairs, calibration
 
-    length_bound = learned_length_bound(train_cfg, src_tok, tgt_tok, cfg.max_source_len, cfg.max_target_len)
-    log(f"[export] length bound from the training targets: {length_bound['by_source_len'][:16]}... + {LENGTH_MARGIN}")
-    bound = functools.partial(bounded_length, length_bound, cfg.max_target_len)
 
+def write_parity_corpus(model, work: Path, src_tok, sources: list, length_bound: dict, log) -> None:
+    """PyTorch's outputs for the parity inputs, each stopped at the learned length bound: what verify.py compares to."""
+    from export.verify import make_parity_corpus
+
+    bound = functools.partial(bounded_length, length_bound, model.cfg.max_target_len)
     log(f"[export] PyTorch reference outputs for the parity corpus ({len(sources)} inputs)")
     corpus = make_parity_corpus(model, src_tok, sources, bound)
     (work / PARITY_CORPUS).write_text(json.dumps(corpus) + "\n")
 
+
+def bundle_meta(
+    model, work: Path, model_id: str, calibration: dict, length_bound: dict, train_cfg: dict, word_level_source, fp16: bool
+) -> dict:
+    """bundle.json before the checks: the model, its graphs' I/O, the v1 variants, the task; parity and eval empty."""
+    cfg = model.cfg
     meta = {
         "format_version": FORMAT_VERSION,
-        "model_id": model_id or out_dir.resolve().name,
+        "model_id": model_id,
         "config": cfg.to_dict(),
         "special_ids": {"pad": cfg.pad_id, "bos": cfg.bos_id, "eos": cfg.eos_id, "unk": cfg.unk_id},
         "max_source_len": cfg.max_source_len,
@@ -203,15 +257,11 @@ def build(
     if not fp16:
         del meta["variants"]["fp16"]
         meta["omitted_variants"] = {"fp16": "left out at build time (--no-fp16): a smaller, CPU-first bundle"}
-    if lexicon:
-        meta = with_fields_after(
-            meta,
-            "word_level_source",
-            {"lexicon": write_lexicon(work, meta["dataset"], meta["strip_stress"], src_tok, tgt_tok, log)},
-        )
-    log("[export] v2 decoders (fused, in-place cache) for the int8 and fp16 variants")
-    state = {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
-    meta = add_v2_to_bundle(work, meta, state, src_tok, tgt_tok, pairs, log)
+    return meta
+
+
+def add_explain_sharing_weights(model, work: Path, meta: dict, log) -> None:
+    """decoder.explain.onnx, its weights moved with decoder.onnx's into one shared file (recorded in `meta`)."""
     log("[export] decoder.explain.onnx (cross-attention outputs for POST /explain)")
     add_explain_graph(model, work, meta, VARIANT_FILES["fp32"]["encoder"])
     shared = share_initializers(
@@ -221,7 +271,11 @@ def build(
         SHARED_DECODER_WEIGHTS: {"graphs": [VARIANT_FILES["fp32"]["decoder"], meta["explain"]["decoder"]], **shared}
     }
     log(f"[export] {SHARED_DECODER_WEIGHTS}: {shared['tensors']} weights shared by decoder.onnx and decoder.explain.onnx")
-    write_manifest(work, meta)
+
+
+def check_fp16(work: Path, meta: dict, threads: int | None, log) -> dict:
+    """fp16 against fp32; a variant that fails is dropped from the bundle (and `meta`), not shipped."""
+    from export.verify import fp16_check
 
     f16 = fp16_check(load_bundle(work), threads) if "fp16" in meta["variants"] else {"ok": True}
     if not f16["ok"]:
@@ -232,6 +286,12 @@ def build(
             (work / f).unlink()
         del meta["variants"]["fp16"]
         write_manifest(work, meta)
+    return f16
+
+
+def parity_suite(work: Path, model, f16: dict, threads: int | None, log) -> dict:
+    """verify.py's parity suite, its figures recorded in bundle.json; any failure stops the build."""
+    from export.verify import run_parity
 
     log("[export] parity suite")
     report = run_parity(work, model=model, threads=threads, log=log)
@@ -240,7 +300,14 @@ def build(
     update_manifest(work, parity=report["figures"])
     if report["failures"]:
         raise BuildError(f"parity failed ({work} kept for inspection): " + "; ".join(report["failures"]))
+    return report
 
+
+def apply_int8_gate(
+    work: Path, meta: dict, report: dict, train_cfg: dict, eval_limit: int, threads: int | None, log
+) -> tuple[dict, str]:
+    """The dev evaluation and the int8 gate, written into bundle.json with the default variants they choose;
+    returns the new bundle.json and the CPU default."""
     log(f"[export] dev evaluation of fp32 and int8 (limit {eval_limit}) and the int8 speed gate")
     gate = int8_gate(work, train_cfg, eval_limit, threads, log)
     default_cpu = "int8" if gate["int8_is_cpu_default"] else "fp32"
@@ -255,12 +322,7 @@ def build(
             "int8": {**meta["variants"]["int8"], "eval": {"dev": gate["int8_dev"]}, "speed": gate["speed"]},
         },
     )
-    load_bundle(work)  # the service's own loader must accept what we wrote
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    work.rename(out_dir)
-    log(f"[export] bundle written to {out_dir} in {time.perf_counter() - t_start:.0f} s (default cpu variant: {default_cpu})")
-    return meta
+    return meta, default_cpu
 
 
 def requantize(
