@@ -259,6 +259,11 @@ def test_a_bundle_without_the_word_level_flag_reads_its_input_whole(tiny_bundle_
         r = httpx.post(s.url + "/generate", json={"inputs": "hello world"}, timeout=30)
         assert r.status_code == 422 and "' '" in r.json()["error"]  # a space is still a character it cannot read
         assert httpx.get(s.url + "/info", timeout=10).json()["word_level_source"] is False
+        too_long = httpx.post(s.url + "/generate", json={"inputs": "a" * 60}, timeout=30)
+        assert too_long.status_code == 422, too_long.text
+        assert "60 tokens long" in too_long.json()["error"] and "parameters.truncate" in too_long.json()["error"]
+        cut = httpx.post(s.url + "/generate", json={"inputs": "a" * 60, "parameters": {"truncate": 48}}, timeout=30)
+        assert cut.status_code == 200, cut.text  # the way out the message names works
         answer = generate(s.url, "cat")
         assert answer["details"]["words"] is None and answer["details"]["source"] == "model"
         same = generate(word_level.url, "cat")

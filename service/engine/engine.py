@@ -172,6 +172,14 @@ class Engine:
     # ---- text -------------------------------------------------------------------------
     def encode_text(self, text: str) -> list[int]:
         """Source ids for `text`; InputError if empty, too long, or holding characters the model cannot read."""
+        ids = self.tokenize_text(text)
+        if len(ids) > self.max_source_len:
+            raise InputError(f"input is {len(ids)} tokens long; this model reads at most {self.max_source_len}")
+        return ids
+
+    def tokenize_text(self, text: str) -> list[int]:
+        """Source ids for `text` of any length (the request layer applies the server's length limit, with its
+        `truncate` hint); InputError if empty or holding characters the model cannot read."""
         if not isinstance(text, str) or not text.strip():
             raise InputError("input text is empty")
         enc = self.src_tokenizer.encode(text, add_special_tokens=False)
@@ -181,8 +189,6 @@ class Engine:
             raise InputError(f"input contains text this model cannot read: {shown}; remove or replace it")
         if not enc.ids:
             raise InputError("input text has no tokens this model can read")
-        if len(enc.ids) > self.max_source_len:
-            raise InputError(f"input is {len(enc.ids)} tokens long; this model reads at most {self.max_source_len}")
         return list(enc.ids)
 
     def decode_ids(self, ids: SequenceABC[int]) -> str:

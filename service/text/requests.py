@@ -263,7 +263,7 @@ class TextFrontEnd:
             try:
                 if truncate is not None:
                     text = self.keep_last_tokens(text, truncate)
-                units = [Unit(text, None, self.engine.encode_text(text), [])]
+                units = [Unit(text, None, self.engine.tokenize_text(text), [])]
             except InputError as e:
                 raise InvalidRequest(str(e), field="inputs") from None
         for u in units:
