@@ -33,12 +33,17 @@ DEFAULT_META = json.loads((DEFAULT_BUNDLE / "bundle.json").read_text())
 #   summation order, not the arithmetic, changes with the batch; each op rounds a few ulps apart and
 #   that compounds over 6 layers. Measured on the default model's 2,000 words (AMD EPYC, AVX2):
 #   at most 2.2e-6 relative (22 ulps, 1.05e-5 absolute on logits up to 8.1), 80% of rows not bitwise.
-#   Small enough that greedy and seeded ids still agree on every word; a near-tie could flip.
+#   Small enough that greedy and seeded ids agree on nearly every word, but a near-tie can flip: on the
+#   second training cycle's weights, 1 pseudo-word of 500 ('qlhyqbxmzlkzqah', greedy, batched) took
+#   another token at a step where its logits were still within this bound of alone's. So on a float
+#   variant ids may differ (at most FLOAT_FLIPS of the words), and logits are compared up to and
+#   including each row's first differing step, the last step whose context is the same both ways.
 #   The tiny bundle: at most 8.7e-7.
 # - fp16 2^-9 (2 half-precision ulps at the row's largest logit): the tiny bundle's CUDA variant, which
 #   the CPU provider runs too. The same reordering as fp32, rounded to 11 significant bits: measured
 #   one fp16 ulp (3.9e-3 on logits of 4-8, 8.1e-4 relative) on the tiny bundle's 240 words.
 LOGIT_RTOL = {"int8": 0.0, "fp32": 1e-5, "fp16": 2**-9}
+FLOAT_FLIPS = 0.01  # share of words whose ids may differ on a variant with LOGIT_RTOL > 0 (near-ties)
 
 
 def _cases(n: int) -> dict[str, list[DecodingOptions]]:
@@ -65,9 +70,24 @@ def _assert_compositions_agree(engine: Engine, words: list[str]) -> None:
             ids = runs[mode].token_ids
             differing = [w for w, a, b in zip(words, alone.token_ids, ids) if a != b]
             where = f"{engine.variant} {case} {mode}"
-            assert not differing, f"{where}: {len(differing)} of {len(words)} answers differ from alone, e.g. {differing[:5]}"
-            worst_abs, worst_rel = logit_diff(alone.logits, runs[mode].logits)
+            allowed = int(FLOAT_FLIPS * len(words)) if rtol > 0 else 0  # int8: none, its logits are bitwise equal
+            assert len(differing) <= allowed, (
+                f"{where}: {len(differing)} of {len(words)} answers differ from alone, e.g. {differing[:5]}"
+            )
+            same_context = [_same_context_steps(a, b) for a, b in zip(alone.token_ids, ids)]
+            worst_abs, worst_rel = logit_diff(
+                [x[:n] for x, n in zip(alone.logits, same_context)], [y[:n] for y, n in zip(runs[mode].logits, same_context)]
+            )
             assert worst_rel <= rtol, f"{where}: logits {worst_rel:.3g} x max|logit| apart ({worst_abs:.3g})"
+
+
+def _same_context_steps(a: list[int], b: list[int]) -> int:
+    """Steps at which two decodings of one request saw the same tokens: up to and including the first step
+    where their ids differ (its logits came from the same context), or every step where none differ."""
+    for step, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return step + 1
+    return min(len(a), len(b)) + 1 if len(a) != len(b) else 10**9  # one ended first: its end-of-sequence step
 
 
 def _check(bundle_dir, encoder: str, decoder: str, rows: int = 256, in_place: bool = False) -> dict:
