@@ -34,8 +34,8 @@ DEFAULT_META = json.loads((DEFAULT_BUNDLE / "bundle.json").read_text())
 #   that compounds over 6 layers. Measured on the default model's 2,000 words (AMD EPYC, AVX2):
 #   at most 2.2e-6 relative (22 ulps, 1.05e-5 absolute on logits up to 8.1), 80% of rows not bitwise.
 #   Small enough that greedy and seeded ids agree on nearly every word, but a near-tie can flip: on the
-#   second training cycle's weights, 1 pseudo-word of 500 ('qlhyqbxmzlkzqah', greedy, batched) took
-#   another token at a step where its logits were still within this bound of alone's. So on a float
+#   default model's weights, 1 pseudo-word of 500 ('qlhyqbxmzlkzqah', greedy, batched) takes another
+#   token at a step where its logits are still within this bound of alone's. So on a float
 #   variant ids may differ (at most FLOAT_FLIPS of the words), and logits are compared up to and
 #   including each row's first differing step, the last step whose context is the same both ways.
 #   The tiny bundle: at most 8.7e-7.
@@ -81,13 +81,13 @@ def _assert_compositions_agree(engine: Engine, words: list[str]) -> None:
             assert worst_rel <= rtol, f"{where}: logits {worst_rel:.3g} x max|logit| apart ({worst_abs:.3g})"
 
 
-def _same_context_steps(a: list[int], b: list[int]) -> int:
+def _same_context_steps(a: list[int], b: list[int]) -> int | None:
     """Steps at which two decodings of one request saw the same tokens: up to and including the first step
-    where their ids differ (its logits came from the same context), or every step where none differ."""
-    for step, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return step + 1
-    return min(len(a), len(b)) + 1 if len(a) != len(b) else 10**9  # one ended first: its end-of-sequence step
+    where their ids differ (its logits came from the same context); None (every step) where none differ."""
+    if a == b:
+        return None
+    first = next((step for step, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    return first + 1  # where one ended first, `first` is its end-of-sequence step
 
 
 def _check(bundle_dir, encoder: str, decoder: str, rows: int = 256, in_place: bool = False) -> dict:
