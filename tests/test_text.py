@@ -114,12 +114,14 @@ def test_limits_are_stated_and_overridable():
         split_words(" ... !")
 
 
-def test_a_character_the_model_cannot_read_is_named(reader):
-    with pytest.raises(TextError, match="cannot read: '日', '本'") as info:
-        reader.words("hello 日本")
-    assert "\n" not in str(info.value)
-    with pytest.raises(TextError, match="cannot read: '😀'"):
-        reader.words("hello 😀")
+def test_a_character_the_model_cannot_read_is_skipped_and_named(reader):
+    reading = reader.read("hello 日本")
+    assert [w.text for w in reading.words] == ["hello"]
+    assert [(k.start, k.end, k.text) for k in reading.skipped] == [(6, 8, "日本")]
+    assert [k.text for k in reader.read("hello 😀").skipped] == ["😀"]
+    with pytest.raises(TextError, match="no words to read") as info:
+        reader.words("日本 😀")  # nothing readable is left: refused, naming what was skipped
+    assert "'日本'" in str(info.value) and "\n" not in str(info.value)
     assert [w.text for w in reader.words("Naïve, I have 2 cats.")] == ["naive", "i", "have", "two", "cats"]
 
 

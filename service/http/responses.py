@@ -21,6 +21,7 @@ from service.http.schemas import (
     ErrorResponse,
     GenerateResponse,
     PrefillToken,
+    TextWarning,
     Token,
     WordAlternative,
     WordDetails,
@@ -121,6 +122,7 @@ def generate_response(job: TextRequest) -> GenerateResponse:
         score=score,
         source=source,
         words=word_details(job, [answers for answers, _ in answered]) if job.reader is not None else None,
+        warnings=warnings(job),
     )
     return GenerateResponse(generated_text=text, details=details)
 
@@ -145,6 +147,14 @@ def word_details(job: TextRequest, answered: list[list[Answer]]) -> list[WordDet
             )
         )
     return out
+
+
+def warnings(job: TextRequest) -> list[TextWarning] | None:
+    """The characters of running text that were skipped; null when none were (or the bundle reads inputs whole), so
+    an answer with nothing skipped is unchanged."""
+    if not job.skipped:
+        return None
+    return [TextWarning(start=s.start, end=s.end, text=s.text, message=s.message) for s in job.skipped]
 
 
 def timing_headers(timings: dict[str, float], n_tokens: int) -> dict[str, str]:
@@ -212,6 +222,8 @@ async def sse_events(job: TextRequest, route: str, metrics: ServiceMetrics, keep
                         "seed": job.seed,
                         "input_length": job.input_length,
                     }
+                    if job.skipped:
+                        event["details"]["warnings"] = [w.model_dump() for w in warnings(job)]
                 outcome = "success"
                 metrics.request_duration.observe(time.perf_counter() - job.t_arrival)
             gathered.append(b"data:" + _json(event) + b"\n\n")

@@ -155,6 +155,15 @@ class WordDetails(BaseModel):
     alternatives: list[WordAlternative] | None = Field(None, description="With best_of: its other answers, best first.")
 
 
+class TextWarning(BaseModel):
+    """Characters of running text that were not read (an emoji, a letter of another script, a symbol nobody says)."""
+
+    start: int = Field(..., description="Where in `inputs`: inputs[start:end].")
+    end: int
+    text: str = Field(..., description="The characters skipped.", examples=["\U0001f600"])
+    message: str = Field(..., description="What was skipped and why.")
+
+
 class Details(BaseModel):
     finish_reason: FinishReason = Field(..., description="Why generation stopped.")
     generated_tokens: int = Field(..., description="Tokens generated, the end-of-sequence token included.")
@@ -175,6 +184,9 @@ class Details(BaseModel):
     words: list[WordDetails] | None = Field(
         None, description="Extension, word-level bundles: per word of the input, as read, its answer and source."
     )
+    warnings: list[TextWarning] | None = Field(
+        None, description="Extension, word-level bundles: characters of the input that were skipped, with offsets (null: none)."
+    )
 
 
 class GenerateResponse(BaseModel):
@@ -187,6 +199,9 @@ class StreamDetails(BaseModel):
     generated_tokens: int
     seed: int | None = None
     input_length: int = Field(..., description="Input length in source tokens.")
+    warnings: list[TextWarning] | None = Field(
+        None, description="Extension, word-level bundles: characters of the input that were skipped, with offsets (null: none)."
+    )
 
 
 class StreamResponse(BaseModel):

@@ -1,28 +1,39 @@
 """Running text -> the words a word-level model reads (no torch).
 
 A bundle whose `bundle.json` says `"word_level_source": true` (G2P) reads one word at a
-time. For such a bundle, a request's text is read as a TTS front end reads it:
+time. For such a bundle, a request's text is read as a TTS front end reads it. The rules
+are below; the words they name are tables in service/text/rules.py, and docs/TEXT.md
+lists both with examples.
 
-- accents folded (`naïve` -> `naive`: Unicode NFKD, combining marks dropped), case folded,
-  typographic apostrophes made plain (`don’t` -> `don't`);
-- punctuation split off and dropped (`cat.` -> `cat`; hyphens split `well-known`), an
-  apostrophe inside a word kept (`don't` stays one word);
-- numbers spelt out by num2words: cardinals (`2` -> two, `1,000` -> one thousand,
-  `3.5` -> three point five, `-4` -> minus four), four-digit numbers from 1000 to 2999
-  without a comma as years (`1999` -> nineteen ninety-nine), decades (`1990s` -> nineteen
-  nineties, `80s` -> eighties), ordinals (`2nd` -> second) and money as a person says it
-  (`$5` -> five dollars, `£3.50` -> three pounds and fifty pence, `$0.01` -> one cent,
-  `¥500` -> five hundred yen; dollars, pounds, euros, yen, rupees, won);
-  digits inside a word are read apart (`b2b` -> b two b);
-- `%`, `&`, `+`, `@` read as words; any other character stays in its word, and a character
-  the source tokenizer cannot read is reported by name (TextError).
+- Characters (service/text/normalize.py): Latin letters transliterated (é -> e, ß -> ss, Æ -> AE),
+  typographic apostrophes made plain; a character no rule reads (emoji, other scripts, stray symbols)
+  is skipped and reported (`Skipped`, a warning in the answer's details) -- a text is refused only
+  when nothing in it can be read.
+- Words: punctuation split off (`cat.` -> `cat`, `well-known` -> well known), an apostrophe inside a
+  word kept (`don't`), case folded for lookup but read first: an all-capital word is spelt letter by
+  letter when the dictionary does not know it and it has at most 5 letters (GPU), or when it is also a
+  common word and the sentence is not all in capitals (US, IT, WHO: `SPELLED_ACRONYMS`); a word the
+  dictionary knows is read as a word (NASA); "A" and "I" are words. Roman numerals after a name or a
+  word such as "War" or "Chapter" are numbers ("Henry VIII" Henry the eighth, "World War II" two).
+  Abbreviations by context (`ABBREVIATIONS`: "Dr. Smith" doctor, "Elm Dr." drive), dotted ones
+  (e.g., U.S.), accented words that fold into another word ("résumé": `ACCENTED_WORDS`).
+- Numbers, spelt out by num2words: cardinals (`2` two, `1,000` one thousand, `3.5` three point
+  five, `-4` minus four), years (1000-2999 without a comma: `1999` nineteen ninety-nine), decades
+  (`1990s`, `'80s`), ordinals (`2nd`), money (`$5.50` five dollars and fifty cents, `€2.5 million`
+  two point five million euros), times (`10:30 am` ten thirty A M), phone numbers digit by digit,
+  versions (`v2.0` version two point zero), units after a number (`5kg` five kilograms, `18°C`),
+  fractions (`1/2`, `½` one half), `#1` number one; digits inside a word are read apart (`b2b`).
+- Symbols read as words where a reader says them (%, &, +, @, =, °, ©, ™, §...: `SYMBOL_WORDS`);
+  e-mail addresses and URLs read with their "dot", "at" and "slash".
 
-Each word keeps the span of the original text it came from (`2` and its `two` share it;
-so do `$5` and both `five` and `dollars`). The model's answers for the words are joined
-with WORD_SEPARATOR, which no target token contains (`check_separator`).
+Each word keeps the span of the original text it came from (`2` and its `two` share it; so do `$5` and
+both `five` and `dollars`), so later stages can read the sentence around it. A word whose reading the
+rules fix (letters spelt, an accented word) carries it as `pronunciation`, answered as the lexicon's
+answers are. The model's answers for the words are joined with WORD_SEPARATOR, which no target token
+contains (`check_separator`).
 
-Limits (MAX_TEXT_CHARS, MAX_WORDS) are defaults that `TextReader`'s arguments override
-(from the service settings).
+Limits (MAX_TEXT_CHARS, MAX_WORDS) are defaults that `TextReader`'s arguments override (from the
+service settings `max_text_chars` and `max_words`, which their errors name).
 """
 
 from __future__ import annotations
@@ -30,49 +41,61 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Container, Sequence
+from dataclasses import dataclass, field
 from decimal import Decimal
+from fractions import Fraction
 
 from num2words import num2words
 from tokenizers import Tokenizer
 
+from service.text import rules
+from service.text.normalize import Skipped, prepare
+from service.text.rules import CURRENCIES, Currency
+
+__all__ = ["Currency", "Reading", "Skipped", "TextError", "TextReader", "Word", "check_separator", "split_words", "read_text"]
+
 WORD_SEPARATOR = " | "  # joins the words' answers in generated_text; '|' is in no G2P target token
-MAX_TEXT_CHARS = 1000  # longest text read in one request, in characters of the original text
-MAX_WORDS = 100  # most words in one request, counted after numbers are spelt out
+MAX_TEXT_CHARS = 20_000  # longest text read in one request, in characters of the original text
+MAX_WORDS = 4_000  # most words in one request, counted after numbers are spelt out
 
-
-@dataclass(frozen=True)
-class Currency:
-    """How an amount in one currency is said: `unit`s and, for two decimal places, `cent`s (none: the amount is
-    read as a number)."""
-
-    unit: tuple[str, str]  # one, many
-    cent: tuple[str, str] | None = None
-
-
-# symbol before the amount -> how it is said
-CURRENCIES = {
-    "$": Currency(("dollar", "dollars"), ("cent", "cents")),
-    "£": Currency(("pound", "pounds"), ("penny", "pence")),
-    "€": Currency(("euro", "euros"), ("cent", "cents")),
-    "¥": Currency(("yen", "yen")),
-    "₹": Currency(("rupee", "rupees"), ("paisa", "paise")),
-    "₩": Currency(("won", "won")),
-}
-SYMBOL_WORDS = {"%": "percent", "&": "and", "+": "plus", "@": "at"}
-APOSTROPHES = {"\u2019": "'", "\u2018": "'", "\u02bc": "'", "\u2032": "'", "`": "'"}
-
-_NUMBER = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
+_NUMBER = r"[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]+)?|[0-9]+(?:\.[0-9]+)?"
+_VULGAR = "".join(  # ½ ¼ ⅞ ...: the vulgar fractions
+    c for c in map(chr, range(0xA0, 0x2200)) if unicodedata.category(c) == "No" and "FRACTION" in unicodedata.name(c, "")
+)
+_UNITS = "|".join(re.escape(u) for u in sorted(rules.UNITS, key=len, reverse=True))
+_ATTACHED = "|".join(re.escape(u) for u in sorted(rules.ATTACHED_UNITS, key=len, reverse=True))
+_MAGNITUDE = "|".join(rules.MAGNITUDES)
+_SHORT_MAGNITUDE = "|".join(sorted(rules.SHORT_MAGNITUDES, key=len, reverse=True))
+_ATTACHED_MAGNITUDE = "|".join(  # "10k", "5bn"; "5m" is five meters
+    sorted((k for k in rules.SHORT_MAGNITUDES if k not in rules.ATTACHED_UNITS and len(k) > 1 or k == "k"), key=len, reverse=True)
+)
 _TOKENS = re.compile(
-    rf"(?P<currency>[{''.join(map(re.escape, CURRENCIES))}])\s?(?P<amount>{_NUMBER})"
-    r"|(?P<decade>(?:1\d|2[0-9])?[1-9]0|[12]\d00)'?s(?![^\W\d_])"
-    r"|(?P<ordinal>\d+)(?:st|nd|rd|th)(?![^\W\d_])"
+    r"(?P<url>(?:(?i:https?|ftp)://|(?i:www)\.)[^\s<>\"]*[^\s<>\".,;:!?)'\]])"
+    r"|(?P<email>[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,})"
+    r"|(?P<time>(?<![0-9:.])(?P<hour>[01]?[0-9]|2[0-3]):(?P<minute>[0-5][0-9])(?::(?P<second>[0-5][0-9]))?(?![0-9:]))"
+    r"|(?P<phone>(?<![\w+])(?:\+[0-9]{1,3}[\s.-]?)?(?:\([0-9]{3}\)\s?|[0-9]{3}[\s.-])[0-9]{3}[.-][0-9]{4}(?![0-9])"
+    r"|(?<![\w.-])[0-9]{3}-[0-9]{4}(?![\w-]))"
+    rf"|(?P<currency>[{''.join(map(re.escape, CURRENCIES))}])\s?(?P<amount>{_NUMBER})"
+    rf"(?:\s(?P<cmag>(?i:{_MAGNITUDE}))\b|(?P<cshort>(?i:{_SHORT_MAGNITUDE}))\b)?"
+    r"|(?P<version>(?<![A-Za-z0-9])[vV](?P<vnum>[0-9]+(?:\.[0-9]+)+)(?![\w.]))"
+    r"|(?P<dotnum>(?<![\w.])[0-9]+(?:\.[0-9]+){2,}(?![\w]))"
+    rf"|(?P<vulgar>(?:(?P<whole>[0-9]+)\s?)?[{_VULGAR}])"
+    r"|(?P<fraction>(?<![0-9/.,])(?P<num>[0-9]{1,3})/(?P<den>[0-9]{1,3})(?![0-9/]))"
+    r"|(?P<decade>(?:1[0-9]|2[0-9])?[1-9]0|[12][0-9]00)'?s(?![A-Za-z])"
+    r"|(?P<ordinal>[0-9]+)(?:st|nd|rd|th)(?![A-Za-z])"
+    rf"|(?P<mminus>(?<![\w.,])-)?(?<![A-Za-z])(?P<mnum>{_NUMBER})"
+    rf"(?:\s?(?P<unit>{_UNITS})|(?P<aunit>{_ATTACHED})|(?P<mag>{_ATTACHED_MAGNITUDE}))(?![A-Za-z0-9])"
     rf"|(?P<minus>(?<![\w.,])-)?(?P<number>{_NUMBER})"
-    r"|(?P<word>[^\W\d_]+(?:'[^\W\d_]+)*)"
-    r"|(?P<other>[^\s\w'])"
+    r"|(?P<hash>#)(?=[A-Za-z0-9])"
+    r"|(?P<dotted>(?<![A-Za-z.])(?:[A-Za-z]\.){2,})"
+    r"|(?P<word>[A-Za-z]+(?:'[A-Za-z]+)*)"
+    r"|(?P<other>[^\sA-Za-z0-9'])"
 )
 _SPELLED_SPLIT = re.compile(r"[\s,-]+")  # num2words writes "twenty-one", "one thousand, two hundred"
+_ROMAN = re.compile(r"M{0,3}(?:CM|CD|D?C{0,3})(?:XC|XL|L?X{0,3})(?:IX|IV|V?I{0,3})")
+_ROMAN_VALUES = {"I": 1, "V": 5, "X": 10, "L": 50, "C": 100, "D": 500, "M": 1000}
+_SENTENCE_ENDS = {".", "!", "?"}
 
 
 class TextError(ValueError):
@@ -87,85 +110,269 @@ class Word:
     start: int
     end: int
     source_ids: tuple[int, ...] = ()  # its source token ids, once `TextReader.words` has read it
+    pronunciation: str | None = None  # a reading the rules fixed (letters spelt: "JH IY1 P IY1 Y UW1"), else None
 
 
-def fold(text: str) -> tuple[str, Sequence[int]]:
-    """(accents and case folded text, for each of its characters the index in `text` it came from)."""
-    if text.isascii():  # the common case, char for char: no marks to strip, casefold is lower, one apostrophe
-        return text.lower().replace("`", "'"), range(len(text))
-    out: list[str] = []
-    origin: list[int] = []
-    for i, ch in enumerate(text):
-        ch = APOSTROPHES.get(ch, ch)
-        folded = _strip_marks(_strip_marks(ch).casefold())
-        out.append(folded)
-        origin.extend([i] * len(folded))
-    return "".join(out), origin
+@dataclass
+class Reading:
+    """What a text was read as: its words in order, and the characters skipped (each a warning)."""
+
+    words: list[Word]
+    skipped: list[Skipped] = field(default_factory=list)
 
 
-def _strip_marks(text: str) -> str:
-    return "".join(c for c in unicodedata.normalize("NFKD", text) if unicodedata.category(c) != "Mn")
+@dataclass
+class _Token:
+    """A piece of the text matched by one rule: `kind` is the regex group, `text` the prepared text's,
+    `surface` the original's (case and accents as written), `start`/`end` offsets in the original."""
+
+    kind: str
+    text: str
+    start: int
+    end: int
+    match: re.Match
+    spoken: list[tuple[str, str | None]] | None = None  # (word, fixed pronunciation) once read; [] reads nothing
+    used_stop: bool = False  # a full stop taken by the abbreviation before it
 
 
-def split_words(text: str, max_chars: int = MAX_TEXT_CHARS, max_words: int = MAX_WORDS) -> list[Word]:
-    """The words of `text`, in order (see the module's docstring for the rules).
+def split_words(
+    text: str, max_chars: int = MAX_TEXT_CHARS, max_words: int = MAX_WORDS, known: Container[str] | None = None
+) -> list[Word]:
+    """The words of `text`, in order (see the module's docstring for the rules); `read_text` also says what it skipped."""
+    return read_text(text, max_chars, max_words, known).words
 
-    Raises TextError when `text` is longer than `max_chars`, has more than `max_words` words,
-    or has none. Does not check that the model can read them: `TextReader.words` does.
+
+def read_text(
+    text: str, max_chars: int = MAX_TEXT_CHARS, max_words: int = MAX_WORDS, known: Container[str] | None = None
+) -> Reading:
+    """The words of `text` and the characters skipped. `known`: the dictionary's words (lower-case), which tells an
+    acronym read as a word (NASA) from one spelt (GPU); None: no word is known.
+
+    Raises TextError when `text` is longer than `max_chars`, has more than `max_words` words, or has none.
+    Does not check that the model can read them: `TextReader.read` does.
     """
     if not isinstance(text, str):
         raise TextError("input must be text")
     if len(text) > max_chars:
-        raise TextError(f"input is {len(text)} characters long; at most {max_chars} are read per request")
-    if text.isascii() and text.isalpha():  # one plain word, the common request: what the rules below make of it
-        return [Word(text.lower(), 0, len(text))]
-    folded, origin = fold(text)
+        raise TextError(
+            f"input is {len(text)} characters long; at most {max_chars} are read per request (max_text_chars); "
+            "send the text in parts"
+        )
+    if text.isascii() and text.isalpha() and text.islower():
+        # one plain lower-case word, the common request: what the rules below make of it
+        return Reading([Word(text.lower(), 0, len(text))])
+    prepared, origin = prepare(text)
+    tokens: list[_Token] = []
+    for m in _TOKENS.finditer(prepared):
+        kind = m.lastgroup if m.lastgroup not in ("minus", "mminus") else ("number" if m["number"] else "measure")
+        if m["mnum"] is not None:
+            kind = "measure"
+        elif m["currency"]:
+            kind = "currency"
+        tokens.append(_Token(kind, m.group(), origin[m.start()], origin[m.end() - 1] + 1, m))
+    skipped: list[Skipped] = []
+    _read_tokens(text, tokens, known, skipped)
     words: list[Word] = []
-    for m in _TOKENS.finditer(folded):
-        start, end = origin[m.start()], origin[m.end() - 1] + 1
-        try:
-            spoken_words = _read(m)
-        except (OverflowError, ValueError, ArithmeticError):  # num2words stops at 10**600 and the like
-            number = text[start:end] if end - start <= 24 else text[start : start + 20] + "..."
-            raise TextError(f"number {number!r} is too large to read; write it in words") from None
-        for spoken in spoken_words:
-            words.append(Word(spoken, start, end))
+    for t in tokens:
+        for spoken, pronunciation in t.spoken or ():
+            words.append(Word(spoken, t.start, t.end, (), pronunciation))
         if len(words) > max_words:
-            raise TextError(f"input has more than {max_words} words; at most {max_words} are read per request")
+            raise TextError(
+                f"input has more than {max_words} words; at most {max_words} are read per request (max_words); "
+                "send the text in parts"
+            )
+    skipped = _merged(skipped)
     if not words:
-        raise TextError("input has no words to read")
-    return words
+        shown = f" (skipped: {', '.join(repr(s.text) for s in skipped[:5])})" if skipped else ""
+        raise TextError(f"input has no words to read{shown}")
+    return Reading(words, skipped)
 
 
-def _read(m: re.Match) -> list[str]:
-    """The words one token of the text is read as."""
-    if m["word"]:
-        return [m["word"]]
-    if m["other"]:
-        ch = m["other"]
-        if ch in SYMBOL_WORDS:
-            return [SYMBOL_WORDS[ch]]
-        if unicodedata.category(ch).startswith("P"):
-            return []  # punctuation separates words and is not read
-        return [ch]  # a symbol nobody reads aloud: left for the tokenizer check to name
-    if m["ordinal"]:
+def _merged(skipped: list[Skipped]) -> list[Skipped]:
+    """Neighbouring skips with the same reason as one (an emoji of several code points, a word of another script)."""
+    out: list[Skipped] = []
+    for s in skipped:
+        if out and out[-1].reason == s.reason and out[-1].end == s.start:
+            last = out[-1]
+            out[-1] = Skipped(last.start, s.end, last.text + s.text, last.reason)
+        else:
+            out.append(s)
+    return out
+
+
+# ---- reading the tokens --------------------------------------------------------------------------
+def _read_tokens(text: str, tokens: list[_Token], known: Container[str] | None, skipped: list[Skipped]) -> None:
+    """Set each token's `spoken` words: first what needs no context, then abbreviations and numerals (which look at
+    their neighbours), then acronyms (which look at the sentence)."""
+    for i, t in enumerate(tokens):
+        if t.kind in ("word", "dotted"):
+            continue
+        try:
+            t.spoken = _plain(_read_token(t, tokens, i))
+        except (OverflowError, ValueError, ArithmeticError, KeyError):  # num2words stops at 10**600 and the like
+            number = text[t.start : t.end] if t.end - t.start <= 24 else text[t.start : t.start + 20] + "..."
+            raise TextError(f"number {number!r} is too large to read; write it in words") from None
+        if t.kind == "other" and t.spoken is None:
+            ch = t.text
+            if not unicodedata.category(ch).startswith("P"):  # punctuation separates words and is not read
+                skipped.append(Skipped(t.start, t.end, text[t.start : t.end], _skip_reason(ch)))
+            t.spoken = []
+    for i, t in enumerate(tokens):
+        if t.kind in ("word", "dotted"):
+            t.spoken = _context_word(text, tokens, i)
+    caps = _all_caps_sentences(tokens)
+    for i, t in enumerate(tokens):
+        if t.kind == "word" and t.spoken is None:
+            t.spoken = _case_word(text[t.start : t.end], t.text, caps[i], known)
+
+
+def _plain(words: list[str] | None) -> list[tuple[str, str | None]] | None:
+    return None if words is None else [(w, None) for w in words]
+
+
+def _skip_reason(ch: str) -> str:
+    category = unicodedata.category(ch)
+    if category.startswith("L"):
+        return "a letter of a script this model does not read"
+    if category == "So" or ch in "\u200d\ufe0f":
+        return "a symbol or emoji with no spoken form"
+    return "a character with no spoken form"
+
+
+def _read_token(t: _Token, tokens: list[_Token], i: int) -> list[str] | None:
+    """The words a token that needs no sentence context is read as; None for a symbol no table names."""
+    m = t.match
+    kind = t.kind
+    if kind == "other":
+        ch = t.text
+        return list(rules.SYMBOL_WORDS[ch]) if ch in rules.SYMBOL_WORDS else None
+    if kind == "ordinal":
         return _spelled(num2words(int(m["ordinal"]), lang="en", to="ordinal"))
-    if m["decade"]:
+    if kind == "decade":
         return _decade(m["decade"])
-    if m["currency"]:
-        return _money(m["amount"], CURRENCIES[m["currency"]])
-    number = m["number"]
+    if kind == "currency":
+        return _money(m["amount"], CURRENCIES[m["currency"]], m["cmag"] or m["cshort"])
+    if kind == "number":
+        return (["minus"] if m["minus"] else []) + _number(m["number"])
+    if kind == "measure":
+        return (["minus"] if m["mminus"] else []) + _measure(m)
+    if kind == "time":
+        return _time(m, _next(tokens, i))
+    if kind == "phone":
+        return [rules.DIGITS[int(c)] for c in m["phone"] if c.isdigit()]
+    if kind == "version":
+        return [*rules.VERSION_WORD, *_dotted_number(m["vnum"])]
+    if kind == "dotnum":
+        return _dotted_number(m["dotnum"])
+    if kind == "fraction":
+        return _fraction(int(m["num"]), int(m["den"]))
+    if kind == "vulgar":
+        value = Fraction(unicodedata.numeric(t.text[-1])).limit_denominator(100)
+        whole = [*_number(m["whole"]), "and"] if m["whole"] else []
+        return whole + _fraction(value.numerator, value.denominator)
+    if kind == "hash":
+        following = _next(tokens, i)
+        return list(rules.HASH_BEFORE_NUMBER if following is not None and following.text[0].isdigit() else rules.HASH_BEFORE_WORD)
+    if kind == "dotted":
+        return None  # read with the words: it may be spelt
+    if kind in ("url", "email"):
+        return _address(t.text)
+    raise KeyError(kind)
+
+
+def _next(tokens: list[_Token], i: int) -> _Token | None:
+    return tokens[i + 1] if i + 1 < len(tokens) else None
+
+
+def _prev(tokens: list[_Token], i: int) -> _Token | None:
+    return tokens[i - 1] if i > 0 else None
+
+
+def _number(number: str) -> list[str]:
     if "," not in number and "." not in number and 1000 <= int(number) <= 2999:
         spoken = num2words(int(number), lang="en", to="year")
     else:
         value = Decimal(number.replace(",", ""))
         spoken = num2words(int(value) if value == value.to_integral_value() and "." not in number else value, lang="en")
-    return (["minus"] if m["minus"] else []) + _spelled(spoken)
+    return _spelled(spoken)
 
 
-def _money(amount_text: str, currency: Currency) -> list[str]:
+def _cardinal(n: int) -> list[str]:
+    return _spelled(num2words(n, lang="en"))
+
+
+def _dotted_number(text: str) -> list[str]:
+    """`2.0` two point zero, `1.2.10` one point two point ten: each part a cardinal, "point" between."""
+    out: list[str] = []
+    for k, part in enumerate(text.split(".")):
+        out += (["point"] if k else []) + _cardinal(int(part))
+    return out
+
+
+def _measure(m: re.Match) -> list[str]:
+    """A number and the unit or magnitude right after it: `5kg` five kilograms, `1 km` one kilometer, `10k` ten thousand."""
+    number = m["mnum"]
+    value = Decimal(number.replace(",", ""))
+    # a cardinal, never a year: "2000 km" two thousand kilometers
+    spoken = _spelled(num2words(int(value) if "." not in number else value, lang="en"))
+    if m["mag"]:
+        return [*spoken, rules.SHORT_MAGNITUDES[m["mag"].lower()]]
+    forms = rules.UNITS[m["unit"]] if m["unit"] else rules.ATTACHED_UNITS[m["aunit"]]
+    return [*spoken, *forms[number != "1"].split()]
+
+
+def _fraction(num: int, den: int) -> list[str]:
+    """`1/2` one half, `3/4` three quarters, `2/3` two thirds, `5/8` five eighths."""
+    if den == 0:
+        return [*_cardinal(num), "over", "zero"]
+    if den == 1:
+        return [*_cardinal(num), "over", "one"]
+    many = num != 1
+    if den in rules.FRACTION_NAMES:
+        name = rules.FRACTION_NAMES[den][many]
+    else:
+        ordinal = num2words(den, lang="en", to="ordinal")
+        name = ordinal + "s" if many else ordinal
+    return [*_cardinal(num), *_spelled(name)]
+
+
+def _time(m: re.Match, following: _Token | None) -> list[str]:
+    """`10:30` ten thirty, `10:05` ten oh five, `10:00` ten o'clock (ten, before am or pm), `10:30:15` ten thirty and
+    fifteen seconds."""
+    hour, minute = int(m["hour"]), int(m["minute"])
+    words = _cardinal(hour)
+    suffix = following is not None and following.kind in ("word", "dotted") and following.text.lower() in rules.TIME_SUFFIXES
+    if minute == 0:
+        words += [] if suffix or m["second"] else ["o'clock"]
+    elif minute < 10:
+        words += ["oh", *_cardinal(minute)]
+    else:
+        words += _cardinal(minute)
+    if m["second"]:
+        second = int(m["second"])
+        words += ["and", *_cardinal(second), "second" if second == 1 else "seconds"]
+    return words
+
+
+def _address(text: str) -> list[str]:
+    """A URL or an e-mail address: its words read (a part in URL_SPELLED spelt), numbers as numbers, and its
+    punctuation as in URL_SYMBOLS ("dot", "slash", "at")."""
+    out: list[str] = []
+    for piece in re.finditer(r"[A-Za-z]+|[0-9]+|.", text):
+        p = piece.group()
+        if p.isalpha():
+            out += list(p.lower()) if p.lower() in rules.URL_SPELLED else [p.lower()]
+        elif p.isdigit():
+            out += _cardinal(int(p)) if len(p) <= 4 else [rules.DIGITS[int(c)] for c in p]
+        elif p in rules.URL_SYMBOLS:
+            out += rules.URL_SYMBOLS[p]
+    return out
+
+
+def _money(amount_text: str, currency: Currency, magnitude: str | None = None) -> list[str]:
     """`$5` five dollars, `$5.50` five dollars and fifty cents, `$0.01` one cent, `$1.005` one point zero zero five
-    dollars: units and cents as a person says them, each counted in the singular or plural."""
+    dollars, `€2.5 million` two point five million euros: units and cents as a person says them, each counted in the
+    singular or plural."""
     amount = Decimal(amount_text.replace(",", ""))
     whole = int(amount)
     decimals = amount_text.partition(".")[2]
@@ -173,6 +380,9 @@ def _money(amount_text: str, currency: Currency) -> list[str]:
     def counted(n: int, forms: tuple[str, str]) -> list[str]:
         return [*_spelled(num2words(n, lang="en")), forms[n != 1]]
 
+    if magnitude is not None:
+        scale = rules.MAGNITUDES.get(magnitude.lower()) or rules.SHORT_MAGNITUDES[magnitude.lower()]
+        return [*_spelled(num2words(amount if decimals else whole, lang="en")), scale, currency.unit[1]]
     if decimals and (currency.cent is None or len(decimals) != 2):  # not units and cents: the number, then the unit
         return [*_spelled(num2words(amount, lang="en")), currency.unit[1]]
     cents = int(decimals or 0)
@@ -201,6 +411,146 @@ def _plural(spoken: str) -> str:
 
 def _spelled(text: str) -> list[str]:
     return [w for w in _SPELLED_SPLIT.split(text.casefold()) if w]
+
+
+# ---- words in context ----------------------------------------------------------------------------
+def _letters(word: str) -> str:
+    """A word spelt out: its letters' names (rules.LETTERS)."""
+    return " ".join(rules.LETTERS[c] for c in word.lower() if c in rules.LETTERS)
+
+
+def _is_name(t: _Token | None) -> bool:
+    """A capitalised word: "Smith", "Main", "LOUIS"."""
+    return t is not None and t.kind == "word" and t.text[0].isupper()
+
+
+def _adjacent(a: _Token, b: _Token | None, text: str) -> bool:
+    """Whether only spaces stand between two tokens."""
+    return b is not None and not text[a.end : b.start].strip()
+
+
+def _context_word(text: str, tokens: list[_Token], i: int) -> list[tuple[str, str | None]] | None:
+    """A word read by its neighbours: an abbreviation, a Roman numeral, am/pm after a time, an accented word, a dotted
+    abbreviation; None: read by case (`_case_word`)."""
+    t = tokens[i]
+    word = t.text
+    surface = text[t.start : t.end]
+    prev = _prev(tokens, i)
+    if t.kind == "dotted":
+        lower = word.lower()
+        if lower in rules.DOTTED:
+            return _plain(list(rules.DOTTED[lower]))
+        letters = lower.replace(".", "")
+        return [(letters, _letters(letters))]
+    accented = unicodedata.normalize("NFC", surface).lower()
+    if accented in rules.ACCENTED_WORDS:
+        return [(word.lower(), rules.ACCENTED_WORDS[accented])]
+    lower = word.lower()
+    if lower in rules.TIME_SUFFIXES and prev is not None and prev.kind in ("time", "number") and _adjacent(prev, t, text):
+        return [(lower, _letters(lower))]
+    abbreviation = _abbreviation(text, tokens, i)
+    if abbreviation is not None:
+        return _plain(abbreviation)
+    if _ROMAN.fullmatch(word) and word.isupper():
+        numeral = _roman(word, prev if prev is not None and _adjacent(prev, t, text) else None)
+        if numeral is not None:
+            return _plain(numeral)
+    return None
+
+
+def _abbreviation(text: str, tokens: list[_Token], i: int) -> list[str] | None:
+    """An abbreviation of rules.ABBREVIATIONS read by its neighbours, its full stop taken; None: not one."""
+    t = tokens[i]
+    word = t.text
+    key = next((k for k in (word, word.capitalize(), word.lower()) if k in rules.ABBREVIATIONS), None)
+    if key is None or word not in (key, key.upper(), key.lower()):
+        return None
+    stop = _next(tokens, i)
+    has_stop = stop is not None and stop.text == "." and stop.start == t.end
+    after = tokens[i + 2] if has_stop and i + 2 < len(tokens) else (None if has_stop else stop)
+    stop_counts = has_stop and after is not None  # a full stop that ends the text may end a sentence instead
+    written_as_title = word[0].isupper()
+    if key in rules.ABBREVIATIONS_NEED_STOP or not written_as_title:
+        if not stop_counts:
+            return None
+    if key in rules.ABBREVIATIONS_BEFORE_NUMBER_ONLY and not (after is not None and after.kind in ("number", "measure")):
+        return None
+    before_name, after_name, elsewhere = rules.ABBREVIATIONS[key]
+    prev = _prev(tokens, i)
+    if _is_name(after) and _adjacent(stop if has_stop else t, after, text):
+        reading = before_name
+    elif prev is not None and (_is_name(prev) or prev.kind in ("number", "ordinal")) and _adjacent(prev, t, text):
+        reading = after_name
+    else:
+        reading = elsewhere
+    if has_stop and not (after is not None and after.kind == "word" and after.text[0].isupper() and reading == after_name):
+        stop.used_stop = True  # taken by the abbreviation (it still ends a sentence when a capital follows "Main St.")
+    return reading.split()
+
+
+def _roman(numeral: str, prev: _Token | None) -> list[str] | None:
+    """A Roman numeral's reading by the word before it (rules.ROMAN_*); None: not a numeral here."""
+    if prev is None or prev.kind != "word":
+        return None
+    value = _roman_value(numeral)
+    name = prev.text.lower()
+    if name in rules.ROMAN_REGNAL_NAMES and prev.text[0].isupper():
+        return ["the", *_spelled(num2words(value, lang="en", to="ordinal"))]
+    if name in rules.ROMAN_CARDINAL_AFTER:
+        return _cardinal(value)
+    if prev.text[0].isupper() and len(numeral) >= 2 and set(numeral) <= set("IVX"):
+        return _cardinal(value)
+    return None
+
+
+def _roman_value(numeral: str) -> int:
+    total = 0
+    for k, c in enumerate(numeral):
+        v = _ROMAN_VALUES[c]
+        total += -v if k + 1 < len(numeral) and _ROMAN_VALUES[numeral[k + 1]] > v else v
+    return total
+
+
+def _all_caps_sentences(tokens: list[_Token]) -> list[bool]:
+    """For each token, whether the sentence it stands in has two or more words and no small letter (a headline; one
+    word alone, "IT", is not a sentence in capitals)."""
+    out = [False] * len(tokens)
+    begin = 0
+    for i in range(len(tokens) + 1):
+        t = tokens[i] if i < len(tokens) else None
+        end_here = t is None or (t.kind == "other" and t.text in _SENTENCE_ENDS and not t.used_stop)
+        if not end_here:
+            continue
+        words = [t.text for t in tokens[begin:i] if t.kind in ("word", "dotted")]
+        caps = len(words) >= 2 and not any(c.islower() for w in words for c in w)
+        for k in range(begin, i):
+            out[k] = caps
+        begin = i + 1
+    return out
+
+
+def _case_word(surface: str, word: str, sentence_in_capitals: bool, known: Container[str] | None) -> list[tuple[str, str | None]]:
+    """A word read by its case: an all-capital word is spelt when the dictionary does not know it and it is short, or
+    when it is a common word written as an acronym in a sentence not all in capitals; any other word is read as a
+    word (lower-cased)."""
+    lower = word.lower()
+    letters = word.replace("'", "")
+    if len(letters) < 2 or not word[0].isupper() or not letters.isalpha():
+        return [(lower, None)]
+    if letters.isupper():
+        if word in rules.WORD_ACRONYMS:
+            return [(lower, None)]
+        if word in rules.SPELLED_ACRONYMS:
+            return [(lower, None if sentence_in_capitals else _letters(word))]
+        if (known is None or lower not in known) and len(letters) <= rules.MAX_SPELLED_LETTERS and "'" not in word:
+            return [(lower, _letters(word))]
+        return [(lower, None)]
+    stem = word[:-1]
+    if word.endswith("s") and len(stem) >= 2 and stem.isupper() and len(stem) <= rules.MAX_SPELLED_LETTERS:
+        # a plural acronym, "GPUs": spelt, then the plural's Z
+        if stem not in rules.WORD_ACRONYMS and (known is None or (stem.lower() not in known and lower not in known)):
+            return [(lower, _letters(stem) + " Z")]
+    return [(lower, None)]
 
 
 def check_separator(tgt_tokenizer: Tokenizer, separator: str = WORD_SEPARATOR) -> None:
@@ -274,12 +624,19 @@ class TextReader:
         self.max_words = max_words
         self.separator = separator
 
-    def words(self, text: str) -> list[Word]:
-        """The words of `text` with their source ids, each checked readable by the source tokenizer (how long a word
-        may be is the request layer's check, with the whole input's: service/text/requests.py `TextFrontEnd.units`).
+    def words(self, text: str, known: Container[str] | None = None) -> list[Word]:
+        """The words of `text` with their source ids (`read`'s words)."""
+        return self.read(text, known).words
 
-        Raises TextError naming the characters the model cannot read, or a word with no tokens."""
-        words = split_words(text, self.max_chars, self.max_words)
+    def read(self, text: str, known: Container[str] | None = None) -> Reading:
+        """The words of `text` with their source ids, each checked readable by the source tokenizer (how long a word
+        may be is the request layer's check, with the whole input's: service/text/requests.py `TextFrontEnd.units`),
+        and what was skipped. `known`: the dictionary (a Lexicon), for the acronym rules.
+
+        A word with a character the model cannot read is skipped too (the rules leave none for the default model's
+        alphabet). Raises TextError when no word is left."""
+        reading = read_text(text, self.max_chars, self.max_words, known)
+        words = reading.words
         # encode per word, not encode_batch: encode_batch gives up the GIL (to run in parallel), and an event loop that
         # gives it up waits for the engine thread to hand it back; a word is a few microseconds to encode
         char_ids, encode = self.char_ids, self.src_tokenizer.encode
@@ -292,13 +649,17 @@ class TextReader:
                 if self.unk_id in word_ids:
                     unreadable += [w.text[a:b] for i, (a, b) in zip(word_ids, enc.offsets) if i == self.unk_id]
             ids.append(word_ids)
-        if unreadable:
-            shown = ", ".join(repr(c) for c in dict.fromkeys(unreadable))
-            raise TextError(f"input contains text this model cannot read: {shown}; remove or replace it")
+        kept, skipped = [], list(reading.skipped)
         for w, word_ids in zip(words, ids):
-            if not word_ids:
-                raise TextError(f"word {w.text!r} has no tokens this model can read")
-        return [Word(w.text, w.start, w.end, tuple(word_ids)) for w, word_ids in zip(words, ids)]
+            if not word_ids or self.unk_id in word_ids:
+                reason = f"{w.text!r} has characters this model cannot read"
+                skipped.append(Skipped(w.start, w.end, text[w.start : w.end], reason))
+            else:
+                kept.append(Word(w.text, w.start, w.end, tuple(word_ids), w.pronunciation))
+        if not kept:
+            shown = ", ".join(repr(c) for c in dict.fromkeys(unreadable)) or ", ".join(repr(s.text) for s in skipped[:5])
+            raise TextError(f"input contains no text this model can read: {shown}; remove or replace it")
+        return Reading(kept, sorted(skipped, key=lambda s: s.start))
 
     def join(self, answers: Sequence[str]) -> str:
         """generated_text for the words' answers, in order."""

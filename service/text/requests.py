@@ -23,7 +23,9 @@ Who answers a unit. The lexicon (service/text/lexicon.py) answers greedy request
 requests, `top_n_tokens` and `decoder_input_details` always go to the model: they ask for the
 model's own distribution. With best_of N, the lexicon's answers come first, in dictionary
 order, and the model's beams fill the rest (a beam with the token ids of a lexicon answer is
-skipped); a unit the lexicon answers fully never reaches the engine. The units the model
+skipped); a unit the lexicon answers fully never reaches the engine. A word whose reading the reader's rules fixed (an
+acronym spelt, an accented word: `Word.pronunciation`) is answered that way, as a lexicon entry, whenever
+the lexicon may answer. The units the model
 answers are queued together (`Scheduler.submit_many`), so they share decoder steps; each
 counts toward `max_concurrent_requests`.
 
@@ -56,7 +58,7 @@ from service.engine.engine import DecodingOptions, Engine, InputError, StepResul
 from service.engine.scheduler import Failed, Finished, Scheduler, Ticket
 from service.errors import InvalidRequest
 from service.text.lexicon import Lexicon
-from service.text.reader import MAX_TEXT_CHARS, MAX_WORDS, TextError, TextReader, Word
+from service.text.reader import MAX_TEXT_CHARS, MAX_WORDS, Skipped, TextError, TextReader, Word
 
 
 class CaughtUp:
@@ -211,6 +213,7 @@ class TextFrontEnd:
         self.max_input_tokens = max_input_tokens or engine.max_source_len
         src, tgt = engine.src_tokenizer, engine.tgt_tokenizer
         self.reader = word_reader(engine.bundle, src, tgt, max_chars, max_words)
+        self._fixed: dict[str, tuple[int, ...]] = {}  # fixed readings' target ids (`fixed_ids`)
 
     def admit(
         self,
@@ -227,16 +230,21 @@ class TextFrontEnd:
         a thread waits with `wait`); `stream`: the owner reads tokens as they come. Raises InvalidRequest (what
         to fix), or the scheduler's Overloaded / Unavailable."""
         t_arrival = time.perf_counter()
-        units = self.units(inputs, params.truncate)
+        units, skipped = self.read(inputs, params.truncate)
         if callable(options):
             options = options()
         if options.sampling and options.seed is None:
             # one seed for every word, picked here (the engine's rule) and reported back: the same request reproduces
             options = dataclasses.replace(options, seed=request_seed(options))
-        if self.lexicon is not None and lexicon_answers(params, options):
+        if lexicon_answers(params, options):
             for u in units:
-                found = self.lexicon.lookup(u.text)[: options.n_best]
-                u.known = [lexicon_answer(self.engine, a.ids, options.max_new_tokens, options.stop) for a in found]
+                if u.word is not None and u.word.pronunciation is not None:  # the reader's rules fixed it (letters spelt)
+                    found = [self.fixed_ids(u.word.pronunciation)]
+                elif self.lexicon is not None:
+                    found = [a.ids for a in self.lexicon.lookup(u.text)[: options.n_best]]
+                else:
+                    continue
+                u.known = [lexicon_answer(self.engine, ids, options.max_new_tokens, options.stop) for ids in found]
         to_model = [u for u in units if len(u.known) < options.n_best]
         limit = self.scheduler.max_concurrent_requests
         if len(to_model) > limit:
@@ -251,14 +259,30 @@ class TextFrontEnd:
             tickets = self.scheduler.submit_many([(u.source_ids, options) for u in to_model], loop, ready)
             for u, t in zip(to_model, tickets):
                 u.ticket = t
-        return TextRequest(self.engine, self.reader, inputs, params, options, units, t_arrival, ready)
+        job = TextRequest(self.engine, self.reader, inputs, params, options, units, t_arrival, ready)
+        job.skipped = skipped
+        return job
+
+    def fixed_ids(self, pronunciation: str) -> tuple[int, ...]:
+        """The target ids of a reading the reader's rules fixed (its phonemes are in the target vocabulary)."""
+        ids = self._fixed.get(pronunciation)
+        if ids is None:
+            ids = tuple(self.engine.tgt_tokenizer.encode(pronunciation, add_special_tokens=False).ids)
+            self._fixed[pronunciation] = ids
+        return ids
 
     def units(self, text: str, truncate: int | None) -> list[Unit]:
         """The units of an input: its words (a word-level bundle), else the whole input, each within
         `max_input_tokens`. TGI's `truncate` keeps the input's last `truncate` source tokens before it is
         read. Raises InvalidRequest naming what cannot be read."""
+        return self.read(text, truncate)[0]
+
+    def read(self, text: str, truncate: int | None) -> tuple[list[Unit], list[Skipped]]:
+        """`units`, and the characters of running text that were skipped (unreadable symbols, emoji, other scripts)."""
+        skipped: list[Skipped] = []
         if self.reader is not None:
-            units = [Unit(w.text, w, list(w.source_ids), []) for w in self.read_words(text, truncate)]
+            words, skipped = self.read_words(text, truncate)
+            units = [Unit(w.text, w, list(w.source_ids), []) for w in words]
         else:
             try:
                 if truncate is not None:
@@ -268,7 +292,7 @@ class TextFrontEnd:
                 raise InvalidRequest(str(e), field="inputs") from None
         for u in units:
             self.check_length(u)
-        return units
+        return units, skipped
 
     def check_length(self, u: Unit) -> None:
         """The one check of an input's length against the server's `max_input_tokens`: a word of running text,
@@ -282,9 +306,9 @@ class TextFrontEnd:
             f"input is {n} tokens long; this server accepts at most {limit} (or set parameters.truncate)", field="inputs"
         )
 
-    def read_words(self, text: str, truncate: int | None) -> list[Word]:
-        """The words of running text, spans into `text`, each within `max_input_tokens`; InvalidRequest naming
-        what cannot be read."""
+    def read_words(self, text: str, truncate: int | None) -> tuple[list[Word], list[Skipped]]:
+        """The words of running text, spans into `text`, and what was skipped; InvalidRequest naming what cannot
+        be read. The lexicon tells the reader which all-capital words are words (NASA) and which are spelt (GPU)."""
         if not text.strip():
             raise InvalidRequest("input text is empty", field="inputs")
         offset = 0
@@ -292,10 +316,14 @@ class TextFrontEnd:
             kept = self.keep_last_tokens(text, truncate)
             offset, text = len(text) - len(kept), kept
         try:
-            words = self.reader.words(text)
+            reading = self.reader.read(text, known=self.lexicon)
         except TextError as e:
             raise InvalidRequest(str(e), field="inputs") from None
-        return [Word(w.text, w.start + offset, w.end + offset, w.source_ids) for w in words]
+        if not offset:
+            return reading.words, reading.skipped
+        words = [dataclasses.replace(w, start=w.start + offset, end=w.end + offset) for w in reading.words]
+        skipped = [dataclasses.replace(s, start=s.start + offset, end=s.end + offset) for s in reading.skipped]
+        return words, skipped
 
     def keep_last_tokens(self, text: str, n: int) -> str:
         """TGI's `truncate`: keep the last n source tokens (cut the text where the n-th from the end begins)."""
@@ -325,6 +353,7 @@ class TextRequest:
         self.units = units
         self.t_arrival = t_arrival
         self.ready = ready  # what the tickets set when one ends (an asyncio owner reading whole answers: `collect`)
+        self.skipped: list[Skipped] = []  # running text's characters that were not read (the details' warnings)
 
     def cancel(self) -> None:
         """Drop every unit's rows from the batch (the client went away, or another unit failed)."""
