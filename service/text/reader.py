@@ -133,6 +133,7 @@ class _Token:
     match: re.Match
     spoken: list[tuple[str, str | None]] | None = None  # (word, fixed pronunciation) once read; [] reads nothing
     used_stop: bool = False  # a full stop taken by the abbreviation before it
+    pieces: list[tuple[int, int]] | None = None  # each spoken word's own span in `text` (URLs), else the token's
 
 
 def split_words(
@@ -170,12 +171,16 @@ def read_text(
         elif m["currency"]:
             kind = "currency"
         tokens.append(_Token(kind, m.group(), origin[m.start()], origin[m.end() - 1] + 1, m))
+    base = {id(t): t.match.start() for t in tokens}
     skipped: list[Skipped] = []
     _read_tokens(text, tokens, known, skipped)
     words: list[Word] = []
     for t in tokens:
-        for spoken, pronunciation in t.spoken or ():
-            words.append(Word(spoken, t.start, t.end, (), pronunciation))
+        spans = [(t.start, t.end)] * len(t.spoken or ())
+        if t.pieces is not None:  # offsets in the token's prepared text -> the original's
+            spans = [(origin[base[id(t)] + a], origin[base[id(t)] + b - 1] + 1) for a, b in t.pieces]
+        for (spoken, pronunciation), (start, end) in zip(t.spoken or (), spans):
+            words.append(Word(spoken, start, end, (), pronunciation))
         if len(words) > max_words:
             raise TextError(
                 f"input has more than {max_words} words; at most {max_words} are read per request (max_words); "
@@ -234,7 +239,7 @@ def _skip_reason(ch: str) -> str:
     category = unicodedata.category(ch)
     if category.startswith("L"):
         return "a letter of a script this model does not read"
-    if category == "So" or ch in "\u200d\ufe0f":
+    if category.startswith("S"):
         return "a symbol or emoji with no spoken form"
     return "a character with no spoken form"
 
@@ -276,7 +281,8 @@ def _read_token(t: _Token, tokens: list[_Token], i: int) -> list[str] | None:
     if kind == "dotted":
         return None  # read with the words: it may be spelt
     if kind in ("url", "email"):
-        return _address(t.text)
+        words, t.pieces = _address(t.text)
+        return words
     raise KeyError(kind)
 
 
@@ -354,19 +360,22 @@ def _time(m: re.Match, following: _Token | None) -> list[str]:
     return words
 
 
-def _address(text: str) -> list[str]:
+def _address(text: str) -> tuple[list[str], list[tuple[int, int]]]:
     """A URL or an e-mail address: its words read (a part in URL_SPELLED spelt), numbers as numbers, and its
-    punctuation as in URL_SYMBOLS ("dot", "slash", "at")."""
+    punctuation as in URL_SYMBOLS ("dot", "slash", "at"); and each word's span in `text`."""
     out: list[str] = []
+    spans: list[tuple[int, int]] = []
     for piece in re.finditer(r"[A-Za-z]+|[0-9]+|.", text):
         p = piece.group()
         if p.isalpha():
-            out += list(p.lower()) if p.lower() in rules.URL_SPELLED else [p.lower()]
+            words = list(p.lower()) if p.lower() in rules.URL_SPELLED else [p.lower()]
         elif p.isdigit():
-            out += _cardinal(int(p)) if len(p) <= 4 else [rules.DIGITS[int(c)] for c in p]
-        elif p in rules.URL_SYMBOLS:
-            out += rules.URL_SYMBOLS[p]
-    return out
+            words = _cardinal(int(p)) if len(p) <= 4 else [rules.DIGITS[int(c)] for c in p]
+        else:
+            words = list(rules.URL_SYMBOLS.get(p, ()))
+        out += words
+        spans += [piece.span()] * len(words)
+    return out, spans
 
 
 def _money(amount_text: str, currency: Currency, magnitude: str | None = None) -> list[str]:

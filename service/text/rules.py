@@ -157,12 +157,11 @@ ABBREVIATIONS = {
 ABBREVIATIONS_NEED_STOP = {"Gen", "Col", "No", "Fig", "Ave", "Capt", "approx"}
 ABBREVIATIONS_BEFORE_NUMBER_ONLY = {"No"}  # "No. 5" number five; "No." elsewhere is the word no
 
-# dotted abbreviations, matched case-insensitively with their stops: what they are read as
+# dotted abbreviations, matched case-insensitively with their stops: what they are read as; any other run of
+# dotted letters is spelt as one word ("U.S." U S, "a.m." A M)
 DOTTED = {
     "e.g.": ("for", "example"),
     "i.e.": ("that", "is"),
-    "a.m.": ("a", "m"),  # letters: spelt by LETTERS below
-    "p.m.": ("p", "m"),
     "etc.": ("etcetera",),
     "vs.": ("versus",),
 }
