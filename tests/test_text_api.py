@@ -192,7 +192,7 @@ def test_model_words_of_one_text_share_decoder_steps(url):
     ("inputs", "fragment"),
     [
         ("\u2603 \U0001f600", "'\u2603'"),  # nothing readable: refused, naming what was skipped
-        ("a " * 4001, "at most 4000 are read per request (max_words)"),
+        ("1234567 " * 1000, "at most 10000 are read per request (max_words)"),  # 11 words each
         ("a" * 20001, "at most 20000 are read per request (max_text_chars)"),
         ("9" * 700, "too large"),
         ("!!!", "no words"),
@@ -208,7 +208,7 @@ def test_info_shows_the_lexicon_the_word_level_flag_and_the_text_limits(url, cmu
     info = httpx.get(url + "/info", timeout=10).json()
     assert info["word_level_source"] is True
     assert info["lexicon"]["sources"] == len(cmudict) and info["lexicon"]["override_file"] is None
-    assert (info["max_text_chars"], info["max_words"]) == (20000, 4000)
+    assert (info["max_text_chars"], info["max_words"]) == (20000, 10000)
 
 
 # ---- attnserve-generate ------------------------------------------------------------------------

@@ -273,3 +273,39 @@ def test_words_keep_their_spans_into_the_original_text(url):
         ("for", "for"),
         ("gpus", "GPUs"),
     ]
+
+
+# ---- a long mixed text -----------------------------------------------------------------------------
+MIXED = [
+    "Dr. Smith met Prof. Jones at 10:30 am on Main St. in the US 😀.",
+    "They paid $1,250.50 for 3 GPUs, i.e. about €2.5 million less than NASA did in 1999!",
+    "Call 555-123-4567 or mail info@example.com; see https://example.com/a?b=1 for more.",
+    "The temperature rose to 18°C, then 21°C — 15% more than the 1990s average 👍🏽.",
+    "Chapter IV: Henry VIII had six wives, e.g. Anne, and ruled from 1509 to 1547.",
+    "Add ½ cup of sugar and 1/2 a spoon of salt, stir 5 min, bake at 200° for 30 min.",
+    "We're #1 again & again; v2.0 ships with 16 GB of memory ™ © § 3 ✓.",
+    "A cat and I sat by the river, reading a naïve café menu, Straße 5, Привет.",
+    "The quick brown fox jumps over the lazy dog while the old man reads his paper slowly.",
+    "It rained for 2 days; the 21st of June was dry, and 3.14 is close to pi.",
+]
+
+
+def test_a_3000_word_mixed_text_is_read_in_order_with_warnings_for_what_was_skipped(url):
+    from service.engine.bundle import load_bundle
+    from service.text.lexicon import Lexicon
+    from service.text.reader import read_text
+
+    text = ""
+    while len(text.split()) < 3000:
+        text += " ".join(MIXED) + "\n"
+    reading = read_text(text, known=Lexicon.load(load_bundle(DEFAULT_BUNDLE)))
+    assert len(reading.words) > 3000
+    details = answer(url, text)["details"]
+    words = details["words"]
+    assert [(w["word"], w["start"], w["end"]) for w in words] == [(w.text, w.start, w.end) for w in reading.words]
+    assert [w["start"] for w in words] == sorted(w["start"] for w in words)  # in text order
+    skipped = [w["text"] for w in details["warnings"]]
+    rounds = text.count("😀")
+    assert rounds >= 20 and sorted(set(skipped)) == sorted(["😀", "👍🏽", "✓", "Привет"])
+    assert len(skipped) == 4 * rounds
+    assert all(w["text"] and w["source"] in ("lexicon", "model") for w in words)

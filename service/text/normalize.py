@@ -13,12 +13,14 @@
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from anyascii import anyascii
 
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
 APOSTROPHES = {"\u2019": "'", "\u2018": "'", "\u02bc": "'", "\u2032": "'", "`": "'"}
 PLAIN_FORMS = {
     **{q: '"' for q in "\u201c\u201d\u201e\u201f\u00ab\u00bb\u2033"},
@@ -49,10 +51,17 @@ def prepare(text: str) -> tuple[str, Sequence[int]]:
         return text.replace("`", "'"), range(len(text))
     out: list[str] = []
     origin: list[int] = []
-    for i, ch in enumerate(text):
-        mapped = _map(ch, text[i + 1] if i + 1 < len(text) else "")
+    done = 0
+    for m in _NON_ASCII.finditer(text):  # ASCII runs copied whole, the other characters mapped one by one
+        i = m.start()
+        out.append(text[done:i].replace("`", "'"))
+        origin.extend(range(done, i))
+        mapped = _map(text[i], text[i + 1 : i + 2])
         out.append(mapped)
         origin.extend([i] * len(mapped))
+        done = i + 1
+    out.append(text[done:].replace("`", "'"))
+    origin.extend(range(done, len(text)))
     return "".join(out), origin
 
 
