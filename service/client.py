@@ -186,15 +186,17 @@ class Generator:
         *,
         lexicon: bool = True,
         decoder_input_details: bool = False,
+        punctuation: bool = False,
         window: int | None = None,
         **params: object,
     ) -> Iterator[TextResult | InputError]:
         """Results in input order, answered as the server answers (see the module's docstring); `lexicon`
-        False asks the model for every word, and so does `decoder_input_details` (as over HTTP). A line that
+        False asks the model for every word, and so does `decoder_input_details` (as over HTTP); `punctuation` keeps
+        running text's pauses as units of their own (the mark is their answer, source "punctuation"). A line that
         cannot be read yields its InputError in its place. Up to `window` lines (default 4 x max_batch_size)
         are in flight, so the model's words of many lines share the batch."""
         options = self.options(**{"token_text": False, **params})  # whole answers, as from `generate`
-        asked = TextParams(lexicon=lexicon, decoder_input_details=decoder_input_details)
+        asked = TextParams(lexicon=lexicon, decoder_input_details=decoder_input_details, punctuation=punctuation)
         window = window or 4 * self.max_batch_size
         pending: collections.deque[TextRequest | InputError] = collections.deque()
         source = iter(texts)

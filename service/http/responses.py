@@ -109,7 +109,7 @@ def generate_response(job: TextRequest) -> GenerateResponse:
             top = [[job.separated(alt, k, j) for alt in step] for k, t in enumerate(tops) for j, step in enumerate(t)]
         logprobs = [t["logprob"] for t in tokens]
         score = float(np.mean(logprobs)) if logprobs and None not in logprobs else None
-        source = "lexicon" if all(b.source == "lexicon" for b in bests) else "model"
+        source = "lexicon" if all(b.source in ("lexicon", "punctuation") for b in bests) else "model"
         others = None
     details = Details(
         finish_reason=bests[-1].finish_reason,

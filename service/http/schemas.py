@@ -83,6 +83,11 @@ class GenerateParameters(BaseModel):
     lexicon: bool | None = Field(
         None, description="Extension: false asks for the model's own answer even when the bundle's lexicon knows the input."
     )
+    punctuation: bool | None = Field(
+        None,
+        description="Extension, word-level bundles: true keeps sentence and phrase punctuation (. , ; : ! ? ( ) and dashes) "
+        "as its own tokens between the words' answers, so a TTS engine can place pauses (docs/TEXT.md).",
+    )
     # TGI parameters accepted for compatibility; a value other than "unset" is refused (service/http/validation.py).
     watermark: bool | None = Field(False, description="Only false (or null) is supported.")
     grammar: dict[str, Any] | None = Field(None, description="Only null is supported.")
@@ -149,7 +154,7 @@ class WordDetails(BaseModel):
     start: int = Field(..., description='Where in `inputs` it came from: inputs[start:end] ("2" for "two").')
     end: int
     text: str = Field(..., description="Its answer (for G2P, its pronunciation).", examples=["T UW1"])
-    source: Literal["model", "lexicon"] = Field(..., description="Where the answer came from.")
+    source: Literal["model", "lexicon", "punctuation"] = Field(..., description="Where the answer came from.")
     score: float | None = Field(None, description="The model's mean log-probability; null for a lexicon answer.")
     finish_reason: FinishReason
     alternatives: list[WordAlternative] | None = Field(None, description="With best_of: its other answers, best first.")

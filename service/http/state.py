@@ -111,4 +111,5 @@ def text_params(p: GenerateParameters) -> TextParams:
         details=bool(p.details),
         decoder_input_details=bool(p.decoder_input_details),
         return_full_text=bool(p.return_full_text),
+        punctuation=bool(p.punctuation),
     )

@@ -113,6 +113,7 @@ class Word:
     end: int
     source_ids: tuple[int, ...] = ()  # its source token ids, once `TextReader.words` has read it
     pronunciation: str | None = None  # a reading the rules fixed (letters spelt: "JH IY1 P IY1 Y UW1"), else None
+    punctuation: bool = False  # a mark of punctuation kept as its own token (`punctuation=True`): text is the mark
 
 
 @dataclass
@@ -139,17 +140,26 @@ class _Token:
 
 
 def split_words(
-    text: str, max_chars: int = MAX_TEXT_CHARS, max_words: int = MAX_WORDS, known: Container[str] | None = None
+    text: str,
+    max_chars: int = MAX_TEXT_CHARS,
+    max_words: int = MAX_WORDS,
+    known: Container[str] | None = None,
 ) -> list[Word]:
     """The words of `text`, in order (see the module's docstring for the rules); `read_text` also says what it skipped."""
     return read_text(text, max_chars, max_words, known).words
 
 
 def read_text(
-    text: str, max_chars: int = MAX_TEXT_CHARS, max_words: int = MAX_WORDS, known: Container[str] | None = None
+    text: str,
+    max_chars: int = MAX_TEXT_CHARS,
+    max_words: int = MAX_WORDS,
+    known: Container[str] | None = None,
+    punctuation: bool = False,
 ) -> Reading:
     """The words of `text` and the characters skipped. `known`: the dictionary's words (lower-case), which tells an
-    acronym read as a word (NASA) from one spelt (GPU); None: no word is known.
+    acronym read as a word (NASA) from one spelt (GPU); None: no word is known. `punctuation`: keep the marks of
+    rules.PAUSE_MARKS between the words, each run of them as one `Word` with `punctuation` set (where a TTS engine
+    pauses); the full stop of an abbreviation is not one.
 
     Raises TextError when `text` is longer than `max_chars`, has more than `max_words` words, or has none.
     Does not check that the model can read them: `TextReader.read` does.
@@ -161,7 +171,7 @@ def read_text(
             f"input is {len(text)} characters long; at most {max_chars} are read per request (max_text_chars); "
             "send the text in parts"
         )
-    if text.isascii() and text.isalpha() and text.islower():
+    if text.isascii() and text.isalpha() and text.islower() and not punctuation:
         # one plain lower-case word, the common request: what the rules below make of it
         return Reading([Word(text.lower(), 0, len(text))])
     prepared, origin = prepare(text)
@@ -177,22 +187,42 @@ def read_text(
     skipped: list[Skipped] = []
     _read_tokens(text, tokens, known, skipped)
     words: list[Word] = []
+    n_words = 0
     for t in tokens:
+        if punctuation and t.kind == "other" and _is_pause(text, t):
+            if words and words[-1].punctuation and words[-1].end == t.start:  # "?!", "...": one mark
+                last = words[-1]
+                words[-1] = Word(last.text + t.text, last.start, t.end, punctuation=True)
+            else:
+                words.append(Word(t.text, t.start, t.end, punctuation=True))
+            continue
         spans = [(t.start, t.end)] * len(t.spoken or ())
         if t.pieces is not None:  # offsets in the token's prepared text -> the original's
             spans = [(origin[base[id(t)] + a], origin[base[id(t)] + b - 1] + 1) for a, b in t.pieces]
         for (spoken, pronunciation), (start, end) in zip(t.spoken or (), spans):
             words.append(Word(spoken, start, end, (), pronunciation))
-        if len(words) > max_words:
+        n_words += len(t.spoken or ())
+        if n_words > max_words:
             raise TextError(
                 f"input has more than {max_words} words; at most {max_words} are read per request (max_words); "
                 "send the text in parts"
             )
     skipped = _merged(skipped)
-    if not words:
+    if not n_words:
         shown = f" (skipped: {', '.join(repr(s.text) for s in skipped[:5])})" if skipped else ""
         raise TextError(f"input has no words to read{shown}")
     return Reading(words, skipped)
+
+
+def _is_pause(text: str, t: _Token) -> bool:
+    """A mark of punctuation where a reader pauses: rules.PAUSE_MARKS; a hyphen only as a dash (spaced, or written
+    as one: "—"), a full stop not taken by an abbreviation."""
+    if t.text not in rules.PAUSE_MARKS or t.used_stop:
+        return False
+    if t.text != "-":
+        return True
+    spaced = text[t.start - 1 : t.start].isspace() or text[t.end : t.end + 1].isspace()
+    return spaced or text[t.start] != "-"
 
 
 def _merged(skipped: list[Skipped]) -> list[Skipped]:
@@ -639,20 +669,24 @@ class TextReader:
         """The words of `text` with their source ids (`read`'s words)."""
         return self.read(text, known).words
 
-    def read(self, text: str, known: Container[str] | None = None) -> Reading:
+    def read(self, text: str, known: Container[str] | None = None, punctuation: bool = False) -> Reading:
         """The words of `text` with their source ids, each checked readable by the source tokenizer (how long a word
         may be is the request layer's check, with the whole input's: service/text/requests.py `TextFrontEnd.units`),
-        and what was skipped. `known`: the dictionary (a Lexicon), for the acronym rules.
+        and what was skipped. `known`: the dictionary (a Lexicon), for the acronym rules; `punctuation`: keep the
+        pauses' marks as words (`read_text`), which have no source ids.
 
         A word with a character the model cannot read is skipped too (the rules leave none for the default model's
         alphabet). Raises TextError when no word is left."""
-        reading = read_text(text, self.max_chars, self.max_words, known)
+        reading = read_text(text, self.max_chars, self.max_words, known, punctuation)
         words = reading.words
         # encode per word, not encode_batch: encode_batch gives up the GIL (to run in parallel), and an event loop that
         # gives it up waits for the engine thread to hand it back; a word is a few microseconds to encode
         char_ids, encode = self.char_ids, self.src_tokenizer.encode
         ids, unreadable = [], []
         for w in words:
+            if w.punctuation:
+                ids.append(())
+                continue
             word_ids = char_ids.ids(w.text) if char_ids is not None else None
             if word_ids is None:
                 enc = encode(w.text, add_special_tokens=False)
@@ -662,12 +696,14 @@ class TextReader:
             ids.append(word_ids)
         kept, skipped = [], list(reading.skipped)
         for w, word_ids in zip(words, ids):
-            if not word_ids or self.unk_id in word_ids:
+            if w.punctuation:
+                kept.append(w)
+            elif not word_ids or self.unk_id in word_ids:
                 reason = f"{w.text!r} has characters this model cannot read"
                 skipped.append(Skipped(w.start, w.end, text[w.start : w.end], reason))
             else:
                 kept.append(Word(w.text, w.start, w.end, tuple(word_ids), w.pronunciation))
-        if not kept:
+        if all(w.punctuation for w in kept):
             shown = ", ".join(repr(c) for c in dict.fromkeys(unreadable)) or ", ".join(repr(s.text) for s in skipped[:5])
             raise TextError(f"input contains no text this model can read: {shown}; remove or replace it")
         return Reading(kept, sorted(skipped, key=lambda s: s.start))

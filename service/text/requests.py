@@ -111,6 +111,7 @@ class TextParams:
     details: bool = False
     decoder_input_details: bool = False  # asks for the model's own prefill: the model answers
     return_full_text: bool = False  # generated_text starts with the input
+    punctuation: bool = False  # running text: sentence and phrase punctuation kept as its own units between words
 
 
 @dataclass
@@ -123,7 +124,7 @@ class Answer:
     finish_reason: str
     generated_tokens: int
     score: float | None
-    source: str  # "model" or "lexicon"
+    source: str  # "model", "lexicon", or "punctuation" (a mark kept between words)
     index: int | None = None  # which sampled candidate it was (best_of with sampling)
     seed: int | None = None
 
@@ -230,7 +231,7 @@ class TextFrontEnd:
         a thread waits with `wait`); `stream`: the owner reads tokens as they come. Raises InvalidRequest (what
         to fix), or the scheduler's Overloaded / Unavailable."""
         t_arrival = time.perf_counter()
-        units, skipped = self.read(inputs, params.truncate)
+        units, skipped = self.read(inputs, params.truncate, params.punctuation)
         if callable(options):
             options = options()
         if options.sampling and options.seed is None:
@@ -238,6 +239,8 @@ class TextFrontEnd:
             options = dataclasses.replace(options, seed=request_seed(options))
         if lexicon_answers(params, options):
             for u in units:
+                if u.known:  # a mark of punctuation
+                    continue
                 if u.word is not None and u.word.pronunciation is not None:  # the reader's rules fixed it (letters spelt)
                     found = [self.fixed_ids(u.word.pronunciation)]
                 elif self.lexicon is not None:
@@ -245,7 +248,7 @@ class TextFrontEnd:
                 else:
                     continue
                 u.known = [lexicon_answer(self.engine, ids, options.max_new_tokens, options.stop) for ids in found]
-        to_model = [u for u in units if len(u.known) < options.n_best]
+        to_model = [u for u in units if len(u.known) < options.n_best and not (u.word is not None and u.word.punctuation)]
         limit = self.scheduler.max_concurrent_requests
         if len(to_model) > limit:
             raise InvalidRequest(
@@ -277,12 +280,16 @@ class TextFrontEnd:
         read. Raises InvalidRequest naming what cannot be read."""
         return self.read(text, truncate)[0]
 
-    def read(self, text: str, truncate: int | None) -> tuple[list[Unit], list[Skipped]]:
-        """`units`, and the characters of running text that were skipped (unreadable symbols, emoji, other scripts)."""
+    def read(self, text: str, truncate: int | None, punctuation: bool = False) -> tuple[list[Unit], list[Skipped]]:
+        """`units`, and the characters of running text that were skipped (unreadable symbols, emoji, other scripts).
+        `punctuation`: running text's pauses are units too, answered by their mark (`punctuation_answer`)."""
         skipped: list[Skipped] = []
         if self.reader is not None:
-            words, skipped = self.read_words(text, truncate)
+            words, skipped = self.read_words(text, truncate, punctuation)
             units = [Unit(w.text, w, list(w.source_ids), []) for w in words]
+            for u in units:
+                if u.word.punctuation:  # answered by its mark: it never reaches the lexicon or the model
+                    u.known = [self.punctuation_answer(u.text)]
         else:
             try:
                 if truncate is not None:
@@ -306,7 +313,13 @@ class TextFrontEnd:
             f"input is {n} tokens long; this server accepts at most {limit} (or set parameters.truncate)", field="inputs"
         )
 
-    def read_words(self, text: str, truncate: int | None) -> tuple[list[Word], list[Skipped]]:
+    def punctuation_answer(self, mark: str) -> Answer:
+        """A kept mark of punctuation as an answer: one token whose text is the mark. No target token spells it, so
+        the token carries the target vocabulary's unknown id; it has no end token and no log-probability."""
+        token = {"id": self.engine.tgt_tokenizer.token_to_id("<unk>"), "text": mark, "logprob": None, "special": False}
+        return Answer(mark, [token], "eos_token", 1, None, "punctuation")
+
+    def read_words(self, text: str, truncate: int | None, punctuation: bool = False) -> tuple[list[Word], list[Skipped]]:
         """The words of running text, spans into `text`, and what was skipped; InvalidRequest naming what cannot
         be read. The lexicon tells the reader which all-capital words are words (NASA) and which are spelt (GPU)."""
         if not text.strip():
@@ -316,7 +329,7 @@ class TextFrontEnd:
             kept = self.keep_last_tokens(text, truncate)
             offset, text = len(text) - len(kept), kept
         try:
-            reading = self.reader.read(text, known=self.lexicon)
+            reading = self.reader.read(text, known=self.lexicon, punctuation=punctuation)
         except TextError as e:
             raise InvalidRequest(str(e), field="inputs") from None
         if not offset:

@@ -306,6 +306,10 @@ URL_SYMBOLS = {
 # parts of a URL that are spelt: "https" H T T P S, "www" W W W
 URL_SPELLED = {"http", "https", "ftp", "www"}
 
+# with `punctuation: true`, the marks kept between words as their own tokens (where a TTS engine pauses): sentence
+# ends, phrase breaks, brackets and dashes ("-" only spaced, or written as a dash: "—")
+PAUSE_MARKS = {".", ",", ";", ":", "!", "?", "(", ")", "-"}
+
 # how a digit is said when a number is read digit by digit (phone numbers)
 DIGITS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 # "v2.0" version two point zero: a "v" before a dotted number

@@ -89,6 +89,11 @@ class SamplingFields(BaseModel):
     lexicon: bool | None = Field(
         None, description="Extension: false asks for the model's own answer even when the bundle's lexicon knows the input."
     )
+    punctuation: bool | None = Field(
+        None,
+        description="Extension, word-level bundles: true keeps sentence and phrase punctuation as its own tokens between "
+        "the words' answers (docs/TEXT.md).",
+    )
 
     @field_validator("stop", mode="before")
     @classmethod
