@@ -254,6 +254,13 @@ def test_a_plain_lower_case_word_reads_as_the_dictionary_has_it(url):
         ("16 GB", "S IH K S T IY N | G IH G AH B AY T S"),
         ("3/4", "TH R IY | K W AO R T ER Z"),
         ("(555) 123-4567", "F AY V | F AY V | F AY V | W AH N | T UW | TH R IY | F AO R | F AY V | S IH K S | S EH V AH N"),
+        (
+            "+44 20 7946 0958",
+            "F AO R | F AO R | T UW | Z IH R OW | S EH V AH N | N AY N | F AO R | S IH K S | Z IH R OW | N AY N | F AY V | EY T",
+        ),
+        ("100 500", "W AH N | HH AH N D R AH D | F AY V | HH AH N D R AH D"),  # numbers, not a phone number
+        ("2000 km", "T UW | TH AW Z AH N D | K AH L AA M AH T ER Z"),  # a cardinal before a unit, not a year
+        ("Super Bowl LIV", "S UW P ER | B OW L | F IH F T IY | F AO R"),
         ("www.example.org", " | ".join(["D AH B AH L Y UW"] * 3 + ["D AA T | IH G Z AE M P AH L | D AA T | AO R G"])),
     ],
 )

@@ -76,7 +76,11 @@ _TOKENS = re.compile(
     r"(?P<url>(?:(?i:https?|ftp)://|(?i:www)\.)[^\s<>\"]*[^\s<>\".,;:!?)'\]])"
     r"|(?P<email>[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,})"
     r"|(?P<time>(?<![0-9:.])(?P<hour>[01]?[0-9]|2[0-3]):(?P<minute>[0-5][0-9])(?::(?P<second>[0-5][0-9]))?(?![0-9:]))"
-    r"|(?P<phone>(?<![\w+])(?:\+[0-9]{1,3}[\s.-]?)?(?:\([0-9]{3}\)\s?|[0-9]{3}[\s.-])[0-9]{3}[.-][0-9]{4}(?![0-9])"
+    # phone numbers: +country and groups, (area) and groups, groups joined by "-" or "." (spaces alone would take a
+    # list of numbers, "100 500 1000"), or 555-1234
+    r"|(?P<phone>(?<![\w+])\+[0-9]{1,3}(?:[\s.-]?[0-9]{2,4}){2,4}(?![0-9])"
+    r"|(?<![\w+])\([0-9]{3}\)\s?[0-9]{3}[\s.-][0-9]{4}(?![0-9])"
+    r"|(?<![\w.-])[0-9]{3}(?P<sep>[.-])[0-9]{3}(?P=sep)[0-9]{4}(?![0-9])"
     r"|(?<![\w.-])[0-9]{3}-[0-9]{4}(?![\w-]))"
     rf"|(?P<currency>[{''.join(map(re.escape, CURRENCIES))}])\s?(?P<amount>{_NUMBER})"
     rf"(?:\s(?P<cmag>(?i:{_MAGNITUDE}))\b|(?P<cshort>(?i:{_SHORT_MAGNITUDE}))\b)?"
