@@ -316,3 +316,32 @@ def test_a_3000_word_mixed_text_is_read_in_order_with_warnings_for_what_was_skip
     assert rounds >= 20 and sorted(set(skipped)) == sorted(["😀", "👍🏽", "✓", "Привет"])
     assert len(skipped) == 4 * rounds
     assert all(w["text"] and w["source"] in ("lexicon", "model") for w in words)
+
+
+def test_any_mix_of_characters_is_read_or_refused_with_a_text_error_never_a_crash():
+    """Property: random mixes of letters, digits, symbols, emoji, other scripts and the rules' triggers either read as
+    lower-case words (or kept marks) with spans inside the text, or raise TextError (a 422), in process."""
+    import random
+
+    from service.engine.bundle import load_bundle
+    from service.text.lexicon import Lexicon
+    from service.text.reader import TextError, read_text
+
+    lexicon = Lexicon.load(load_bundle(DEFAULT_BUNDLE))
+    pieces = list("abcXYZ019 .,;:!?-'\"()/#@&%$€£¥°½⅞=+_~^*|\\<>é߯øПж日😀👍🏽\u200d\ufe0f\u0301\n\t")
+    pieces += ["Dr.", "St.", "II", "VIII", "GPU", "US", "10:30", "am", "a.m.", "v2.0", "555-1234", "km/h", "°C", "e.g."]
+    pieces += ["http://x.y/z?a=1", "a@b.co", "1/2", "#1", "1,000", "3.5", "Henry", "War", "No.", "5", "kg", "$", "bn"]
+    rng = random.Random(7)
+    read = 0
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) + rng.choice(["", " "]) for _ in range(rng.randint(1, 12)))
+        for punctuation in (False, True):
+            try:
+                words = read_text(text, known=lexicon, punctuation=punctuation).words
+            except TextError:
+                continue
+            read += 1
+            for w in words:
+                assert 0 <= w.start < w.end <= len(text), (text, w)
+                assert w.punctuation or (w.text.replace("'", "").isalpha() and w.text.islower()), (text, w)
+    assert read > 5000

@@ -82,17 +82,17 @@ _TOKENS = re.compile(
     r"|(?<![\w+])\([0-9]{3}\)\s?[0-9]{3}[\s.-][0-9]{4}(?![0-9])"
     r"|(?<![\w.-])[0-9]{3}(?P<sep>[.-])[0-9]{3}(?P=sep)[0-9]{4}(?![0-9])"
     r"|(?<![\w.-])[0-9]{3}-[0-9]{4}(?![\w-]))"
-    rf"|(?P<currency>[{''.join(map(re.escape, CURRENCIES))}])\s?(?P<amount>{_NUMBER})"
-    rf"(?:\s(?P<cmag>(?i:{_MAGNITUDE}))\b|(?P<cshort>(?i:{_SHORT_MAGNITUDE}))\b)?"
+    rf"|(?P<currency>(?P<symbol>[{''.join(map(re.escape, CURRENCIES))}])\s?(?P<amount>{_NUMBER})"
+    rf"(?:\s(?P<cmag>(?i:{_MAGNITUDE}))\b|(?P<cshort>(?i:{_SHORT_MAGNITUDE}))\b)?)"
     r"|(?P<version>(?<![A-Za-z0-9])[vV](?P<vnum>[0-9]+(?:\.[0-9]+)+)(?![\w.]))"
     r"|(?P<dotnum>(?<![\w.])[0-9]+(?:\.[0-9]+){2,}(?![\w]))"
     rf"|(?P<vulgar>(?:(?P<whole>[0-9]+)\s?)?[{_VULGAR}])"
     r"|(?P<fraction>(?<![0-9/.,])(?P<num>[0-9]{1,3})/(?P<den>[0-9]{1,3})(?![0-9/]))"
     r"|(?P<decade>(?:1[0-9]|2[0-9])?[1-9]0|[12][0-9]00)'?s(?![A-Za-z])"
     r"|(?P<ordinal>[0-9]+)(?:st|nd|rd|th)(?![A-Za-z])"
-    rf"|(?P<mminus>(?<![\w.,])-)?(?<![A-Za-z])(?P<mnum>{_NUMBER})"
-    rf"(?:\s?(?P<unit>{_UNITS})|(?P<aunit>{_ATTACHED})|(?P<mag>{_ATTACHED_MAGNITUDE}))(?![A-Za-z0-9])"
-    rf"|(?P<minus>(?<![\w.,])-)?(?P<number>{_NUMBER})"
+    rf"|(?P<measure>(?P<mminus>(?<![\w.,])-)?(?<![A-Za-z])(?P<mnum>{_NUMBER})"
+    rf"(?:\s?(?P<unit>{_UNITS})|(?P<aunit>{_ATTACHED})|(?P<mag>{_ATTACHED_MAGNITUDE}))(?![A-Za-z0-9]))"
+    rf"|(?P<number>(?P<minus>(?<![\w.,])-)?(?P<digits>{_NUMBER}))"
     r"|(?P<hash>#)(?=[A-Za-z0-9])"
     r"|(?P<dotted>(?<![A-Za-z.])(?:[A-Za-z]\.){2,})"
     r"|(?P<word>[A-Za-z]+(?:'[A-Za-z]+)*)"
@@ -130,8 +130,8 @@ class Reading:
 
 @dataclass
 class _Token:
-    """A piece of the text matched by one rule: `kind` is the regex group, `text` the prepared text's,
-    `surface` the original's (case and accents as written), `start`/`end` offsets in the original."""
+    """A piece of the text matched by one rule: `kind` names the rule (a group of _TOKENS), `text` is the piece of
+    the prepared text (case kept), `start`/`end` its offsets in the original."""
 
     kind: str
     text: str
@@ -181,28 +181,24 @@ def read_text(
     prepared, origin = prepare(text)
     tokens: list[_Token] = []
     for m in _TOKENS.finditer(prepared):
-        kind = m.lastgroup if m.lastgroup not in ("minus", "mminus") else ("number" if m["number"] else "measure")
-        if m["mnum"] is not None:
-            kind = "measure"
-        elif m["currency"]:
-            kind = "currency"
-        tokens.append(_Token(kind, m.group(), origin[m.start()], origin[m.end() - 1] + 1, m))
-    base = {id(t): t.match.start() for t in tokens}
+        # each alternative of _TOKENS is one named group around the others: the last to close names the rule
+        tokens.append(_Token(m.lastgroup, m.group(), origin[m.start()], origin[m.end() - 1] + 1, m))
     skipped: list[Skipped] = []
     _read_tokens(text, tokens, known, skipped)
     words: list[Word] = []
     n_words = 0
     for t in tokens:
         if punctuation and t.kind == "other" and _is_pause(text, t):
-            if words and words[-1].punctuation and words[-1].end == t.start:  # "?!", "...": one mark
+            if words and words[-1].punctuation and t.start <= words[-1].end:  # "?!", "...", "…": one mark
                 last = words[-1]
-                words[-1] = Word(last.text + t.text, last.start, t.end, punctuation=True)
+                words[-1] = Word(last.text + t.text, last.start, max(last.end, t.end), punctuation=True)
             else:
                 words.append(Word(t.text, t.start, t.end, punctuation=True))
             continue
         spans = [(t.start, t.end)] * len(t.spoken or ())
         if t.pieces is not None:  # offsets in the token's prepared text -> the original's
-            spans = [(origin[base[id(t)] + a], origin[base[id(t)] + b - 1] + 1) for a, b in t.pieces]
+            at = t.match.start()
+            spans = [(origin[at + a], origin[at + b - 1] + 1) for a, b in t.pieces]
         for (spoken, pronunciation), (start, end) in zip(t.spoken or (), spans):
             words.append(Word(spoken, start, end, (), pronunciation))
         n_words += len(t.spoken or ())
@@ -250,7 +246,7 @@ def _read_tokens(text: str, tokens: list[_Token], known: Container[str] | None, 
             continue
         try:
             t.spoken = _plain(_read_token(t, tokens, i))
-        except (OverflowError, ValueError, ArithmeticError, KeyError):  # num2words stops at 10**600 and the like
+        except (OverflowError, ValueError, ArithmeticError):  # num2words stops at 10**600 and the like
             number = text[t.start : t.end] if t.end - t.start <= 24 else text[t.start : t.start + 20] + "..."
             raise TextError(f"number {number!r} is too large to read; write it in words") from None
         if t.kind == "other" and t.spoken is None:
@@ -292,9 +288,9 @@ def _read_token(t: _Token, tokens: list[_Token], i: int) -> list[str] | None:
     if kind == "decade":
         return _decade(m["decade"])
     if kind == "currency":
-        return _money(m["amount"], CURRENCIES[m["currency"]], m["cmag"] or m["cshort"])
+        return _money(m["amount"], CURRENCIES[m["symbol"]], m["cmag"] or m["cshort"])
     if kind == "number":
-        return (["minus"] if m["minus"] else []) + _number(m["number"])
+        return (["minus"] if m["minus"] else []) + _number(m["digits"])
     if kind == "measure":
         return (["minus"] if m["mminus"] else []) + _measure(m)
     if kind == "time":
@@ -314,12 +310,10 @@ def _read_token(t: _Token, tokens: list[_Token], i: int) -> list[str] | None:
     if kind == "hash":
         following = _next(tokens, i)
         return list(rules.HASH_BEFORE_NUMBER if following is not None and following.text[0].isdigit() else rules.HASH_BEFORE_WORD)
-    if kind == "dotted":
-        return None  # read with the words: it may be spelt
     if kind in ("url", "email"):
         words, t.pieces = _address(t.text)
         return words
-    raise KeyError(kind)
+    raise RuntimeError(f"no rule reads a {kind!r} token")
 
 
 def _next(tokens: list[_Token], i: int) -> _Token | None:

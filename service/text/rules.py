@@ -203,7 +203,7 @@ LETTERS = {
 # one it knows is read from it (NASA, NATO, and CMUdict's own spelt entries: FBI, CPU).
 # SPELLED_ACRONYMS: all-capital words that are also common lower-case words, spelt unless the whole sentence
 # is in capitals ("the US", "IT support", "the WHO", "10 AM"; "WHO ARE US" reads as words).
-SPELLED_ACRONYMS = {"US", "IT", "WHO", "AM", "PM", "AI", "ID", "AD", "UN", "LED", "OR", "ER", "PR", "HR", "IQ"}
+SPELLED_ACRONYMS = {"US", "IT", "WHO", "AM", "PM", "AI", "ID", "AD", "UN", "LED", "ER", "PR", "HR", "IQ"}
 # all-capital words of up to 5 letters read as words though the dictionary does not know them
 WORD_ACRONYMS = {"COVID", "GIF", "JPEG", "FAQ", "WIFI", "SARS", "MERS", "DARPA"}
 # an all-capital word with letters spelt this long or shorter (longer unknown ones are read as words by the model)
