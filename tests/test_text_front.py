@@ -258,6 +258,7 @@ def test_a_plain_lower_case_word_reads_as_the_dictionary_has_it(url):
             "+44 20 7946 0958",
             "F AO R | F AO R | T UW | Z IH R OW | S EH V AH N | N AY N | F AO R | S IH K S | Z IH R OW | N AY N | F AY V | EY T",
         ),
+        ("2-3 cups", "T UW | T UW | TH R IY | K AH P S"),  # a range: "to"
         ("100 500", "W AH N | HH AH N D R AH D | F AY V | HH AH N D R AH D"),  # numbers, not a phone number
         ("2000 km", "T UW | TH AW Z AH N D | K AH L AA M AH T ER Z"),  # a cardinal before a unit, not a year
         ("Super Bowl LIV", "S UW P ER | B OW L | F IH F T IY | F AO R"),

@@ -88,6 +88,7 @@ _TOKENS = re.compile(
     r"|(?P<dotnum>(?<![\w.])[0-9]+(?:\.[0-9]+){2,}(?![\w]))"
     rf"|(?P<vulgar>(?:(?P<whole>[0-9]+)\s?)?[{_VULGAR}])"
     r"|(?P<fraction>(?<![0-9/.,])(?P<num>[0-9]{1,3})/(?P<den>[0-9]{1,3})(?![0-9/]))"
+    r"|(?P<range>(?<![\w.,-])(?P<low>[0-9]+)-(?P<high>[0-9]+)(?![\w-]|[.,][0-9]))"
     r"|(?P<decade>(?:1[0-9]|2[0-9])?[1-9]0|[12][0-9]00)'?s(?![A-Za-z])"
     r"|(?P<ordinal>[0-9]+)(?:st|nd|rd|th)(?![A-Za-z])"
     rf"|(?P<measure>(?P<mminus>(?<![\w.,])-)?(?<![A-Za-z])(?P<mnum>{_NUMBER})"
@@ -301,6 +302,8 @@ def _read_token(t: _Token, tokens: list[_Token], i: int) -> list[str] | None:
         return [*rules.VERSION_WORD, *_dotted_number(m["vnum"])]
     if kind == "dotnum":
         return _dotted_number(m["dotnum"])
+    if kind == "range":
+        return [*_number(m["low"]), *rules.RANGE_WORD, *_number(m["high"])]
     if kind == "fraction":
         return _fraction(int(m["num"]), int(m["den"]))
     if kind == "vulgar":

@@ -312,5 +312,7 @@ PAUSE_MARKS = {".", ",", ";", ":", "!", "?", "(", ")", "-"}
 
 # how a digit is said when a number is read digit by digit (phone numbers)
 DIGITS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+# "1990-1995", "2-3 cups": a hyphen between two numbers is read as "to"
+RANGE_WORD = ("to",)
 # "v2.0" version two point zero: a "v" before a dotted number
 VERSION_WORD = ("version",)
