@@ -172,7 +172,10 @@ class Scheduler:
         # 0.3 ms step (docs/BENCHMARKS.md, "Stream interval").
         self.stream_interval_s = stream_interval_s
         self._cv = threading.Condition()
-        self._waiting: collections.deque[Ticket] = collections.deque()
+        # queued requests, one group per submit (a text's words are one group); groups take turns to join the batch,
+        # one ticket each, so a one-word request queued behind a long text's words joins at the next free row
+        self._waiting: collections.deque[collections.deque[Ticket]] = collections.deque()
+        self._n_waiting = 0
         self._by_gen: dict[int, Ticket] = {}  # id(engine Generation) -> its ticket: the running requests
         self._in_flight = 0  # submitted and not yet finished: the admission bound counts these
         self._stopping = False
@@ -208,7 +211,7 @@ class Scheduler:
 
     def retry_after_s(self) -> int:
         """Seconds a refused client should wait: about how long the queue ahead needs to turn over once."""
-        return retry_after_s(self._mean_request_s, len(self._waiting) / self.max_batch_size)
+        return retry_after_s(self._mean_request_s, self._n_waiting / self.max_batch_size)
 
     def submit(self, source_ids: list[int], options: DecodingOptions, loop: asyncio.AbstractEventLoop | None = None) -> Ticket:
         """Queue a request; raises Overloaded (bound reached), Unavailable (stopping / engine dead), or
@@ -223,7 +226,9 @@ class Scheduler:
     ) -> list[Ticket]:
         """Queue several requests at once (the words of one text), all or none: each counts toward
         `max_concurrent_requests`, and they are queued together, so they join the batch at the same step
-        boundary (as far as `max_batch_size` allows) and share its decoder steps. Errors as `submit`.
+        boundary (as far as `max_batch_size` allows) and share its decoder steps. They are one group of the
+        queue: while other requests wait, the groups take turns, a ticket each, so a long text does not hold
+        back the requests queued after it. Errors as `submit`.
         `ready` (asyncio owners that read every answer whole): the one event all the tickets set, and only
         when one of them ends; None: each ticket sets its own at every step that gives it events."""
         for _, options in requests:
@@ -236,8 +241,10 @@ class Scheduler:
             if self._in_flight + len(tickets) > self.max_concurrent_requests:
                 raise Overloaded(self.retry_after_s())
             self._in_flight += len(tickets)
-            self._waiting.extend(tickets)
-            self.metrics.queue_size.set(len(self._waiting))
+            if tickets:
+                self._waiting.append(collections.deque(tickets))
+                self._n_waiting += len(tickets)
+            self.metrics.queue_size.set(self._n_waiting)
             self._cv.notify()
         return tickets
 
@@ -266,8 +273,9 @@ class Scheduler:
             with self._cv:
                 self._stopping = True
                 reason = getattr(self, "_stop_reason", None) if self.failure is None else self.unavailable_reason()
-                leftovers = list(self._waiting) + [t for t in self._by_gen.values()]
+                leftovers = [t for group in self._waiting for t in group] + [t for t in self._by_gen.values()]
                 self._waiting.clear()
+                self._n_waiting = 0
             err = Unavailable(reason or "the server is shutting down")
             for t in leftovers:
                 self._finish(t, Failed(err))
@@ -299,8 +307,12 @@ class Scheduler:
         joining: list[Ticket] = []
         with self._cv:
             rows = len(batch)  # a request counts its rows (beams, best_of samples) toward the batch bound
-            while self._waiting and rows + self._waiting[0].options.n_rows <= self.max_batch_size:
-                t = self._waiting.popleft()
+            while self._waiting and rows + self._waiting[0][0].options.n_rows <= self.max_batch_size:
+                group = self._waiting.popleft()
+                t = group.popleft()
+                self._n_waiting -= 1
+                if group:  # its next ticket waits for the other groups' turns
+                    self._waiting.append(group)
                 if t.cancelled:
                     self._finish(t, None)
                 elif now > t.deadline:
@@ -310,13 +322,16 @@ class Scheduler:
                     joining.append(t)
                     rows += t.options.n_rows
             # queued requests past their deadline leave the queue too, not only the ones at its head
-            if self._waiting:
-                expired = [t for t in self._waiting if t.cancelled or now > t.deadline]
+            expired = [t for group in self._waiting for t in group if t.cancelled or now > t.deadline]
+            if expired:
+                gone = set(map(id, expired))
+                kept = (collections.deque(t for t in group if id(t) not in gone) for group in self._waiting)
+                self._waiting = collections.deque(group for group in kept if group)
+                self._n_waiting -= len(expired)
                 for t in expired:
-                    self._waiting.remove(t)
                     self._finish(t, None if t.cancelled else Failed(TimedOut(self.request_timeout_s)))
                     touched.append(t)
-            self.metrics.queue_size.set(len(self._waiting))
+            self.metrics.queue_size.set(self._n_waiting)
         if joining:
             t0 = time.perf_counter()
             try:
