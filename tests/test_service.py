@@ -359,7 +359,7 @@ def test_attnserve_generate_writes_a_tsv_in_input_order(tmp_path, generator):
     assert [r[0] for r in rows] == WORDS
     assert [r[1] for r in rows] == [generator.generate(w).text for w in WORDS]
 
-    src.write_text("cat\nsnow\u2603\n")
+    src.write_text("cat\n\u2603\n")  # a line with nothing readable
     assert generate_main([str(src), "-o", str(out), "--bundle", str(tiny_bundle_dir), "--no-progress"]) == 1
     assert [line.split("\t")[0] for line in out.read_text().splitlines()] == ["cat"]
     assert generate_main([str(tmp_path / "missing.txt"), "--bundle", str(tiny_bundle_dir)]) == 2
