@@ -23,9 +23,10 @@ Who answers a unit. The lexicon (service/text/lexicon.py) answers greedy request
 requests, `top_n_tokens` and `decoder_input_details` always go to the model: they ask for the
 model's own distribution. With best_of N, the lexicon's answers come first, in dictionary
 order, and the model's beams fill the rest (a beam with the token ids of a lexicon answer is
-skipped); a unit the lexicon answers fully never reaches the engine. A word whose reading the reader's rules fixed (an
-acronym spelt, an accented word: `Word.pronunciation`) is answered that way, as a lexicon entry, whenever
-the lexicon may answer. The units the model
+skipped); a unit the lexicon answers fully never reaches the engine. A word whose reading the
+reader's rules fixed (an acronym spelt, an accented word: `Word.pronunciation`) is answered that
+way, as a lexicon entry, whenever the lexicon may answer; a mark kept with `punctuation` is
+answered by itself (`punctuation_answer`) and never reaches either. The units the model
 answers are queued together (`Scheduler.submit_many`), so they share decoder steps; each
 counts toward `max_concurrent_requests`.
 
