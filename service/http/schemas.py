@@ -83,6 +83,19 @@ class GenerateParameters(BaseModel):
     lexicon: bool | None = Field(
         None, description="Extension: false asks for the model's own answer even when the bundle's lexicon knows the input."
     )
+    # output forms and per-request pronunciations (service/text/forms.py, service/text/pronunciations.py)
+    alphabet: Literal["arpabet", "ipa"] | None = Field(
+        None,
+        description="Extension: `arpabet` (default: the model's own phones) or `ipa` (written from them, stress marks "
+        "before the stressed syllable; docs/IPA.md). `details.tokens` and streamed tokens are in the same alphabet.",
+    )
+    stress: bool | None = Field(None, description="Extension: false leaves out stress (ARPAbet's digits, IPA's marks).")
+    pronunciations: dict[str, str] | None = Field(
+        None,
+        description="Extension: {word: ARPAbet} for this request only, over the dictionary and the model. Keys match "
+        "case-insensitively, but an all-caps key (`US`) matches only all-caps occurrences.",
+        examples=[{"nguyen": "W IH1 N"}],
+    )
     # TGI parameters accepted for compatibility; a value other than "unset" is refused (service/http/validation.py).
     watermark: bool | None = Field(False, description="Only false (or null) is supported.")
     grammar: dict[str, Any] | None = Field(None, description="Only null is supported.")

@@ -111,4 +111,7 @@ def text_params(p: GenerateParameters) -> TextParams:
         details=bool(p.details),
         decoder_input_details=bool(p.decoder_input_details),
         return_full_text=bool(p.return_full_text),
+        alphabet=p.alphabet or "arpabet",
+        stress=p.stress is not False,
+        pronunciations=p.pronunciations,
     )
