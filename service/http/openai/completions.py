@@ -160,6 +160,9 @@ def plan(
             num_beams=body.num_beams,
             top_n_tokens=lp_value or None,
             lexicon=body.lexicon,
+            alphabet=body.alphabet,
+            stress=body.stress,
+            pronunciations=body.pronunciations,
         )
 
     if beam:

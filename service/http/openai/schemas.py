@@ -89,6 +89,14 @@ class SamplingFields(BaseModel):
     lexicon: bool | None = Field(
         None, description="Extension: false asks for the model's own answer even when the bundle's lexicon knows the input."
     )
+    # output forms and per-request pronunciations, as the TGI routes' parameters of the same names
+    alphabet: Literal["arpabet", "ipa"] | None = Field(
+        None, description="Extension: `arpabet` (default) or `ipa`; the tokens of `logprobs` are in the same alphabet."
+    )
+    stress: bool | None = Field(None, description="Extension: false leaves out stress (ARPAbet's digits, IPA's marks).")
+    pronunciations: dict[str, str] | None = Field(
+        None, description="Extension: {word: ARPAbet} for this request only; an all-caps key matches only all-caps words."
+    )
 
     @field_validator("stop", mode="before")
     @classmethod
