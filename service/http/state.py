@@ -12,7 +12,7 @@ from service.engine.engine import DecodingOptions, Engine
 from service.engine.explain import Explainer
 from service.engine.scheduler import Scheduler
 from service.http.schemas import GenerateParameters, GenerateRequest
-from service.http.validation import Validator
+from service.http.validation import Validator, check_field_names
 from service.metrics import ServiceMetrics
 from service.settings import ConfigError, Settings
 from service.text.lexicon import Lexicon
@@ -97,6 +97,7 @@ class Service:
         (service/text/requests.py). Raises APIError 422, or the text layer's and the scheduler's ServiceErrors
         (422, 429, 503), which the app's handlers and the fast path answer alike."""
         p = body.parameters or GenerateParameters()
+        check_field_names(body)
         self.validator.check_supported(p)
         return self.text.admit(
             body.inputs, text_params(p), lambda: self.validator.options(p, stream), stream=stream, loop=self.loop
