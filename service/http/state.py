@@ -92,6 +92,10 @@ class Service:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.explainer = Explainer.for_engine(engine)  # POST /explain's graphs; None when the bundle has none
 
+    def use_lexicon(self, lexicon: Lexicon) -> None:
+        """Answer later requests from `lexicon` (the operator's file read again); on the event loop's thread."""
+        self.lexicon = self.text.lexicon = lexicon
+
     def admit(self, body: GenerateRequest, stream: bool) -> TextRequest:
         """Validate a generation request, answer what the lexicon knows and queue the rest for the engine
         (service/text/requests.py). Raises APIError 422, or the text layer's and the scheduler's ServiceErrors
