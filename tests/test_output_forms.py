@@ -184,3 +184,17 @@ def test_generator_answers_in_the_form_asked_for(url):
         [ipa, bare] = [next(g.generate_text_many(["Hello attention"], alphabet="ipa", stress=s)) for s in (True, False)]
         assert ipa.text == generate(url, "Hello attention", alphabet="ipa")["generated_text"]
         assert bare.text == "həlo͡ʊ | ətɛnʃən"
+
+
+def test_the_table_in_docs_ipa_is_the_one_the_server_uses():
+    from service.text.ipa import CONSONANTS, VOWEL_BY_STRESS, VOWELS
+
+    rows = {}
+    for line in (ROOT / "docs" / "IPA.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 3 and cells[0].startswith("`") and cells[0].strip("`") in {**VOWELS, **CONSONANTS}:
+            rows[cells[0].strip("`")] = cells[1]
+    assert set(rows) == set(VOWELS) | set(CONSONANTS)
+    for phone, symbol in {**VOWELS, **CONSONANTS}.items():
+        unstressed = VOWEL_BY_STRESS.get((phone, "0"))
+        assert rows[phone] == (f"{symbol} (stressed), {unstressed} ({phone}0)" if unstressed else symbol), phone
