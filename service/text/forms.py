@@ -45,7 +45,7 @@ class OutputForm:
         phones = [self.vocab[i] for i in ids]
         if self.alphabet == "ipa":
             return ipa.ipa_symbols(phones, self.stress)
-        return [(" " if k else "") + ipa.strip_stress(p) for k, p in enumerate(phones)]
+        return [(" " if k else "") + (ipa.strip_stress(p) if ipa.is_arpabet(p) else "") for k, p in enumerate(phones)]
 
     def text(self, ids: Sequence[int]) -> str:
         return "".join(self.texts(ids))

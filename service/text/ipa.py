@@ -195,8 +195,8 @@ def syllable_starts(phones: Sequence[str]) -> list[int]:
 
 def ipa_symbols(phones: Sequence[str], stress: bool = True) -> list[str]:
     """Each phone's IPA text, the stress mark (when `stress`) in front of the first phone of its stressed
-    syllable; the texts concatenate to the word's IPA."""
-    out = [phone_symbol(p) for p in phones]
+    syllable; the texts concatenate to the word's IPA. A token that is no ARPAbet phone (a model's `<unk>`) is ''."""
+    out = [phone_symbol(p) if is_arpabet(p) else "" for p in phones]
     if stress:
         vowels = [i for i, p in enumerate(phones) if is_vowel(p)]
         for start, v in zip(syllable_starts(phones), vowels):
