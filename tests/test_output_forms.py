@@ -198,3 +198,17 @@ def test_the_table_in_docs_ipa_is_the_one_the_server_uses():
     for phone, symbol in {**VOWELS, **CONSONANTS}.items():
         unstressed = VOWEL_BY_STRESS.get((phone, "0"))
         assert rows[phone] == (f"{symbol} (stressed), {unstressed} ({phone}0)" if unstressed else symbol), phone
+
+
+def test_attnserve_generate_writes_the_form_asked_for(tmp_path, capsys):
+    from service.cli import generate_main
+
+    words = tmp_path / "words.txt"
+    words.write_text("attention\nHello world\n")
+    out = tmp_path / "out.tsv"
+    assert (
+        generate_main([str(words), "-o", str(out), "--bundle", str(DEFAULT_BUNDLE), "--threads", "1", "--alphabet", "ipa"]) == 0
+    )
+    assert out.read_text().splitlines() == ["attention\təˈtɛnʃən", "Hello world\thəˈlo͡ʊ | ˈwɝld"]
+    assert generate_main([str(words), "-o", str(out), "--bundle", str(DEFAULT_BUNDLE), "--threads", "1", "--no-stress"]) == 0
+    assert out.read_text().splitlines()[0] == "attention\tAH T EH N SH AH N"
