@@ -210,6 +210,8 @@ def generate_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--num-beams", type=int, help="beam width when larger than --best-of")
     p.add_argument("--no-lexicon", action="store_true", help="the model answers every word, even those the lexicon knows")
+    p.add_argument("--alphabet", choices=("arpabet", "ipa"), default="arpabet", help="write answers in ARPAbet or IPA")
+    p.add_argument("--no-stress", action="store_true", help="leave out stress (ARPAbet's digits, IPA's marks)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     return p
 
@@ -255,7 +257,8 @@ def generate_main(argv: list[str] | None = None) -> int:
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     try:
         gen.options(**params)  # bad parameters stop here with their message, before any work
-        failed = write_answers(gen, inputs, params, out, lexicon=not args.no_lexicon, progress=not args.no_progress)
+        form = {"alphabet": args.alphabet, "stress": not args.no_stress}
+        failed = write_answers(gen, inputs, params, out, lexicon=not args.no_lexicon, progress=not args.no_progress, form=form)
     except InputError as e:
         return _fail(str(e))
     finally:
@@ -268,7 +271,9 @@ def generate_main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def write_answers(gen, inputs: list[tuple[int, str]], params: dict, out, *, lexicon: bool, progress: bool) -> int:
+def write_answers(
+    gen, inputs: list[tuple[int, str]], params: dict, out, *, lexicon: bool, progress: bool, form: dict | None = None
+) -> int:
     """Answer every (line number, text) and write its TSV rows (ranked when params["logprobs"]); a line the model
     cannot read is named on stderr. Returns how many failed; prints the rate after start-up on stderr."""
     from tqdm import tqdm
@@ -278,7 +283,7 @@ def write_answers(gen, inputs: list[tuple[int, str]], params: dict, out, *, lexi
     ranked, failed = params["logprobs"], 0
     bar = tqdm(total=len(inputs), unit="line", disable=not progress or None, file=sys.stderr)
     t0 = time.perf_counter()  # after start-up (bundle, sessions, warm-up): what decoding alone takes
-    results = gen.generate_text_many([t for _, t in inputs], lexicon=lexicon, **params)
+    results = gen.generate_text_many([t for _, t in inputs], lexicon=lexicon, **(form or {}), **params)
     for (n, text), result in zip(inputs, results):
         if isinstance(result, InputError):
             failed += 1

@@ -20,7 +20,7 @@ exactly as concurrent HTTP requests do.
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +32,7 @@ from service.engine.scheduler import Failed, Finished, Scheduler, Ticket, check_
 from service.errors import InvalidRequest, ServiceError
 from service.metrics import ServiceMetrics
 from service.text.lexicon import Lexicon
+from service.text.pronunciations import check_pronunciations
 from service.text.reader import WORD_SEPARATOR
 from service.text.requests import TextFrontEnd, TextParams, TextRequest
 
@@ -188,15 +189,33 @@ class Generator:
         decoder_input_details: bool = False,
         punctuation: bool = False,
         window: int | None = None,
+        alphabet: str = "arpabet",
+        stress: bool = True,
+        pronunciations: Mapping[str, str] | None = None,
         **params: object,
     ) -> Iterator[TextResult | InputError]:
         """Results in input order, answered as the server answers (see the module's docstring); `lexicon`
         False asks the model for every word, and so does `decoder_input_details` (as over HTTP); `punctuation` keeps
         running text's pauses as units of their own (the mark is their answer, source "punctuation"). A line that
         cannot be read yields its InputError in its place. Up to `window` lines (default 4 x max_batch_size)
-        are in flight, so the model's words of many lines share the batch."""
+        are in flight, so the model's words of many lines share the batch. `alphabet` ("arpabet" or "ipa"), `stress`
+        and `pronunciations` ({word: ARPAbet}, for these lines only) are the HTTP parameters of the same names; a
+        bad one raises InputError before any line is read."""
         options = self.options(**{"token_text": False, **params})  # whole answers, as from `generate`
-        asked = TextParams(lexicon=lexicon, decoder_input_details=decoder_input_details, punctuation=punctuation)
+        asked = TextParams(
+            lexicon=lexicon,
+            decoder_input_details=decoder_input_details,
+            punctuation=punctuation,
+            alphabet=alphabet,
+            stress=stress,
+            pronunciations=pronunciations,
+        )
+        try:  # the form and the pronunciations are the same for every line: checked once, here
+            self.text.output_form(asked)
+            if pronunciations:
+                check_pronunciations(pronunciations, self.engine.tgt_tokenizer)
+        except InvalidRequest as e:
+            raise InputError(e.message) from None
         window = window or 4 * self.max_batch_size
         pending: collections.deque[TextRequest | InputError] = collections.deque()
         source = iter(texts)

@@ -46,6 +46,7 @@ from service.http.routes import docs, explain, generate, health
 from service.http.schemas import StreamResponse
 from service.http.state import SSE_KEEPALIVE_S, Service, load_engine, load_lexicon, warm_up
 from service.settings import Settings
+from service.text import lexicon_watch
 from service.text.lexicon import Lexicon
 from service.version import version
 
@@ -87,10 +88,13 @@ def create_app(
                 "word_level_source": eng.bundle.word_level_source,
             },
         )
+        watching = start_lexicon_watch(svc)
         try:
             yield
         finally:
             svc.ready = False
+            if watching is not None:
+                watching.cancel()
             await asyncio.to_thread(svc.scheduler.stop)
 
     app = AttnserveApp(
@@ -119,6 +123,16 @@ def create_app(
     # /docs must show the stream event schema even though no route returns it as JSON
     _add_schema(app, StreamResponse)
     return app
+
+
+def start_lexicon_watch(svc: Service) -> asyncio.Task | None:
+    """Read the operator's lexicon file again when it changes or on SIGHUP (service/text/lexicon_watch.py); None when
+    there is no such file."""
+    if svc.lexicon is None or svc.lexicon.override_file is None:
+        return None
+    reload_now = asyncio.Event()
+    lexicon_watch.on_sighup(asyncio.get_running_loop(), reload_now)
+    return asyncio.ensure_future(lexicon_watch.watch(lexicon_watch.LexiconWatcher(svc.lexicon), svc.use_lexicon, reload_now))
 
 
 def _count_error(request: Request, err: errors.APIError) -> None:

@@ -41,6 +41,7 @@ from service.http.middleware import log_access, request_id
 from service.http.responses import SSE_HEADERS, LastChunk, SSEResponse, sse_events
 from service.http.routes import generate
 from service.http.schemas import CompatGenerateRequest, GenerateRequest
+from service.http.validation import ignored_headers
 
 ROUTES = {"/generate": GenerateRequest, "/generate_stream": GenerateRequest, "/": CompatGenerateRequest}
 
@@ -114,6 +115,7 @@ async def answer_generation(scope: Scope, receive: Receive, send: Send, app) -> 
                 job = svc.admit(body, stream=True)
                 status = 200
                 headers = [*SSE_RAW_HEADERS, (b"x-request-id", rid.encode("latin-1"))]
+                headers += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in ignored_headers(body).items()]
                 await _stream(headers, sse_events(job, route, svc.metrics, svc.keepalive_s), replay, send)
                 return
             response = await generate.generate_once(svc, Request(scope, replay), body, route, as_list=route == "/")

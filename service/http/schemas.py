@@ -4,7 +4,9 @@ What the real clients send (huggingface_hub 0.x sends every parameter, most as
 null; 2.x only what was set) must validate: null means unset, and TGI's
 parameters this server does not implement are accepted while unset and refused
 with a 422 naming them when set to something it cannot honour
-(service/http/validation.py). Unknown extra fields are ignored, as TGI does.
+(service/http/validation.py). Unknown extra fields are ignored, as TGI does, but kept
+(`extra="allow"`) so that a misspelt one is refused and the others are named in a
+response header (service/http/fields.py).
 
 One rule for every parameter, as TGI's router has: a value has its JSON type. A number
 is a JSON number (`"max_new_tokens": "5"` is refused, as is 5.0 where an integer is
@@ -24,8 +26,8 @@ from service.engine.explain import FinishReason  # the explain engine answers in
 MAX_STOP_SEQUENCES = 8
 
 
-# what a request body's models share: JSON types, not coerced (see above)
-REQUEST_CONFIG = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
+# what a request body's models share: JSON types, not coerced; unknown fields kept to be checked (see above)
+REQUEST_CONFIG = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
 
 
 class GenerateParameters(BaseModel):
@@ -87,6 +89,19 @@ class GenerateParameters(BaseModel):
         None,
         description="Extension, word-level bundles: true keeps sentence and phrase punctuation (. , ; : ! ? ( ) and dashes) "
         "as its own tokens between the words' answers, so a TTS engine can place pauses (docs/TEXT.md).",
+    )
+    # output forms and per-request pronunciations (service/text/forms.py, service/text/pronunciations.py)
+    alphabet: Literal["arpabet", "ipa"] | None = Field(
+        None,
+        description="Extension: `arpabet` (default: the model's own phones) or `ipa` (written from them, stress marks "
+        "before the stressed syllable; docs/IPA.md). `details.tokens` and streamed tokens are in the same alphabet.",
+    )
+    stress: bool | None = Field(None, description="Extension: false leaves out stress (ARPAbet's digits, IPA's marks).")
+    pronunciations: dict[str, str] | None = Field(
+        None,
+        description="Extension: {word: ARPAbet} for this request only, over the dictionary and the model. Keys match "
+        "case-insensitively, but an all-caps key (`US`) matches only all-caps occurrences.",
+        examples=[{"nguyen": "W IH1 N"}],
     )
     # TGI parameters accepted for compatibility; a value other than "unset" is refused (service/http/validation.py).
     watermark: bool | None = Field(False, description="Only false (or null) is supported.")

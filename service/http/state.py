@@ -12,7 +12,7 @@ from service.engine.engine import DecodingOptions, Engine
 from service.engine.explain import Explainer
 from service.engine.scheduler import Scheduler
 from service.http.schemas import GenerateParameters, GenerateRequest
-from service.http.validation import Validator
+from service.http.validation import Validator, check_field_names
 from service.metrics import ServiceMetrics
 from service.settings import ConfigError, Settings
 from service.text.lexicon import Lexicon
@@ -92,11 +92,16 @@ class Service:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.explainer = Explainer.for_engine(engine)  # POST /explain's graphs; None when the bundle has none
 
+    def use_lexicon(self, lexicon: Lexicon) -> None:
+        """Answer later requests from `lexicon` (the operator's file read again); on the event loop's thread."""
+        self.lexicon = self.text.lexicon = lexicon
+
     def admit(self, body: GenerateRequest, stream: bool) -> TextRequest:
         """Validate a generation request, answer what the lexicon knows and queue the rest for the engine
         (service/text/requests.py). Raises APIError 422, or the text layer's and the scheduler's ServiceErrors
         (422, 429, 503), which the app's handlers and the fast path answer alike."""
         p = body.parameters or GenerateParameters()
+        check_field_names(body)
         self.validator.check_supported(p)
         return self.text.admit(
             body.inputs, text_params(p), lambda: self.validator.options(p, stream), stream=stream, loop=self.loop
@@ -112,4 +117,7 @@ def text_params(p: GenerateParameters) -> TextParams:
         decoder_input_details=bool(p.decoder_input_details),
         return_full_text=bool(p.return_full_text),
         punctuation=bool(p.punctuation),
+        alphabet=p.alphabet or "arpabet",
+        stress=p.stress is not False,
+        pronunciations=p.pronunciations,
     )

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 from service.engine.engine import DecodingOptions, InputError
 from service.engine.scheduler import check_rows
-from service.http import errors
-from service.http.schemas import GenerateParameters
+from service.http import errors, fields
+from service.http.schemas import GenerateParameters, GenerateRequest
 
 
 def unsupported_parameters(p: GenerateParameters) -> list[str]:
@@ -39,6 +39,37 @@ def unsupported_parameters(p: GenerateParameters) -> list[str]:
     if p.adapter_id is not None:
         bad.append("adapter_id")
     return bad
+
+
+def ignored_fields(body: GenerateRequest) -> list[str]:
+    """The body's unknown fields, those inside `parameters` as `parameters.NAME` (service/http/fields.py)."""
+    names = list(body.model_extra or ())
+    if body.parameters is not None and body.parameters.model_extra:
+        names += [f"parameters.{n}" for n in body.parameters.model_extra]
+    return names
+
+
+def check_field_names(body: GenerateRequest) -> None:
+    """APIError 422 for an unknown field that looks like a misspelling of one of this server's (did you mean ...?);
+    the others are logged once per name."""
+    names = ignored_fields(body)
+    if not names:
+        return
+    for name in names:
+        inside = name.startswith("parameters.")
+        known = GenerateParameters.model_fields if inside else type(body).model_fields
+        bare = name.removeprefix("parameters.") if inside else name
+        meant = fields.close_match(bare, known)
+        if meant is not None:
+            where = "parameters." if inside else ""
+            raise errors.validation(f"unknown field `{where}{bare}`: did you mean `{where}{meant}`?")
+    fields.log_once(names, "the TGI routes")
+
+
+def ignored_headers(body: GenerateRequest) -> dict[str, str]:
+    """The response header naming the body's ignored fields; {} when there are none."""
+    names = ignored_fields(body)
+    return {fields.HEADER: fields.header_value(names)} if names else {}
 
 
 OPTIONS_MEMO = 1024  # parameter sets whose DecodingOptions are kept

@@ -111,8 +111,13 @@ class Lexicon:
         bundle_file: str | None = None,
         override_file: Path | None = None,
         overridden: int = 0,
+        bundle_entries: Mapping[str, Sequence[str]] | None = None,
+        one_word: bool = False,
     ):
         self._entries = {source: tuple(targets) for source, targets in entries.items()}
+        # what `reloaded` starts again from: the bundle's entries before the operator's file, and how it reads sources
+        self._bundle_entries = bundle_entries if bundle_entries is not None else {}
+        self._one_word = one_word
         self._src = src_tokenizer
         self._tgt = tgt_tokenizer
         self.bundle_file = bundle_file
@@ -143,14 +148,32 @@ class Lexicon:
         overrides: dict[str, list[str]] = {}
         if override is not None:
             overrides = read_overrides(Path(override), src, tgt, one_word=bundle.word_level_source)
-        entries.update(overrides)
         return cls(
-            entries,
+            {**entries, **overrides},
             src,
             tgt,
             bundle_file=bundle.meta["lexicon"]["file"] if bundle.lexicon_path is not None else None,
             override_file=Path(override) if override is not None else None,
             overridden=len(overrides),
+            bundle_entries=entries,
+            one_word=bundle.word_level_source,
+        )
+
+    def reloaded(self) -> Lexicon:
+        """A new lexicon: the bundle's entries with the operator's file read again (service/text/lexicon_watch.py).
+        Raises LexiconError (one line) on a bad line or a missing file; this lexicon is unchanged either way."""
+        if self.override_file is None:
+            return self
+        overrides = read_overrides(self.override_file, self._src, self._tgt, one_word=self._one_word)
+        return Lexicon(
+            {**self._bundle_entries, **overrides},
+            self._src,
+            self._tgt,
+            bundle_file=self.bundle_file,
+            override_file=self.override_file,
+            overridden=len(overrides),
+            bundle_entries=self._bundle_entries,
+            one_word=self._one_word,
         )
 
     def key(self, source: str) -> str:

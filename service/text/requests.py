@@ -47,7 +47,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -58,7 +58,9 @@ from service.engine.decoding import Hypothesis, StoppingCriteria, request_seed
 from service.engine.engine import DecodingOptions, Engine, InputError, StepResult
 from service.engine.scheduler import Failed, Finished, Scheduler, Ticket
 from service.errors import InvalidRequest
+from service.text.forms import FormStream, FormUnsupported, OutputForm, output_form
 from service.text.lexicon import Lexicon
+from service.text.pronunciations import check_pronunciations
 from service.text.reader import MAX_TEXT_CHARS, MAX_WORDS, Skipped, TextError, TextReader, Word
 
 
@@ -113,6 +115,10 @@ class TextParams:
     decoder_input_details: bool = False  # asks for the model's own prefill: the model answers
     return_full_text: bool = False  # generated_text starts with the input
     punctuation: bool = False  # running text: sentence and phrase punctuation kept as its own units between words
+    # output form and per-request pronunciations (service/text/forms.py, service/text/pronunciations.py)
+    alphabet: str = "arpabet"  # or "ipa"
+    stress: bool = True  # False: no stress digits (ARPAbet) or marks (IPA)
+    pronunciations: Mapping[str, str] | None = None  # word -> phones, this request only
 
 
 @dataclass
@@ -216,6 +222,7 @@ class TextFrontEnd:
         src, tgt = engine.src_tokenizer, engine.tgt_tokenizer
         self.reader = word_reader(engine.bundle, src, tgt, max_chars, max_words)
         self._fixed: dict[str, tuple[int, ...]] = {}  # fixed readings' target ids (`fixed_ids`)
+        self._forms: dict[tuple[str, bool], OutputForm | None] = {}
 
     def admit(
         self,
@@ -232,15 +239,18 @@ class TextFrontEnd:
         a thread waits with `wait`); `stream`: the owner reads tokens as they come. Raises InvalidRequest (what
         to fix), or the scheduler's Overloaded / Unavailable."""
         t_arrival = time.perf_counter()
+        form = self.output_form(params)
         units, skipped = self.read(inputs, params.truncate, params.punctuation)
         if callable(options):
             options = options()
         if options.sampling and options.seed is None:
             # one seed for every word, picked here (the engine's rule) and reported back: the same request reproduces
             options = dataclasses.replace(options, seed=request_seed(options))
+        if params.pronunciations:
+            units = self.pronounce(inputs, units, params.pronunciations, options)
         if lexicon_answers(params, options):
             for u in units:
-                if u.known:  # a mark of punctuation
+                if u.known:  # a mark of punctuation, or the request's own pronunciation
                     continue
                 if u.word is not None and u.word.pronunciation is not None:  # the reader's rules fixed it (letters spelt)
                     found = [self.fixed_ids(u.word.pronunciation)]
@@ -249,7 +259,7 @@ class TextFrontEnd:
                 else:
                     continue
                 u.known = [lexicon_answer(self.engine, ids, options.max_new_tokens, options.stop) for ids in found]
-        to_model = [u for u in units if len(u.known) < options.n_best and not (u.word is not None and u.word.punctuation)]
+        to_model = [u for u in units if len(u.known) < options.n_best and not is_mark(u)]
         limit = self.scheduler.max_concurrent_requests
         if len(to_model) > limit:
             raise InvalidRequest(
@@ -263,7 +273,7 @@ class TextFrontEnd:
             tickets = self.scheduler.submit_many([(u.source_ids, options) for u in to_model], loop, ready)
             for u, t in zip(to_model, tickets):
                 u.ticket = t
-        job = TextRequest(self.engine, self.reader, inputs, params, options, units, t_arrival, ready)
+        job = TextRequest(self.engine, self.reader, inputs, params, options, units, t_arrival, ready, form)
         job.skipped = skipped
         return job
 
@@ -274,6 +284,51 @@ class TextFrontEnd:
             ids = tuple(self.engine.tgt_tokenizer.encode(pronunciation, add_special_tokens=False).ids)
             self._fixed[pronunciation] = ids
         return ids
+
+    def output_form(self, params: TextParams) -> OutputForm | None:
+        """The form the answer is written in (None: the model's own); InvalidRequest when the model has no other."""
+        key = (params.alphabet, params.stress)
+        if key not in self._forms:
+            tgt = self.engine.tgt_tokenizer
+            try:
+                self._forms[key] = output_form(params.alphabet, params.stress, tgt, set(self.engine.special_token_ids))
+            except FormUnsupported as e:
+                raise InvalidRequest(
+                    str(e), field="parameters.alphabet" if params.alphabet != "arpabet" else "parameters.stress"
+                ) from None
+            except ValueError as e:
+                raise InvalidRequest(str(e), field="parameters.alphabet") from None
+        return self._forms[key]
+
+    def pronounce(self, inputs: str, units: list[Unit], entries: Mapping[str, str], options: DecodingOptions) -> list[Unit]:
+        """Give the words a request's pronunciations name their answer (service/text/pronunciations.py); the words that
+        share the span of a matching key (an acronym read letter by letter) become one. InvalidRequest for a bad entry."""
+        found = check_pronunciations(entries, self.engine.tgt_tokenizer)
+        out: list[Unit] = []
+        k = 0
+        while k < len(units):
+            u = units[k]
+            span = (u.word.start, u.word.end) if u.word is not None else None
+            group = 1
+            while span is not None and k + group < len(units) and units[k + group].word is not None:
+                w = units[k + group].word
+                if (w.start, w.end) != span:
+                    break
+                group += 1
+            original = inputs[span[0] : span[1]] if span is not None else u.text.strip()
+            ids = found.find(original)
+            if ids is not None and group > 1:  # the whole span is the key: one word with its pronunciation
+                word = Word(original, span[0], span[1], u.word.source_ids)
+                u = Unit(original, word, u.source_ids, [])
+                out.append(u)
+            else:
+                group = 1
+                ids = found.find(original, u.text)
+                out.append(u)
+            if ids is not None:
+                u.known = [lexicon_answer(self.engine, ids, options.max_new_tokens, options.stop)]
+            k += group
+        return out
 
     def units(self, text: str, truncate: int | None) -> list[Unit]:
         """The units of an input: its words (a word-level bundle), else the whole input, each within
@@ -358,6 +413,7 @@ class TextRequest:
         units: list[Unit],
         t_arrival: float,
         ready: asyncio.Event | None = None,
+        form: OutputForm | None = None,
     ):
         self.engine = engine
         self.reader = reader
@@ -368,6 +424,7 @@ class TextRequest:
         self.t_arrival = t_arrival
         self.ready = ready  # what the tickets set when one ends (an asyncio owner reading whole answers: `collect`)
         self.skipped: list[Skipped] = []  # running text's characters that were not read (the details' warnings)
+        self.form = form  # the answer's alphabet and stress (service/text/forms.py); None: the model's own
 
     def cancel(self) -> None:
         """Drop every unit's rows from the batch (the client went away, or another unit failed)."""
@@ -386,6 +443,8 @@ class TextRequest:
         return sum(len(u.source_ids) for u in self.units)
 
     def best_text(self, u: Unit) -> str:
+        if self.form is not None and not is_mark(u):
+            return self.form.text(u.known[0].token_ids if u.known else u.ticket.generation.token_ids)
         return u.known[0].text if u.known else u.ticket.generation.text
 
     def generated_text(self) -> str:
@@ -396,7 +455,15 @@ class TextRequest:
 
     def answers(self, u: Unit) -> tuple[list[Answer], list[list[dict]] | None]:
         """A finished unit's answers, best first (the lexicon's, then the model's beams that differ from
-        them, n_best in all), and the model's top tokens per step when asked for."""
+        them, n_best in all), and the model's top tokens per step when asked for; in the request's form."""
+        answers, top = self.own_answers(u)
+        if self.form is None or is_mark(u):  # a kept mark of punctuation is written as itself in every form
+            return answers, top
+        written = [dataclasses.replace(a, text=self.form.text(a.token_ids), tokens=self.form.tokens(a.tokens)) for a in answers]
+        return written, self.form.top(top)
+
+    def own_answers(self, u: Unit) -> tuple[list[Answer], list[list[dict]] | None]:
+        """`answers` in the model's own form."""
         if u.ticket is None:
             return u.known, None
         gen = u.ticket.generation
@@ -524,7 +591,7 @@ class TextRequest:
             for k, u in enumerate(self.units):
                 last_unit = k == len(self.units) - 1
                 if u.ticket is None:
-                    tokens = u.known[0].tokens
+                    tokens = u.known[0].tokens if self.form is None or is_mark(u) else self.form.tokens(u.known[0].tokens)
                     for j, t in enumerate(tokens):
                         end = j == len(tokens) - 1
                         reason = u.known[0].finish_reason if end else None
@@ -533,6 +600,7 @@ class TextRequest:
                     yield CAUGHT_UP
                     continue
                 reading, position = u.ticket, 0
+                written = FormStream(self.form) if self.form is not None else None
                 while u.finished is None:
                     events = await u.ticket.wait_events()
                     if not events:  # woken by the timer (or late by a step whose events were taken already)
@@ -551,10 +619,18 @@ class TextRequest:
                         top = None
                         if ev.top_tokens is not None:
                             prefix = [r.token_id for r in u.results[:-1]]
-                            top = [self.separated(t, k, position) for t in top_token_dicts(self.engine, ev.top_tokens, prefix)]
-                        token = self.separated(token_dict(ev), k, position)
-                        position += 1
-                        yield StreamToken(token, top, ev.finish_reason, last_unit and ev.finish_reason is not None)
+                            top = top_token_dicts(self.engine, ev.top_tokens, prefix)
+                        ready = (
+                            [(token_dict(ev), top, ev.finish_reason)]
+                            if written is None
+                            else written.push(token_dict(ev), top, ev.finish_reason)
+                        )
+                        for token, top, reason in ready:
+                            if top is not None:
+                                top = [self.separated(t, k, position) for t in top]
+                            token = self.separated(token, k, position)
+                            position += 1
+                            yield StreamToken(token, top, reason, last_unit and reason is not None)
                     last_yield = loop.time()
                     yield CAUGHT_UP
         finally:
@@ -562,6 +638,11 @@ class TextRequest:
             # check_quiet's closure holds itself and the timer (which holds check_quiet): cut both, so the stream's
             # state is freed now rather than by the cyclic collector
             timer = check_quiet = None
+
+
+def is_mark(u: Unit) -> bool:
+    """Whether a unit is a mark of punctuation kept between words (`punctuation: true`): answered by itself."""
+    return u.word is not None and u.word.punctuation
 
 
 def _take(u: Unit, events: list) -> bool:

@@ -34,7 +34,7 @@ import orjson
 
 from service.engine.scheduler import Failed
 from service.errors import ServiceError
-from service.http import errors
+from service.http import errors, fields
 from service.http.openai.errors import OpenAIError, bad_request, from_error
 from service.http.openai.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
 from service.http.schemas import GenerateParameters, GenerateRequest
@@ -74,9 +74,22 @@ class Plan:
 
 
 def unknown_fields(body: SamplingFields, route: str) -> None:
-    """Newer clients send fields this server does not know: ignored, with a debug line naming them."""
-    if body.model_extra:
-        log.debug("ignored unknown fields on %s: %s", route, ", ".join(sorted(body.model_extra)))
+    """Newer clients send fields this server does not know: ignored, with a debug line naming them (and an INFO line
+    the first time a name is seen), unless one looks like a misspelling of this server's: a 400 naming it
+    (service/http/fields.py)."""
+    if not body.model_extra:
+        return
+    for name in body.model_extra:
+        meant = fields.close_match(name, type(body).model_fields)
+        if meant is not None:
+            raise bad_request(name, f"unknown field `{name}`: did you mean `{meant}`?")
+    log.debug("ignored unknown fields on %s: %s", route, ", ".join(sorted(body.model_extra)))
+    fields.log_once(body.model_extra, route)
+
+
+def ignored_headers(body: SamplingFields) -> dict[str, str]:
+    """The response header naming the body's ignored fields; {} when there are none."""
+    return {fields.HEADER: fields.header_value(body.model_extra)} if body.model_extra else {}
 
 
 def check_model(svc: Service, model: str) -> None:
@@ -161,6 +174,9 @@ def plan(
             top_n_tokens=lp_value or None,
             lexicon=body.lexicon,
             punctuation=body.punctuation,
+            alphabet=body.alphabet,
+            stress=body.stress,
+            pronunciations=body.pronunciations,
         )
 
     if beam:

@@ -80,6 +80,7 @@ def bad_request(param: str | None, message: str) -> OpenAIError:
 # the shared layers name the TGI field at fault first ("inputs: ...", "parameters.best_of must ...")
 _FIELD = re.compile(r"^(inputs|parameters(?:\.(\w+))?)\b")
 TGI_TO_OPENAI = {"max_new_tokens": "max_tokens", "top_n_tokens": "logprobs", "best_of": "best_of", "num_beams": "num_beams"}
+TGI_TO_OPENAI |= {name: name for name in ("alphabet", "stress", "pronunciations")}  # extra body fields of the same names
 
 
 def from_error(err: Exception, input_param: str = "prompt") -> OpenAIError:

@@ -90,8 +90,8 @@ class OpenAIRoute(APIRoute):
 router = APIRouter(route_class=OpenAIRoute, responses=ERRORS, tags=["OpenAI-compatible"])
 
 
-def json_answer(body: dict) -> Response:
-    return Response(orjson.dumps(body), media_type="application/json")
+def json_answer(body: dict, headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(body), media_type="application/json", headers=headers)
 
 
 @router.post(
@@ -104,7 +104,7 @@ def json_answer(body: dict) -> Response:
 async def completions(svc: ServiceDep, request: Request, body: CompletionRequest) -> Response:
     planned = c.completion_request(svc, body)
     return await answer(
-        svc, request, planned, COMPLETIONS, "cmpl", "text_completion", c.completion_body, c.completion_chunk_renderer
+        svc, request, planned, COMPLETIONS, "cmpl", "text_completion", c.completion_body, c.completion_chunk_renderer, body
     )
 
 
@@ -117,11 +117,18 @@ async def completions(svc: ServiceDep, request: Request, body: CompletionRequest
 )
 async def chat_completions(svc: ServiceDep, request: Request, body: ChatCompletionRequest) -> Response:
     planned = c.chat_request(svc, body)
-    return await answer(svc, request, planned, CHAT, "chatcmpl", "chat.completion.chunk", c.chat_body, c.chat_chunk_renderer)
+    return await answer(
+        svc, request, planned, CHAT, "chatcmpl", "chat.completion.chunk", c.chat_body, c.chat_chunk_renderer, body
+    )
 
 
-async def answer(svc, request: Request, planned: c.Plan, route: str, prefix: str, chunk_object: str, body, renderer) -> Response:
+async def answer(
+    svc, request: Request, planned: c.Plan, route: str, prefix: str, chunk_object: str, body, renderer, sent=None
+) -> Response:
+    """Admit a planned completion and answer it, whole or streamed; `sent`: the request body (its ignored fields are
+    named in a response header)."""
     jobs = c.admit(svc, planned)
+    ignored = c.ignored_headers(sent) if sent is not None else {}
     if planned.stream:
         envelope = {
             "id": c.new_id(prefix),
@@ -130,14 +137,14 @@ async def answer(svc, request: Request, planned: c.Plan, route: str, prefix: str
             "model": c.served_model_name(svc),
         }
         events = c.stream_answer(svc, planned, jobs, route, envelope, renderer(planned))
-        return SSEResponse(events, headers=SSE_HEADERS)
+        return SSEResponse(events, headers=SSE_HEADERS | ignored)
     done = await c.answer_whole(svc, request, planned, jobs, prefix)
     if done is None:
         svc.metrics.request_done(route, "cancelled")
         return Response(status_code=499)  # nobody reads it: the client has gone
     svc.metrics.request_done(route, "success")
     svc.metrics.request_duration.observe(time.perf_counter() - jobs[0][0].t_arrival)
-    return json_answer(body(done, planned))
+    return json_answer(body(done, planned), ignored)
 
 
 @router.get(MODELS, response_model=ModelList, dependencies=[Depends(authorize)], summary="OpenAI's model list: the served model")

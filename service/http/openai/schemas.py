@@ -94,6 +94,14 @@ class SamplingFields(BaseModel):
         description="Extension, word-level bundles: true keeps sentence and phrase punctuation as its own tokens between "
         "the words' answers (docs/TEXT.md).",
     )
+    # output forms and per-request pronunciations, as the TGI routes' parameters of the same names
+    alphabet: Literal["arpabet", "ipa"] | None = Field(
+        None, description="Extension: `arpabet` (default) or `ipa`; the tokens of `logprobs` are in the same alphabet."
+    )
+    stress: bool | None = Field(None, description="Extension: false leaves out stress (ARPAbet's digits, IPA's marks).")
+    pronunciations: dict[str, str] | None = Field(
+        None, description="Extension: {word: ARPAbet} for this request only; an all-caps key matches only all-caps words."
+    )
 
     @field_validator("stop", mode="before")
     @classmethod

@@ -17,7 +17,7 @@ from service.http import errors
 from service.http.dependencies import GENERATION_GUARDS, ServiceDep
 from service.http.responses import ERROR_RESPONSES
 from service.http.schemas import ErrorResponse, GenerateParameters, GenerateRequest
-from service.http.validation import ValidRequest
+from service.http.validation import ValidRequest, check_field_names
 
 ROUTE = "/explain"
 STATIC_DIR = Path(__file__).resolve().parents[1] / "static"
@@ -95,6 +95,7 @@ def explain_request(svc, body: GenerateRequest) -> ValidRequest:
     """/generate's validation, for one answer: the input is read as /generate reads it (same messages; a
     word-level bundle explains one word); best_of and num_beams are refused."""
     params = body.parameters or GenerateParameters()
+    check_field_names(body)
     svc.validator.check_supported(params)
     units = svc.text.units(body.inputs, params.truncate)
     if len(units) != 1:

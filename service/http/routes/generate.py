@@ -24,6 +24,7 @@ from service.http.responses import (
 )
 from service.http.schemas import CompatGenerateRequest, GenerateRequest, GenerateResponse
 from service.http.state import Service
+from service.http.validation import ignored_headers
 
 router = APIRouter(dependencies=GENERATION_GUARDS, responses=ERROR_RESPONSES)
 
@@ -69,9 +70,10 @@ async def generate_once(svc: Service, request: Request, body: GenerateRequest, r
     answer = generate_response(job)
     svc.metrics.request_done(route, "success")
     svc.metrics.request_duration.observe(time.perf_counter() - job.t_arrival)
-    return json_response([answer] if as_list else answer, timing_headers(job.timings(), job.n_tokens()))
+    headers = timing_headers(job.timings(), job.n_tokens()) | ignored_headers(body)
+    return json_response([answer] if as_list else answer, headers)
 
 
 def stream(svc: Service, body: GenerateRequest, route: str) -> SSEResponse:
     job = svc.admit(body, stream=True)
-    return SSEResponse(sse_events(job, route, svc.metrics, svc.keepalive_s), headers=SSE_HEADERS)
+    return SSEResponse(sse_events(job, route, svc.metrics, svc.keepalive_s), headers=SSE_HEADERS | ignored_headers(body))
