@@ -3,7 +3,9 @@ the session options every session is made with, and the values the decode step f
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import io
 import os
 import platform
 import sys
@@ -58,6 +60,40 @@ def gpu_present() -> bool:
         return False
     gpus = Path("/proc/driver/nvidia/gpus")
     return Path("/dev/nvidiactl").exists() or (gpus.is_dir() and any(gpus.iterdir()))
+
+
+def nvidia_library_dirs() -> dict[str, list[str]]:
+    """The lib folders of the nvidia-* CUDA and cuDNN wheels on sys.path: {"cuda": [...], "cudnn": [...]}.
+    CUDA 13 ships as one `nvidia/cu13` package; cuDNN as `nvidia/cudnn`."""
+    found: dict[str, list[str]] = {"cuda": [], "cudnn": []}
+    for entry in dict.fromkeys(sys.path):
+        root = Path(entry or ".") / "nvidia"
+        if not root.is_dir():
+            continue
+        found["cuda"] += [str(d) for d in sorted(root.glob("cu[0-9]*/lib")) if d.is_dir()]
+        found["cudnn"] += [str(d) for d in [root / "cudnn" / "lib"] if d.is_dir()]
+    return found
+
+
+def preload_cuda() -> list[str]:
+    """Load CUDA and cuDNN from the nvidia-* wheels before the first CUDA session (ONNX Runtime >= 1.21's
+    `preload_dlls`): the GPU wheel's provider library finds them no other way unless LD_LIBRARY_PATH names
+    them. Wheels beside onnxruntime are found by ONNX Runtime itself; wheels in another folder of sys.path
+    (onnxruntime installed with --target, say) are loaded from there. Returns what it printed (failures)."""
+    if not hasattr(ort, "preload_dlls"):
+        return [f"onnxruntime {ort.__version__} has no preload_dlls (older than 1.21)"]
+    beside = (Path(ort.__file__).resolve().parents[1] / "nvidia").is_dir()
+    dirs = nvidia_library_dirs()
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        if beside or not (dirs["cuda"] or dirs["cudnn"]):
+            ort.preload_dlls()
+        else:
+            for d in dirs["cuda"][:1]:
+                ort.preload_dlls(cuda=True, cudnn=False, directory=d)
+            for d in dirs["cudnn"][:1]:
+                ort.preload_dlls(cuda=False, cudnn=True, directory=d)
+    return [line for line in out.getvalue().splitlines() if line.strip()]
 
 
 def providers(use_cuda: bool) -> list[str]:
