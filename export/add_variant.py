@@ -8,9 +8,10 @@ of the encoder. The variant's v1 fallback is the bundle's fp32 variant, which ev
 Checks, recorded in bundle.json `parity.fp16` with the gate that makes fp16 `default_variant.cuda`:
 - everywhere: the graph's structure (GroupQueryAttention over a float16 in-place cache, float32 logits),
   its float32 twin (the same v2 graph before the float16 conversion) against the v1 graphs on the
-  parity corpus through the engine, and the fp16 logits against fp32 on the CPU;
-- with CUDA: greedy on the GPU against the recorded fp32 reference on the whole parity corpus; at least
-  FP16_MIN_AGREEMENT_PCT must agree and every difference must be a near-tie (`near_ties`).
+  parity corpus through the engine (exact), and the fp16 graph on the CPU: its logits against fp32
+  (reported) and its greedy answers against the fp32 reference (the gate below);
+- with CUDA: the same greedy gate on the GPU: at least FP16_MIN_AGREEMENT_PCT of the parity corpus must
+  agree with the recorded fp32 reference and every difference must be a near-tie (`near_ties`).
 Without CUDA the last line says CUDA parity is still to be proven (`attnserve-gpu-check` proves it).
 
 Works in `BUNDLE.partial` and replaces the bundle only when every check passed.
@@ -151,21 +152,29 @@ def check_fp16(work: Path, threads: int | None, log) -> dict:
     """The checks a CPU can make: the fp16 graph's structure, the float32 twin through the engine against the
     v1 reference (exact, alone and batched), the fp16 logits against fp32 on the CPU."""
     from export.verify import fp16_v2_check, v2_parity
-    from service.engine.bundle import load_bundle
-    from service.engine.engine import Engine
+    from service.engine.bundle import BundleError, load_bundle
+    from service.engine.engine import DecodingOptions, Engine
 
     bundle = load_bundle(work)
     corpus = json.loads((work / bundle.meta.get("parity_corpus", PARITY_CORPUS)).read_text())
     out: dict = {"structure": graph_structure(work / FILES["decoder"])}
     log(f"[add-variant] structure: {out['structure']}")
-    twin = v2_parity(Engine(bundle, variant=TWIN, provider="cpu", threads=threads), corpus, exact=True)
+    try:
+        twin = v2_parity(Engine(bundle, variant=TWIN, provider="cpu", threads=threads), corpus, exact=True)
+    except BundleError as e:  # an ONNX Runtime older than the v2 CPU kernels (the GPU wheel): said, not fatal
+        twin = {"skipped": str(e), "failures": []}
     out["fp32_twin"] = twin
     log(f"[add-variant] fp32 twin against the v1 reference: {twin}")
     try:
+        # how far fp16 logits move from fp32 (reported: what decides is whether greedy answers change, below)
         out["fp16_logits_on_cpu"] = fp16_v2_check(bundle, threads)
-    except Exception as e:  # a CPU build of ONNX Runtime without a float16 kernel: CUDA is the variant's device
-        out["fp16_logits_on_cpu"] = {"ok": None, "skipped": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
-    log(f"[add-variant] fp16 logits on the CPU: {out['fp16_logits_on_cpu']}")
+        engine = Engine(bundle, variant=VARIANT, provider="cpu", threads=threads)
+        res = engine.generate(corpus["source_ids"], DecodingOptions(max_new_tokens=engine.max_target_len), batch_size=32)
+        got = [r.token_ids for r in res]
+        out["fp16_greedy_on_cpu"] = agreement(bundle, corpus["source_ids"], corpus["greedy"], got, threads)
+    except Exception as e:  # an ONNX Runtime whose CPU kernels lack float16 attention: CUDA is the variant's device
+        out["fp16_greedy_on_cpu"] = {"skipped": f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200]}", "failures": []}
+    log(f"[add-variant] fp16 on the CPU: { ({k: v for k, v in out['fp16_greedy_on_cpu'].items() if k != 'differences'}) }")
     return out
 
 
@@ -174,9 +183,7 @@ def checks_failures(checks: dict) -> list[str]:
     if not checks["structure"]["ok"]:
         failures.append(f"graph structure: {checks['structure']}")
     failures += checks["fp32_twin"].get("failures", [])
-    if checks["fp16_logits_on_cpu"].get("ok") is False:
-        diff = checks["fp16_logits_on_cpu"]["max_abs_diff_logits_vs_fp32"]
-        failures.append(f"fp16 logits on the CPU differ from fp32 by {diff:.2e}")
+    failures += [f"fp16 on the CPU: {f}" for f in checks["fp16_greedy_on_cpu"].get("failures", [])]
     cuda = checks.get("cuda", {})
     if cuda.get("proven") is False and "reason" not in cuda:
         failures += cuda.get("failures", ["CUDA parity failed"])

@@ -313,8 +313,8 @@ def residency(engine, sources: list[list[int]]) -> dict:
     places: dict[str, str] = {}
     if engine.in_place:
         places["self_attention_cache"] = sorted({where(v) for v in batch.cache})
-        places["cross_attention_kv"] = sorted({where(v) for v in batch.cross})
-        places["encoder_attention_bias"] = [where(batch.bias)]
+        places["cross_attention_kv"] = sorted({where(v) for v in getattr(batch, "cross_device", batch.cross)})
+        places["encoder_attention_bias"] = [where(getattr(batch, "bias_device", batch.bias))]
         places["input_ids"] = [where(batch.input_ids)]
         places["positions"] = [where(batch.positions)]
         places["logits"] = [where(batch.logits)]

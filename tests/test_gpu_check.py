@@ -93,6 +93,7 @@ def test_add_variant_writes_fp16_v2_into_a_copy_of_the_default_bundle(tmp_path):
     checks = meta["parity"]["fp16"]
     assert checks["structure"]["ok"] and checks["structure"]["GroupQueryAttention"] == 3
     assert checks["fp32_twin"]["greedy_agreement_with_reference_pct"] == 100.0
+    assert checks["fp16_greedy_on_cpu"]["agreement_pct"] >= 99.0 and checks["fp16_greedy_on_cpu"]["failures"] == []
     assert checks["cuda"] == {"proven": False, "reason": "no GPU here"}
     assert lines[-1].startswith("[add-variant] CUDA parity is still to be proven")
 
