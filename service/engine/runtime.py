@@ -62,38 +62,58 @@ def gpu_present() -> bool:
     return Path("/dev/nvidiactl").exists() or (gpus.is_dir() and any(gpus.iterdir()))
 
 
-def nvidia_library_dirs() -> dict[str, list[str]]:
-    """The lib folders of the nvidia-* CUDA and cuDNN wheels on sys.path: {"cuda": [...], "cudnn": [...]}.
-    CUDA 13 ships as one `nvidia/cu13` package; cuDNN as `nvidia/cudnn`."""
-    found: dict[str, list[str]] = {"cuda": [], "cudnn": []}
+# What ONNX Runtime's CUDA 13 build links (its own list, `_get_nvidia_dll_paths`, where the runtime has it)
+CUDA_LIBRARIES = (
+    "libcublasLt.so.13",
+    "libcublas.so.13",
+    "libnvrtc.so.13",
+    "libcurand.so.10",
+    "libcufft.so.12",
+    "libcudart.so.13",
+    "libcudnn.so.9",
+)
+
+
+def nvidia_library_dirs() -> list[str]:
+    """The lib folders of the nvidia-* wheels (CUDA, cuBLAS, cuDNN...) anywhere on sys.path: CUDA 13's wheels
+    share `nvidia/cu13/lib`, older ones have a folder each (`nvidia/cublas/lib`), cuDNN has `nvidia/cudnn/lib`."""
+    found: list[str] = []
     for entry in dict.fromkeys(sys.path):
         root = Path(entry or ".") / "nvidia"
-        if not root.is_dir():
-            continue
-        found["cuda"] += [str(d) for d in sorted(root.glob("cu[0-9]*/lib")) if d.is_dir()]
-        found["cudnn"] += [str(d) for d in [root / "cudnn" / "lib"] if d.is_dir()]
-    return found
+        if root.is_dir():
+            found += [str(d) for d in sorted(root.glob("*/lib")) if d.is_dir()]
+    return list(dict.fromkeys(found))
 
 
 def preload_cuda() -> list[str]:
-    """Load CUDA and cuDNN from the nvidia-* wheels before the first CUDA session (ONNX Runtime >= 1.21's
-    `preload_dlls`): the GPU wheel's provider library finds them no other way unless LD_LIBRARY_PATH names
-    them. Wheels beside onnxruntime are found by ONNX Runtime itself; wheels in another folder of sys.path
-    (onnxruntime installed with --target, say) are loaded from there. Returns what it printed (failures)."""
-    if not hasattr(ort, "preload_dlls"):
-        return [f"onnxruntime {ort.__version__} has no preload_dlls (older than 1.21)"]
-    beside = (Path(ort.__file__).resolve().parents[1] / "nvidia").is_dir()
+    """Load CUDA and cuDNN from the nvidia-* wheels before the first CUDA session: the GPU wheel's provider
+    library finds them no other way unless LD_LIBRARY_PATH names them. Each library ONNX Runtime wants is
+    loaded from the first wheel folder on sys.path that has it (the wheels may sit apart from onnxruntime,
+    installed with --target, say), then ONNX Runtime's own `preload_dlls` (>= 1.21) does the rest.
+    Returns one line per library that failed to load, and what `preload_dlls` printed."""
+    notes: list[str] = []
+    try:
+        wanted = [p[-1] for p in ort._get_nvidia_dll_paths(False, True, True)]  # the runtime's own list
+    except Exception:
+        wanted = list(CUDA_LIBRARIES)
     dirs = nvidia_library_dirs()
+    for name in wanted:
+        path = next((Path(d) / name for d in dirs if (Path(d) / name).is_file()), None)
+        if path is None:
+            continue
+        try:
+            ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+        except OSError as e:
+            notes.append(f"{path}: {e}")
+    if not hasattr(ort, "preload_dlls"):
+        return [*notes, f"onnxruntime {ort.__version__} has no preload_dlls (older than 1.21)"]
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        if beside or not (dirs["cuda"] or dirs["cudnn"]):
+        try:
             ort.preload_dlls()
-        else:
-            for d in dirs["cuda"][:1]:
-                ort.preload_dlls(cuda=True, cudnn=False, directory=d)
-            for d in dirs["cudnn"][:1]:
-                ort.preload_dlls(cuda=False, cudnn=True, directory=d)
-    return [line for line in out.getvalue().splitlines() if line.strip()]
+        except Exception as e:  # a runtime without CUDA, or a layout it does not know: the loads above stand
+            print(f"preload_dlls: {type(e).__name__}: {e}")
+    return notes + [line for line in out.getvalue().splitlines() if line.strip()]
 
 
 def providers(use_cuda: bool) -> list[str]:
