@@ -28,6 +28,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -172,7 +173,7 @@ def loaded_libraries() -> list[str]:
 def step_variant(ctx: dict) -> dict:
     from export.add_variant import FILES, add_variant
 
-    copy = ctx["out"] / "bundle"
+    copy = ctx["work"] / "bundle"
     if copy.exists():
         shutil.rmtree(copy)
     shutil.copytree(ctx["bundle"], copy, ignore=shutil.ignore_patterns("*.partial"))
@@ -494,7 +495,7 @@ def serve_checks(ctx: dict, proc, url: str, variant: str, log_path: Path) -> dic
             http(url + "/ready", timeout=2)
             break
         if time.monotonic() > deadline:
-            raise StepTimeout("attnserve-serve not ready within 90 s")
+            raise StepTimeout(f"attnserve-serve not ready within 90 s: {log_path.read_text()[-1500:]}")
         time.sleep(0.5)
     info = http(url + "/info")
     failures = []
@@ -629,6 +630,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, help="bench runs per cell (default 3 on cuda, 1 on cpu)")
     p.add_argument("--serve-words", type=int, default=SERVE_WORDS, help="made-up words for the serve step")
     p.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads (default: the CPUs this process may use)")
+    p.add_argument(
+        "--keep-bundle",
+        type=Path,
+        help="write the bundle copy with the fp16 variant here and keep it (default: a temporary folder, removed)",
+    )
     args = p.parse_args(argv)
     steps = [s for s in args.steps.split(",") if s]
     unknown = sorted(set(steps) - set(STEPS))
@@ -641,6 +647,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     ctx = {
         "out": args.out.resolve(),
+        # the bundle copy stays out of --out, which holds only the reports and the server's log
+        "work": args.keep_bundle.resolve() if args.keep_bundle else Path(tempfile.mkdtemp(prefix="attnserve-gpu-check-")),
         "bundle": args.bundle.resolve(),
         "provider": args.provider,
         "threads": args.threads,
@@ -673,6 +681,8 @@ def main(argv: list[str] | None = None) -> int:
     report["seconds"] = round(time.perf_counter() - t0, 1)
     (args.out / "report.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
     (args.out / "report.md").write_text(markdown(report))
+    if not args.keep_bundle:
+        shutil.rmtree(ctx["work"], ignore_errors=True)
     _log(f"[gpu-check] {'passed' if report['passed'] else 'FAILED'} in {report['seconds']} s: {args.out / 'report.md'}")
     return 0 if report["passed"] else 1
 
