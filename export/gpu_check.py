@@ -226,6 +226,8 @@ def step_verify(ctx: dict) -> dict:
         r: dict = {"variant": engine.variant, "provider": engine.provider, "kv_cache": engine.kv_cache}
         if fallback:
             r["fallback"] = fallback
+            if ctx["provider"] == "cuda":  # the CUDA variant itself must run: its fallback proves nothing about it
+                failures.append(f"{name} cannot run on CUDA here; {fallback['served']} served instead: {fallback['reason']}")
         if ctx["provider"] == "cuda" and engine.provider != "CUDAExecutionProvider":
             failures.append(f"{name}: served by {engine.provider}, not CUDA")
         inv = invariance(engine, corpus)
