@@ -169,9 +169,7 @@ class SlotBatch:
             for name, c in zip(self.cross_names, self.cross_device):
                 b.bind_input(name, self.device, 0, e.kv_dtype, [n, h, w, dh], c.data_ptr())
             b.bind_input(ENCODER_ATTENTION_BIAS, self.device, 0, e.bias_dtype, [n, 1, 1, w], self.bias_device.data_ptr())
-        b.bind_input(INPUT_IDS, "cpu", 0, np.int64, [n, 1], self.input_ids.ctypes.data)
-        b.bind_input(POSITION_IDS, "cpu", 0, np.int32, [n, 1], self.positions.ctypes.data)
-        b.bind_input(PAST_LENGTHS, "cpu", 0, np.int32, [n], self.positions.ctypes.data)  # the same numbers
+        self._bind_host_inputs()
         b.bind_input(TOTAL_SEQUENCE_LENGTH, "cpu", 0, np.int32, [1], self.total.ctypes.data)
         b.bind_output(LOGITS, "cpu", 0, np.float32, [n, e.vocab_size], self.logits.ctypes.data)
         if self.has_next_token:
@@ -183,6 +181,17 @@ class SlotBatch:
         self.ids_view, self.positions_view, self.live_view = self.input_ids[:n, 0], self.positions[:n], self.live[:n]
         self.bound = n
 
+    def _bind_host_inputs(self) -> None:
+        """The per-step inputs written in place on the host: the tokens and positions (which are also the past
+        lengths). A CPU session reads them through the pointer at every run. A CUDA session does not: ONNX Runtime
+        copies a host input to the device when it is bound, not when it runs, so on a GPU they are bound again
+        before every step (found by attnserve-gpu-check on an H200: bound once, every step after the first
+        re-read the first step's tokens)."""
+        b, n = self.binding, self.n
+        b.bind_input(INPUT_IDS, "cpu", 0, np.int64, [n, 1], self.input_ids.ctypes.data)
+        b.bind_input(POSITION_IDS, "cpu", 0, np.int32, [n, 1], self.positions.ctypes.data)
+        b.bind_input(PAST_LENGTHS, "cpu", 0, np.int32, [n], self.positions.ctypes.data)  # the same numbers
+
     def run(self) -> tuple[np.ndarray, np.ndarray | None]:
         """ONE decoder call on the first n rows: (logits [n, V], in-graph argmax [n] or None). Both are views of
         the batch's output buffers, valid until the next step."""
@@ -193,6 +202,8 @@ class SlotBatch:
                 dev.update_inplace(host)
             self.bias_device.update_inplace(self.bias)
             self.joined = False
+        if self.device != "cpu":
+            self._bind_host_inputs()
         self.run_binding(self._binding, None)
         return self.logits_view, self.next_view
 
