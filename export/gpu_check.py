@@ -212,6 +212,7 @@ def variants_to_check(ctx: dict) -> list[str]:
 
 
 def step_verify(ctx: dict) -> dict:
+    from export.add_variant import agreement
     from service.engine.bundle import load_bundle
 
     bundle = load_bundle(ctx.get("bundle_copy") or ctx["bundle"])
@@ -230,28 +231,42 @@ def step_verify(ctx: dict) -> dict:
                 failures.append(f"{name} cannot run on CUDA here; {fallback['served']} served instead: {fallback['reason']}")
         if ctx["provider"] == "cuda" and engine.provider != "CUDAExecutionProvider":
             failures.append(f"{name}: served by {engine.provider}, not CUDA")
-        inv = invariance(engine, corpus)
-        r["invariance"] = inv
-        differ = {k: v["differ"] for k, v in inv.items() if v["differ"]}
-        if differ and engine.device == "cpu":
-            failures.append(f"{engine.variant}: answers depend on the batch on the CPU: {differ}")
-        elif differ:
-            r["batch_dependence_on_cuda"] = differ  # reported; the invariance promise names the CPU variants only
-        greedy = inv["greedy"]["results"]["static_32"]
-        from export.add_variant import agreement
-
-        agree = agreement(bundle, corpus["source_ids"], corpus["greedy"], greedy, ctx["threads"])
-        r["greedy_vs_fp32_reference"] = agree
-        if engine.variant == "fp16":
-            failures += [f"fp16 on {engine.provider}: {f}" for f in agree["failures"]]
-        elif engine.variant == "fp32" and agree["agreement_pct"] < 100.0:
-            failures.append(f"fp32 greedy differs from the PyTorch reference on {100 - agree['agreement_pct']:.2f}% of inputs")
-        for v in inv.values():
-            v.pop("results", None)
-        r["residency"] = residency(engine, corpus["source_ids"][:8])
-        if engine.device != "cpu":
-            failures += [f"{engine.variant}: {f}" for f in r["residency"]["failures"]]
         out[name] = r
+
+        def attempt(label: str, fn, r=r, engine=engine):
+            """One check of this variant; an exception is recorded and the next check still runs."""
+            try:
+                fn()
+            except Exception as e:
+                r[f"{label}_error"] = f"{type(e).__name__}: {str(e).strip()[:400]}"
+                failures.append(f"{engine.variant} {label}: {r[f'{label}_error']}")
+
+        def check_invariance(r=r, engine=engine):
+            inv = invariance(engine, corpus)
+            r["invariance"] = inv
+            differ = {k: v["differ"] for k, v in inv.items() if v["differ"]}
+            if differ and engine.device == "cpu":
+                failures.append(f"{engine.variant}: answers depend on the batch on the CPU: {differ}")
+            elif differ:
+                r["batch_dependence_on_cuda"] = differ  # reported; the invariance promise names the CPU variants only
+            greedy = inv["greedy"].pop("results")["static_32"]
+            agree = agreement(bundle, corpus["source_ids"], corpus["greedy"], greedy, ctx["threads"])
+            r["greedy_vs_fp32_reference"] = agree
+            if engine.variant == "fp16":
+                failures.extend(f"fp16 on {engine.provider}: {f}" for f in agree["failures"])
+            elif engine.variant == "fp32" and agree["agreement_pct"] < 100.0:
+                off = 100 - agree["agreement_pct"]
+                failures.append(f"fp32 greedy differs from the PyTorch reference on {off:.2f}% of inputs")
+            for v in inv.values():
+                v.pop("results", None)
+
+        def check_residency(r=r, engine=engine):
+            r["residency"] = residency(engine, corpus["source_ids"][:8])
+            if engine.device != "cpu":
+                failures.extend(f"{engine.variant}: {f}" for f in r["residency"]["failures"])
+
+        attempt("invariance", check_invariance)
+        attempt("residency", check_residency)
     return {**out, "failures": failures}
 
 
@@ -288,8 +303,10 @@ def invariance(engine, corpus: dict) -> dict:
                     gap = max((abs(x.score - y.score) for x, y in zip(a.hypotheses, b.hypotheses)), default=0.0)
                     worst = max(worst, gap)
                     n_diff += (not same) or gap > tolerance
-                else:
-                    n_diff += a.token_ids != b.token_ids
+                elif a.token_ids != b.token_ids:
+                    n_diff += 1
+                    step = next((k for k, (x, y) in enumerate(zip(a.token_ids, b.token_ids)) if x != y), None)
+                    entry.setdefault(f"{mode}_examples", []).append({"alone": a.token_ids, mode: b.token_ids, "step": step})
             entry[f"{mode}_differ"] = n_diff
             if kind == "beam4":
                 entry[f"{mode}_score_max_abs_diff"] = worst
@@ -583,17 +600,18 @@ def markdown(report: dict) -> str:
             if name not in r:
                 continue
             x = r[name]
-            inv = {k: {m: e[m] for m in e if m.endswith(("differ", "diff"))} for k, e in x["invariance"].items()}
-            agree = x["greedy_vs_fp32_reference"]
+            inv = {k: {m: e[m] for m in e if m.endswith(("differ", "diff"))} for k, e in x.get("invariance", {}).items()}
             lines.append(f"- **{name}** served as {x['variant']} on {x['provider']} ({x['kv_cache']} cache)")
             if "fallback" in x:
                 lines.append(f"  - fell back: {x['fallback']}")
-            lines.append(f"  - alone vs batched: {inv}")
-            lines.append(
-                f"  - greedy vs the fp32 reference: {agree['agreement_pct']}% of {agree['inputs']}; "
-                f"largest fp32 log-probability gap of a difference {agree['max_logprob_gap_fp32']}"
-            )
-            lines.append(f"  - residency: {x['residency']['places']}")
+            lines.append(f"  - alone vs batched: {inv or x.get('invariance_error')}")
+            agree = x.get("greedy_vs_fp32_reference")
+            if agree:
+                lines.append(
+                    f"  - greedy vs the fp32 reference: {agree['agreement_pct']}% of {agree['inputs']}; "
+                    f"largest fp32 log-probability gap of a difference {agree['max_logprob_gap_fp32']}"
+                )
+            lines.append(f"  - residency: {x.get('residency', {}).get('places') or x.get('residency_error')}")
     b = steps.get("bench", {}).get("result", {})
     if b:
         backends = list(dict.fromkeys(c["backend"] for c in b["results"]))
