@@ -55,7 +55,7 @@ def test_gpu_check_dry_run_passes_on_the_tiny_bundle_and_reports_every_step(tiny
 
     serve = steps["serve"]["result"]
     assert serve["info"]["provider"] == "CPUExecutionProvider" and serve["info"]["variant"] == "int8"
-    assert serve["requests_each_way"] == 80 and serve["differ"] == []
+    assert serve["requests_each_way"] == 80 and serve["differ"] == [] and serve["differ_count"] == 0
 
     md = (out / "report.md").read_text()
     assert md.startswith("# attnserve-gpu-check: PASSED") and "| bench | yes |" in md
