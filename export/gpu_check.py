@@ -47,6 +47,9 @@ BATCHES = (1, 32, 128)
 LENGTHS = (8, 32, 128)
 SERVE_WORDS = 300
 SERVE_CLIENTS = 32
+# On the CPU every answer must be the same in any company (the service's promise). CUDA's kernels may sum in
+# another order at another batch size: a few near-tie flips are reported, more than this share fails the step.
+SERVE_MAX_DIFFER_PCT_CUDA = 1.0
 INFO_FIELDS = ("model_id", "variant", "provider", "kv_cache", "model_dtype", "threads", "max_batch_size")
 
 
@@ -544,7 +547,8 @@ def serve_checks(ctx: dict, proc, url: str, variant: str, log_path: Path) -> dic
     differ = [
         {"word": words[i], "sampled": s, "concurrent": a, "alone": b} for (i, s), a, b in zip(jobs, together, alone) if a != b
     ]
-    if differ:
+    share = 100.0 * len(differ) / max(1, len(jobs))
+    if differ and (ctx["provider"] == "cpu" or share > SERVE_MAX_DIFFER_PCT_CUDA):
         failures.append(f"{len(differ)} of {len(jobs)} answers differ between 32 concurrent clients and alone")
     return {
         "url": url,
@@ -556,6 +560,7 @@ def serve_checks(ctx: dict, proc, url: str, variant: str, log_path: Path) -> dic
         "clients": SERVE_CLIENTS,
         "concurrent_seconds": round(concurrent_s, 2),
         "differ_count": len(differ),
+        "differ_pct": round(share, 2),
         "differ": differ[:20],
         "examples": [{"word": words[i], "greedy": together[2 * i]} for i in range(3)],
         "failures": failures,
