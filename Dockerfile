@@ -31,6 +31,20 @@ RUN /opt/attnserve/bin/pip install --quiet --no-deps --force-reinstall . \
       [ -d "${site}/${pkg}" ] || rm "${script}"; \
     done
 
+# ---- variant: the default bundle as the image serves it. The GPU flavour adds the fp16 v2 variant (CUDA's
+# default) from the bundle's own fp32 graphs with `attnserve-export add-variant`, which needs export/ and
+# training/weights.py but no torch; neither reaches the runtime stage. The CPU checks run here (no GPU at
+# build time); attnserve-gpu-check proves CUDA parity on the host.
+FROM build AS variant
+ARG FLAVOUR=cpu
+COPY models/g2p-en /bundle/g2p-en
+COPY export/ export/
+COPY training/ training/
+RUN if [ "${FLAVOUR}" = gpu ]; then \
+      PYTHONPATH=/src /opt/attnserve/bin/python -c \
+        'import sys; from export.cli import main; sys.exit(main(sys.argv[1:]))' add-variant /bundle/g2p-en fp16 --provider cpu; \
+    fi
+
 # ---- loadtest: `attnserve-loadtest` alone, for the compose stack's loadtest profile
 FROM ${BASE_IMAGE} AS loadtest
 ENV PIP_NO_CACHE_DIR=1 \
@@ -68,8 +82,8 @@ RUN if [ "${FLAVOUR}" = gpu ]; then \
       find /opt/attnserve -type d -path '*/site-packages/nvidia/*/lib' > /etc/ld.so.conf.d/attnserve-cuda.conf \
       && ldconfig; \
     fi
-# The default bundle, read-only to the service user; ATTNSERVE_BUNDLE or a volume mounted here replaces it.
-COPY models/g2p-en /opt/attnserve/models/g2p-en
+# The default bundle (with the fp16 variant in the GPU flavour), read-only to the service user; ATTNSERVE_BUNDLE or a volume mounted here replaces it.
+COPY --from=variant /bundle/g2p-en /opt/attnserve/models/g2p-en
 ENV PATH=/opt/attnserve/bin:${PATH} \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \

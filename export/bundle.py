@@ -26,15 +26,13 @@ from export.errors import BuildError
 from export.explain import add_explain_graph
 from export.fused import add_v2_to_bundle
 from export.lexicon import with_fields_after, write_lexicon
-from export.onnx import OPSET, export_decoder, export_encoder, external_data_files, graph_io, share_initializers
+from export.manifest import BUNDLE_JSON, PARITY_CORPUS, TOKENIZERS, update_manifest, write_manifest  # noqa: F401 (re-exported)
+from export.onnx import OPSET, export_decoder, export_encoder, graph_io, share_initializers
 from export.variants import FP16_KEEP_FP32_OPS, FP32_BOUNDARY, INT8_QUANTIZATION, convert_fp16
-from service.engine.bundle import FORMAT_VERSION, bounded_length, load_bundle, sha256_file
+from service.engine.bundle import FORMAT_VERSION, bounded_length, load_bundle
 from training.run import load_model, load_run_tokenizers
 
-BUNDLE_JSON = "bundle.json"
-PARITY_CORPUS = "parity_corpus.json"
 SHARED_DECODER_WEIGHTS = "decoder.onnx.data"  # external data of decoder.onnx and decoder.explain.onnx
-TOKENIZERS = {"source": "src_tokenizer.json", "target": "tgt_tokenizer.json"}
 VARIANT_FILES = {
     "fp32": {"encoder": "encoder.onnx", "decoder": "decoder.onnx"},
     "int8": {"encoder": "encoder.int8.onnx", "decoder": "decoder.int8.onnx"},
@@ -46,27 +44,6 @@ INT8_MIN_SPEEDUP = 1.05  # and it must be at least this much faster, at batch 1 
 # since any difference, however small, can flip an int8 rounding step and grow to 1e-2 in the logits
 INT8_MAX_INVARIANCE_DIFF = 0.0
 LENGTH_MARGIN = 3  # tokens beyond the longest training target of the same source length
-
-
-def write_manifest(bundle_dir: Path, meta: dict) -> None:
-    """Hash every file the bundle refers to and write bundle.json (itself not listed)."""
-    names = [*TOKENIZERS.values(), *(v[g] for v in meta["variants"].values() for g in ("encoder", "decoder"))]
-    if (bundle_dir / PARITY_CORPUS).is_file():
-        names.append(PARITY_CORPUS)
-    if "explain" in meta:  # decoder.explain.onnx (export/explain.py)
-        names.append(meta["explain"]["decoder"])
-    if "lexicon" in meta:  # lexicon.tsv.gz (export/lexicon.py)
-        names.append(meta["lexicon"]["file"])
-    names += [data for name in names if name.endswith(".onnx") for data in external_data_files(bundle_dir / name)]
-    meta["files"] = {name: sha256_file(bundle_dir / name) for name in dict.fromkeys(names)}
-    (bundle_dir / BUNDLE_JSON).write_text(json.dumps(meta, indent=2) + "\n")
-
-
-def update_manifest(bundle_dir: Path, **fields) -> dict:
-    meta = json.loads((bundle_dir / BUNDLE_JSON).read_text())
-    meta.update(fields)
-    (bundle_dir / BUNDLE_JSON).write_text(json.dumps(meta, indent=2) + "\n")
-    return meta
 
 
 def learned_length_bound(train_cfg: dict, src_tok, tgt_tok, max_source_len: int, max_target_len: int) -> dict:

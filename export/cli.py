@@ -1,5 +1,5 @@
 """`attnserve-export build RUN --out BUNDLE`, `attnserve-export verify BUNDLE [--run RUN]`,
-`attnserve-export requantize BUNDLE` and `attnserve-export add-lexicon BUNDLE`."""
+`attnserve-export requantize BUNDLE`, `attnserve-export add-lexicon BUNDLE` and `attnserve-export add-variant BUNDLE fp16`."""
 
 from __future__ import annotations
 
@@ -40,6 +40,18 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--eval-limit", type=int, help="dev examples for the gate (default: as many as the bundle recorded)")
     r.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads (default: the CPUs this process may use)")
     r.add_argument("--dataset", help="dataset for the dev evaluation (default: the bundle's)")
+    av = sub.add_parser(
+        "add-variant", help="add the fp16 v2 variant (CUDA's) to a bundle from its own fp32 graphs (no run, no torch)"
+    )
+    av.add_argument("bundle", type=Path)
+    av.add_argument("variant", choices=["fp16"])
+    av.add_argument(
+        "--provider",
+        choices=["auto", "cpu", "cuda"],
+        default="auto",
+        help="auto: prove CUDA parity where a GPU is present; cpu: the CPU checks only; cuda: a GPU is required",
+    )
+    av.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads for the CPU checks")
     v = sub.add_parser("verify", help="run the parity suite on a bundle; exit 1 on any failure")
     v.add_argument("bundle", type=Path)
     v.add_argument("--run", type=Path, help="the run it came from: recompute the PyTorch reference and compare numerically")
@@ -73,6 +85,12 @@ def main(argv: list[str] | None = None) -> int:
             from export.lexicon import add_lexicon
 
             add_lexicon(args.bundle, args.dataset, args.word_level_source, _log)
+            return 0
+        if args.command == "add-variant":
+            from export.add_variant import add_variant
+
+            meta = add_variant(args.bundle, args.variant, args.provider, args.threads, _log)
+            print(json.dumps({"default_variant": meta["default_variant"], "fp16": meta["variants"]["fp16"]}, indent=2))
             return 0
         if args.command == "requantize":
             from export.bundle import requantize

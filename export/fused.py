@@ -44,7 +44,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from export.onnx import MAX_IR_VERSION, OPSET
+from export.manifest import MAX_IR_VERSION, OPSET
 from service.engine.names import DECODER as SELF
 from service.engine.names import (
     ENCODER,
@@ -360,7 +360,7 @@ def add_v2_to_bundle(
     its int8 variant (and fp16, when it has one) becomes the v2 decoder over the variant's own encoder, the
     v1 decoders they replace are deleted, fp32 stays v1 (the reference, the explain graph's base, the fallback).
     Returns the updated `meta` (`format_version` 2, `io.decoder_v2`, `kv_cache` on every variant)."""
-    from export.onnx import graph_io
+    from export.manifest import graph_io
     from service.engine.bundle import V2_FORMAT_VERSION
 
     variants = meta["variants"]

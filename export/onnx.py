@@ -23,6 +23,8 @@ import onnx
 import torch
 from torch import Tensor, nn
 
+# the opset, the IR version and the io record live in export/manifest.py, which a machine without torch imports
+from export.manifest import MAX_IR_VERSION, OPSET, external_data_files, graph_io  # noqa: F401  (re-exported)
 from service.engine.names import (
     ATTENTION_MASK,
     DECODER,
@@ -40,11 +42,6 @@ from service.engine.names import (
     present_names,
 )
 from training.model import Transformer, decoder_self_bias
-
-OPSET = 17
-# ONNX Runtime 1.31 loads IR <= 13 while onnx 1.23 writes IR 14 by default:
-# save with the smallest IR version the opset needs.
-MAX_IR_VERSION = 10
 
 
 class EncoderGraph(nn.Module):
@@ -165,21 +162,6 @@ def export_decoder(model: Transformer, path: Path, next_token: bool = True, expl
         raise RuntimeError(f"{path.name}: the one-step decoder must have no control flow, found {ops & {'If', 'Loop'}}")
 
 
-def graph_io(path: Path) -> dict:
-    """{"inputs": [{name, dtype, shape}], "outputs": [...]} as bundle.json records it (symbolic axes by name)."""
-    m = onnx.load(str(path), load_external_data=False)
-
-    def describe(values) -> list[dict]:
-        out = []
-        for v in values:
-            tt = v.type.tensor_type
-            shape = [d.dim_param if d.dim_param else d.dim_value for d in tt.shape.dim]
-            out.append({"name": v.name, "dtype": onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type).name, "shape": shape})
-        return out
-
-    return {"inputs": describe(m.graph.input), "outputs": describe(m.graph.output)}
-
-
 SHARED_DATA_ALIGNMENT = 4096  # page-aligned offsets let ONNX Runtime map the weights instead of copying them
 
 
@@ -216,13 +198,3 @@ def share_initializers(paths: list[Path], data_path: Path, min_bytes: int = 1024
                 references += 1
             onnx.save(model, str(path))
     return {"tensors": len(written), "references": references, "bytes": data_path.stat().st_size}
-
-
-def external_data_files(path: Path) -> list[str]:
-    """The external-data files a graph refers to (names relative to its directory)."""
-    model = onnx.load(str(path), load_external_data=False)
-    names = []
-    for tensor in model.graph.initializer:
-        if tensor.data_location == onnx.TensorProto.EXTERNAL:
-            names += [entry.value for entry in tensor.external_data if entry.key == "location"]
-    return list(dict.fromkeys(names))

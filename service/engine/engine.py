@@ -57,7 +57,7 @@ from service.engine.names import (
     past_names,
     present_names,
 )
-from service.engine.runtime import OrtValues, available_cpus, gpu_present, providers, session_options
+from service.engine.runtime import OrtValues, available_cpus, gpu_present, preload_cuda, providers, session_options
 from service.engine.slots import V2_DISABLED_OPTIMIZERS, SlotBatch
 
 log = logging.getLogger("attnserve.engine")
@@ -122,6 +122,9 @@ class Engine:
             raise EngineError(f"threads must be >= 1, got {threads}")
         so = session_options(self.threads, spin)
         self.spin = spin
+        if use_cuda:
+            for line in preload_cuda():
+                log.warning("loading CUDA libraries: %s", line)
         try:
             self._load(so, use_cuda)
         except _NoKernels as e:

@@ -3,7 +3,9 @@ the session options every session is made with, and the values the decode step f
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import io
 import os
 import platform
 import sys
@@ -58,6 +60,60 @@ def gpu_present() -> bool:
         return False
     gpus = Path("/proc/driver/nvidia/gpus")
     return Path("/dev/nvidiactl").exists() or (gpus.is_dir() and any(gpus.iterdir()))
+
+
+# What ONNX Runtime's CUDA 13 build links (its own list, `_get_nvidia_dll_paths`, where the runtime has it)
+CUDA_LIBRARIES = (
+    "libcublasLt.so.13",
+    "libcublas.so.13",
+    "libnvrtc.so.13",
+    "libcurand.so.10",
+    "libcufft.so.12",
+    "libcudart.so.13",
+    "libcudnn.so.9",
+)
+
+
+def nvidia_library_dirs() -> list[str]:
+    """The lib folders of the nvidia-* wheels (CUDA, cuBLAS, cuDNN...) anywhere on sys.path: CUDA 13's wheels
+    share `nvidia/cu13/lib`, older ones have a folder each (`nvidia/cublas/lib`), cuDNN has `nvidia/cudnn/lib`."""
+    found: list[str] = []
+    for entry in dict.fromkeys(sys.path):
+        root = Path(entry or ".") / "nvidia"
+        if root.is_dir():
+            found += [str(d) for d in sorted(root.glob("*/lib")) if d.is_dir()]
+    return list(dict.fromkeys(found))
+
+
+def preload_cuda() -> list[str]:
+    """Load CUDA and cuDNN from the nvidia-* wheels before the first CUDA session: the GPU wheel's provider
+    library finds them no other way unless LD_LIBRARY_PATH names them. Each library ONNX Runtime wants is
+    loaded from the first wheel folder on sys.path that has it (the wheels may sit apart from onnxruntime,
+    installed with --target, say), then ONNX Runtime's own `preload_dlls` (>= 1.21) does the rest.
+    Returns one line per library that failed to load, and what `preload_dlls` printed."""
+    notes: list[str] = []
+    try:
+        wanted = [p[-1] for p in ort._get_nvidia_dll_paths(False, True, True)]  # the runtime's own list
+    except Exception:
+        wanted = list(CUDA_LIBRARIES)
+    dirs = nvidia_library_dirs()
+    for name in wanted:
+        path = next((Path(d) / name for d in dirs if (Path(d) / name).is_file()), None)
+        if path is None:
+            continue
+        try:
+            ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+        except OSError as e:
+            notes.append(f"{path}: {e}")
+    if not hasattr(ort, "preload_dlls"):
+        return [*notes, f"onnxruntime {ort.__version__} has no preload_dlls (older than 1.21)"]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            ort.preload_dlls()
+        except Exception as e:  # a runtime without CUDA, or a layout it does not know: the loads above stand
+            print(f"preload_dlls: {type(e).__name__}: {e}")
+    return notes + [line for line in out.getvalue().splitlines() if line.strip()]
 
 
 def providers(use_cuda: bool) -> list[str]:

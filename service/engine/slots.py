@@ -7,7 +7,9 @@ Buffers, allocated for `capacity` rows and grown by doubling (a copy of the rows
   below `past_lengths[b]`; what lies beyond is never read, so a slot is reused without clearing.
 - cross K/V [C, H, W, Dh] and `encoder_attention_bias` [C, 1, 1, W]: W is the longest source in the
   batch rounded up to a multiple of CROSS_KEY_MULTIPLE (4); padding keys are zeros under -1e9. A row
-  alone gets the same rounding, which keeps its arithmetic bitwise the same in any batch.
+  alone gets the same rounding, which keeps its arithmetic bitwise the same in any batch. On a GPU they
+  are written on the host and copied to device buffers before the first step after rows joined, so the
+  other steps move only ids and positions in and logits / next_token out.
 - `input_ids` [C, 1] int64; `position_ids` [C, 1] int32, of which `past_lengths` [C] is a view (one
   array: a row's position is its past length); `logits` [C, V] and `next_token` [C] as outputs.
 A step runs on the first n rows, n = the highest slot in use + 1: every buffer is bound from its
@@ -130,6 +132,10 @@ class SlotBatch:
         if self.width:
             bias[:n, :, :, :keep] = self.bias[:n, :, :, :keep]
         self.cross, self.bias = cross, bias
+        if self.device != "cpu":  # their device copies, bound instead: a step then moves only ids and positions in
+            self.cross_device = [ort.OrtValue.ortvalue_from_numpy(c, self.device, 0) for c in cross]
+            self.bias_device = ort.OrtValue.ortvalue_from_numpy(bias, self.device, 0)
+            self.joined = False
         grown = capacity != self.capacity
         if grown:
             ids = np.full((capacity, 1), e.bos_id, np.int64)
@@ -155,12 +161,15 @@ class SlotBatch:
                 ptr, dev = buf.data_ptr(), self.device
             b.bind_input(past, dev, 0, e.kv_dtype, cache_shape, ptr)
             b.bind_output(present, dev, 0, e.kv_dtype, cache_shape, ptr)
-        for name, c in zip(self.cross_names, self.cross):
-            b.bind_input(name, "cpu", 0, e.kv_dtype, [n, h, w, dh], c.ctypes.data)
-        b.bind_input(ENCODER_ATTENTION_BIAS, "cpu", 0, e.bias_dtype, [n, 1, 1, w], self.bias.ctypes.data)
-        b.bind_input(INPUT_IDS, "cpu", 0, np.int64, [n, 1], self.input_ids.ctypes.data)
-        b.bind_input(POSITION_IDS, "cpu", 0, np.int32, [n, 1], self.positions.ctypes.data)
-        b.bind_input(PAST_LENGTHS, "cpu", 0, np.int32, [n], self.positions.ctypes.data)  # the same numbers
+        if self.device == "cpu":
+            for name, c in zip(self.cross_names, self.cross):
+                b.bind_input(name, "cpu", 0, e.kv_dtype, [n, h, w, dh], c.ctypes.data)
+            b.bind_input(ENCODER_ATTENTION_BIAS, "cpu", 0, e.bias_dtype, [n, 1, 1, w], self.bias.ctypes.data)
+        else:
+            for name, c in zip(self.cross_names, self.cross_device):
+                b.bind_input(name, self.device, 0, e.kv_dtype, [n, h, w, dh], c.data_ptr())
+            b.bind_input(ENCODER_ATTENTION_BIAS, self.device, 0, e.bias_dtype, [n, 1, 1, w], self.bias_device.data_ptr())
+        self._bind_host_inputs()
         b.bind_input(TOTAL_SEQUENCE_LENGTH, "cpu", 0, np.int32, [1], self.total.ctypes.data)
         b.bind_output(LOGITS, "cpu", 0, np.float32, [n, e.vocab_size], self.logits.ctypes.data)
         if self.has_next_token:
@@ -172,11 +181,29 @@ class SlotBatch:
         self.ids_view, self.positions_view, self.live_view = self.input_ids[:n, 0], self.positions[:n], self.live[:n]
         self.bound = n
 
+    def _bind_host_inputs(self) -> None:
+        """The per-step inputs written in place on the host: the tokens and positions (which are also the past
+        lengths). A CPU session reads them through the pointer at every run. A CUDA session does not: ONNX Runtime
+        copies a host input to the device when it is bound, not when it runs, so on a GPU they are bound again
+        before every step (found by attnserve-gpu-check on an H200: bound once, every step after the first
+        re-read the first step's tokens)."""
+        b, n = self.binding, self.n
+        b.bind_input(INPUT_IDS, "cpu", 0, np.int64, [n, 1], self.input_ids.ctypes.data)
+        b.bind_input(POSITION_IDS, "cpu", 0, np.int32, [n, 1], self.positions.ctypes.data)
+        b.bind_input(PAST_LENGTHS, "cpu", 0, np.int32, [n], self.positions.ctypes.data)  # the same numbers
+
     def run(self) -> tuple[np.ndarray, np.ndarray | None]:
         """ONE decoder call on the first n rows: (logits [n, V], in-graph argmax [n] or None). Both are views of
         the batch's output buffers, valid until the next step."""
         if self.bound != self.n:
             self._bind()
+        if self.device != "cpu" and self.joined:  # rows joined since the last step: their cross K/V and bias go over
+            for dev, host in zip(self.cross_device, self.cross):
+                dev.update_inplace(host)
+            self.bias_device.update_inplace(self.bias)
+            self.joined = False
+        if self.device != "cpu":
+            self._bind_host_inputs()
         self.run_binding(self._binding, None)
         return self.logits_view, self.next_view
 
@@ -243,6 +270,7 @@ class SlotBatch:
         self.positions[i, 0] = 0
         self.live[i, 0] = 1
         self.n_live += 1
+        self.joined = True  # a device batch copies the cross K/V and bias over before its next step
 
     def free(self, rows: list[Row]) -> None:
         """Rows leave: their slots become free (position 0, computing for nothing) until a row takes them;

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The CUDA path proven in one command, on a GPU host, from the source tree (no attnserve install).
+#
+#   cd <repository root> && OUT=/some/dir bash deploy/gpu/device_check.sh
+#
+# Expects the GPU wheels (docs/DEPLOY.md, "Offline GPU install": onnxruntime-gpu with its nvidia-* CUDA 13
+# and cuDNN 9 wheels, onnx, and the base dependencies) installed into /tmp/site (pip install --target) or
+# into the interpreter's own site-packages. Writes $OUT/gpu-check/report.{json,md}; exits with the
+# check's status (non-zero when any step failed).
+set -u
+OUT="${OUT:-$PWD/out}"
+PYTHON="${PYTHON:-python3}"
+export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+mkdir -p "$OUT/gpu-check"
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
+# what the check imports, and from where: a missing one is named here before anything runs
+"$PYTHON" - <<'PY' || true
+import importlib
+for name in ("onnxruntime", "onnx", "numpy", "tokenizers", "fastapi", "uvicorn", "pydantic", "pydantic_settings",
+             "prometheus_client", "orjson", "num2words", "torch"):
+    try:
+        m = importlib.import_module(name)
+        print(f"{name:18s} {getattr(m, '__version__', '?'):14s} {getattr(m, '__file__', '')}")
+    except Exception as e:  # torch is optional: its absence only skips the PyTorch bench column
+        print(f"{name:18s} MISSING ({type(e).__name__}: {e})")
+PY
+timeout 600 "$PYTHON" -m export.gpu_check --provider cuda --bundle models/g2p-en --out "$OUT/gpu-check"
+rc=$?
+echo "---- $OUT/gpu-check/report.md (exit status $rc)"
+cat "$OUT/gpu-check/report.md" 2>/dev/null || echo "no report.md written"
+exit $rc
