@@ -8,6 +8,7 @@
     POST /explain          the cross-attention of every output token; GET /demo draws it
     GET  /health           liveness: 503 once the engine loop has died
     GET  /ready            readiness: bundle loaded and warmed up, not draining, below the request bound
+    GET  /samples          a few hundred inputs of the model's own task (its bundle's parity corpus)
     GET  /info             model id, bundle sha256, variant, provider, threads, limits
     GET  /metrics          Prometheus exposition
     GET  /docs, /redoc     the API's documentation, every asset served from here (no CDN)
@@ -43,7 +44,7 @@ from service.http import errors
 from service.http.fastpath import AttnserveApp
 from service.http.middleware import RequestContext
 from service.http.openai import routes as openai
-from service.http.routes import docs, explain, generate, health, score
+from service.http.routes import docs, explain, generate, health, samples, score
 from service.http.schemas import StreamResponse
 from service.http.state import SSE_KEEPALIVE_S, Service, load_engine, load_lexicon, warm_up
 from service.settings import Settings
@@ -111,6 +112,7 @@ def create_app(
     app.include_router(explain.router)
     app.include_router(score.router)
     app.include_router(health.router)
+    app.include_router(samples.router)
     app.include_router(docs.router)
     app.mount(explain.STATIC_URL, explain.static_files(), name="demo-static")
     app.mount(docs.STATIC_URL, docs.static_files(), name="docs-static")
