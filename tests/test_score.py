@@ -193,3 +193,38 @@ def test_generate_cli_scores_a_tsv_of_pairs(tiny_bundle_dir, tmp_path, capsys):
         assert float(row[2]) == pytest.approx(s.total, abs=1e-6) and float(row[3]) == pytest.approx(s.score, abs=1e-6)
     err = capsys.readouterr().err
     assert "line 3: expected source<TAB>target" in err and "line 4:" in err and "'QQ'" in err
+
+
+def test_score_and_samples_need_only_what_generation_needs_and_never_answer_500(tiny_bundle_dir):
+    """The API key guards /score as it guards /generate (/samples is metadata, like /info); schemathesis draws valid
+    and invalid bodies from /openapi.json, and none gets a 500 or another error shape."""
+    import schemathesis
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+    from schemathesis import GenerationMode
+
+    headers = {"authorization": "Bearer s3cret"}
+    with serving(tiny_bundle_dir, api_key="s3cret") as server:
+        url = server.url
+        body = {"inputs": "cat", "targets": ["K AE1 T"]}
+        assert httpx.post(url + "/score", json=body, timeout=30).status_code == 401
+        assert httpx.post(url + "/score", json=body, headers=headers, timeout=30).status_code == 200
+        assert httpx.get(url + "/samples", timeout=30).status_code == 200
+
+        schema = schemathesis.openapi.from_dict(httpx.get(url + "/openapi.json", timeout=30).json())
+        operations = [schema["/score"]["POST"], schema["/samples"]["GET"]]
+        modes = (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
+        strategy = st.one_of(*[op.as_strategy(generation_mode=mode) for op in operations for mode in modes])
+        seen = []
+
+        @settings(max_examples=80, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+        @given(case=strategy)
+        def call(case) -> None:
+            response = case.call(base_url=url, headers=headers, timeout=60)
+            seen.append(response.status_code)
+            assert response.status_code < 500, f"{case.method} {case.path} {case.body!r} -> {response.text[:300]}"
+            if response.status_code >= 400:
+                assert set(response.json()) == {"error", "error_type"}
+
+        call()
+        assert any(s == 200 for s in seen) and any(s == 422 for s in seen)
