@@ -228,3 +228,25 @@ def test_score_and_samples_need_only_what_generation_needs_and_never_answer_500(
 
         call()
         assert any(s == 200 for s in seen) and any(s == 422 for s in seen)
+
+
+def test_lexicon_check_lists_the_least_likely_entries_first(capsys):
+    """docs/eval/lexicon_check.py on a small sample of the default bundle's lexicon: its rows are the least likely
+    entries, lowest mean first, each scored as Generator.score scores it."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "docs" / "eval" / "lexicon_check.py"
+    spec = importlib.util.spec_from_file_location("lexicon_check", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--limit", "40", "--top", "5", "--threads", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("word "))
+    rows = [line.split() for line in lines[header + 1 :]]
+    assert len(rows) == 5
+    means = [float(r[-1]) for r in rows]
+    assert means == sorted(means)
+    word, *phones, total, mean = rows[0]
+    with Generator(DEFAULT_BUNDLE, threads=1) as gen:
+        (s,) = gen.score(word, [" ".join(phones)])
+    assert float(total) == pytest.approx(s.total, abs=1e-3) and float(mean) == pytest.approx(s.score, abs=1e-3)
