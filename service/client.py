@@ -35,6 +35,7 @@ from service.metrics import ServiceMetrics
 from service.text.lexicon import Lexicon
 from service.text.reader import WORD_SEPARATOR
 from service.text.requests import TextFrontEnd, TextParams, TextRequest
+from service.text.samples import sample_inputs
 from service.text.scoring import ScoredTarget, admit_scores
 
 
@@ -230,6 +231,11 @@ class Generator:
             raise GenerationError(e.message) from None
         answers = [[TextAnswer(a.text, a.score, a.source) for a in job.answers(u)[0]] for u in job.units]
         return TextResult([u.text for u in job.units], answers, self.text.reader.separator if self.text.reader else "")
+
+    def samples(self) -> list[str]:
+        """Inputs of the model's own task, as GET /samples offers them (service/text/samples.py); [] when the bundle
+        has no parity corpus."""
+        return list(sample_inputs(self.text))
 
     def score(self, text: str, targets: list[str], *, top_n_tokens: int = 0) -> list[ScoredTarget]:
         """The served model's log-probabilities of each target as the answer for `text`, as POST /score gives them
