@@ -10,6 +10,9 @@ ONNX Runtime. Each turn of its loop is one step boundary:
     3. ONE decoder call for every row (`engine.step`); each row's token goes
        to its request, and rows that finished leave at once (`batch.remove`),
        so a short request is never held by a long one.
+    4. scoring requests (`submit_scores`: teacher forcing, service/engine/scoring.py)
+       take the same boundary in a batch of their own: they leave, join (a row
+       per target) and run ONE decoder call over their given tokens.
 
 Requests are `Ticket`s. The event loop (HTTP handlers) or any thread (the
 in-process API) submits them; the engine thread appends events to a ticket

@@ -15,7 +15,8 @@ So a target of n tokens takes n + 1 steps, and its total includes the end token.
 is the model's raw one (log-softmax of the step's logits, before any processor), computed as generation
 computes the `logprob` of a token it chose: scoring greedy generation's own answer gives back the
 log-probabilities of its `details.tokens`. A row's arithmetic does not depend on the other rows of its
-batch (the promise generation keeps), so a target's scores are the same alone or among other requests'.
+batch (the promise generation keeps: bitwise in a v2 batch, within float32 rounding in a v1 fp32 one), so a
+target's scores are the same alone or among other requests'.
 
 `ForcedBatch` holds the rows; the scheduler (service/engine/scheduler.py) steps it on the engine thread
 beside the generation batch, and its `ScoreTicket` is a scoring request as the scheduler sees it.
@@ -61,8 +62,8 @@ class ScoreJob(Protocol):
     scores: list[TargetScore | None]
 
 
-# A forced row's generation record: no token is chosen, no text decoded, nothing sampled. The length is the
-# most any target may take (validated before), so `engine.start` admits every scoring row.
+# A forced row's generation record: no token is chosen, no text decoded, nothing sampled, and its length limit is
+# never read (a forced row leaves when its target ends; service/text/scoring.py checks target lengths).
 FORCED_OPTIONS = DecodingOptions(max_new_tokens=1, token_text=False)
 
 
