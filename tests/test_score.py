@@ -250,3 +250,15 @@ def test_lexicon_check_lists_the_least_likely_entries_first(capsys):
     with Generator(DEFAULT_BUNDLE, threads=1) as gen:
         (s,) = gen.score(word, [" ".join(phones)])
     assert float(total) == pytest.approx(s.total, abs=1e-3) and float(mean) == pytest.approx(s.score, abs=1e-3)
+
+
+def test_a_scoring_request_past_its_deadline_ends_as_a_timeout(tiny_bundle_dir):
+    from service.client import GenerationError
+
+    with Generator(tiny_bundle_dir, threads=1, request_timeout_s=0.0) as gen:
+        with pytest.raises(GenerationError, match="request timeout"):
+            gen.score("cat", ["K AE1 T"])
+    with Generator(tiny_bundle_dir, threads=1) as gen:  # and a server that stopped refuses with one line
+        gen.close()
+        with pytest.raises(GenerationError, match="shutting down"):
+            gen.score("cat", ["K AE1 T"])
