@@ -20,6 +20,7 @@ from loadtest import report
 from loadtest.client import GenerationParams, open_session
 from loadtest.inputs import InputError, load_inputs
 from loadtest.runner import Level, Sender, Target, run_level
+from loadtest.samples import NoSamples, failed_levels, server_samples
 from loadtest.stats import ITL_FORMULA, SloError, parse_slo, summarize
 
 EPILOG = f"""\
@@ -88,7 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         help="warm-up requests per level, not counted (default: one per client; open loop: one second of arrivals)",
     )
-    p.add_argument("--input", type=Path, help="file of inputs, one per line (default: the CMUdict test words)")
+    p.add_argument(
+        "--input",
+        type=Path,
+        help="file of inputs, one per line (default: the server's GET /samples, inputs of its model's own task; "
+        "a server without it needs --input)",
+    )
     p.add_argument("--max-new-tokens", type=_positive(int), help="TGI max_new_tokens (default: the server's)")
     p.add_argument("--do-sample", action="store_true", help="sample instead of greedy decoding")
     p.add_argument("--temperature", type=_positive(float))
@@ -103,6 +109,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--api-key", help="sent as 'Authorization: Bearer KEY' (default: $ATTNSERVE_API_KEY)")
     p.add_argument("--timeout", type=_positive(float), default=60.0, help="seconds a request may take, from when it was due")
     p.add_argument("--slo", help="goodput counts requests meeting all of e.g. ttft_ms=200,itl_ms=50,e2e_ms=1000")
+    p.add_argument(
+        "--max-error-rate",
+        type=float,
+        default=0.01,
+        help="exit non-zero when a level's share of failed requests is above this, showing the first failures "
+        "(default 0.01; 1 accepts any, e.g. to count 429s past the server's bound)",
+    )
     p.add_argument(
         "--no-stream",
         action="store_true",
@@ -171,8 +184,9 @@ async def _served_model(client: aiohttp.ClientSession, base: str, headers: dict[
     return models[0]["id"]
 
 
-async def run(args, levels: list[Level], inputs: list[str], slo: dict, result: dict) -> None:
-    """Run every level, appending each finished one to result["levels"] (kept if interrupted)."""
+async def run(args, levels: list[Level], inputs: list[str] | None, slo: dict, result: dict) -> None:
+    """Run every level, appending each finished one to result["levels"] (kept if interrupted). `inputs` None: the
+    server's GET /samples (NoSamples when it has none)."""
     base = args.url.rstrip("/")
     api_key = args.api_key or os.environ.get("ATTNSERVE_API_KEY")
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -189,7 +203,7 @@ async def run(args, levels: list[Level], inputs: list[str], slo: dict, result: d
         url=base + args.endpoint,
         metrics_url=None if args.no_metrics else base + "/metrics",
         headers=headers,
-        inputs=inputs,
+        inputs=inputs or [],
         params=params,
         timeout_s=args.timeout,
         stream=not args.no_stream,
@@ -198,6 +212,9 @@ async def run(args, levels: list[Level], inputs: list[str], slo: dict, result: d
     async with open_session(connect_timeout_s=min(args.timeout, 10.0)) as client:
         info = await _server_info(client, base, headers)
         result["server_info"] = info if isinstance(info, dict) else {"unavailable": info}
+        if inputs is None:
+            target.inputs, source = await server_samples(client, base, headers)
+            result["config"]["inputs"], result["config"]["n_inputs"] = source, len(target.inputs)
         if args.api == "openai":
             target.api = "openai"
             target.model = args.model or await _served_model(client, base, headers)
@@ -242,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give --requests N or --duration S (or both): every level must stop by itself")
     if args.warmup is not None and args.warmup < 0:
         parser.error("--warmup must be >= 0")
+    if not 0 <= args.max_error_rate <= 1:
+        parser.error(f"--max-error-rate must be between 0 and 1, got {args.max_error_rate:g}")
     if args.endpoint is None:
         args.endpoint = "/v1/completions" if args.api == "openai" else "/generate" if args.no_stream else "/generate_stream"
     if args.model is not None and args.api != "openai":
@@ -252,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"URL must start with http:// or https://, got {args.url!r}")
     try:
         slo = parse_slo(args.slo)
-        inputs, source = load_inputs(args.input)
+        inputs, source = load_inputs(args.input) if args.input is not None else (None, None)
     except (SloError, InputError) as e:
         parser.error(str(e))
     baseline = None
@@ -282,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
             "duration_s_per_level": args.duration,
             "timeout_s": args.timeout,
             "inputs": source,
-            "n_inputs": len(inputs),
+            "n_inputs": len(inputs) if inputs is not None else None,
             "slo": slo or None,
             "endpoint": args.endpoint,
             "api": args.api,
@@ -297,6 +316,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConnectionError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except NoSamples as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("\ninterrupted: reporting the levels that finished", file=sys.stderr)
         status = 130
@@ -304,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
 
     levels_done = result["levels"]
     print(report.summary_text(levels_done))
+    failing = failed_levels(levels_done, args.max_error_rate)
     if baseline is not None:
         result["comparison"] = {"baseline": str(args.baseline), "levels": report.comparison(levels_done, baseline)}
         print()
@@ -321,8 +344,10 @@ def main(argv: list[str] | None = None) -> int:
         else:
             written += plots
     print(f"\nwritten: {', '.join(str(p) for p in written)}", file=sys.stderr)
+    if status == 0 and failing:
+        print("error: " + "\n".join(failing), file=sys.stderr)
     if status == 0 and levels_done and not any(lv["summary"]["ok"] for lv in levels_done):
         samples = {k: v for lv in levels_done for k, v in lv["summary"]["error_samples"].items()}
         print(f"error: no request succeeded; first errors: {samples}", file=sys.stderr)
         return 1
-    return status
+    return 1 if status == 0 and failing else status

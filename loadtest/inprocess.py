@@ -24,13 +24,17 @@ from loadtest.inputs import InputError, load_inputs
 from loadtest.stats import ITL_FORMULA, summarize
 
 
-def measure(bundle: Path, inputs: list[str], requests: int, warmup: int, max_new_tokens: int | None, threads: int) -> dict:
-    """Greedy requests one after another; the summary has the shape of a load-test level's."""
+def measure(bundle: Path, inputs: list[str] | None, requests: int, warmup: int, max_new_tokens: int | None, threads: int) -> dict:
+    """Greedy requests one after another; the summary has the shape of a load-test level's. `inputs` None: the
+    bundle's samples, as its server's GET /samples offers them (what attnserve-loadtest sends without --input)."""
     from service.client import Generator
 
     params = {} if max_new_tokens is None else {"max_new_tokens": max_new_tokens}
     records: list[RequestRecord] = []
     with Generator(bundle, threads=threads) as g:
+        inputs = inputs or g.samples()
+        if not inputs:
+            raise InputError(f"{bundle} has no parity corpus to take sample inputs from: give --input FILE")
         for i in range(warmup):
             g.generate(inputs[i % len(inputs)], **params)
         start = time.perf_counter()
@@ -64,7 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("bundle", type=Path)
     p.add_argument("--requests", type=int, default=200)
     p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--input", type=Path, help="file of inputs, one per line (default: the CMUdict test words)")
+    p.add_argument(
+        "--input", type=Path, help="file of inputs, one per line (default: the bundle's samples, as GET /samples offers them)"
+    )
     p.add_argument("--max-new-tokens", type=int)
     p.add_argument("--threads", type=int, default=1, help="ONNX Runtime threads (give the server the same)")
     p.add_argument("--out", type=Path, help="write the figures as JSON here")
@@ -74,10 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.requests <= 0 or args.warmup < 0:
         p.error("--requests must be > 0 and --warmup >= 0")
     try:
-        inputs, source = load_inputs(args.input)
+        inputs, source = load_inputs(args.input) if args.input is not None else (None, "the bundle's samples (GET /samples)")
+        result = measure(args.bundle, inputs, args.requests, args.warmup, args.max_new_tokens, args.threads)
     except InputError as e:
         p.error(str(e))
-    result = measure(args.bundle, inputs, args.requests, args.warmup, args.max_new_tokens, args.threads)
     result |= {"bundle": str(args.bundle), "inputs": source, "threads": args.threads, "max_new_tokens": args.max_new_tokens}
     result["command"] = ["python", "-m", "loadtest.inprocess", *(sys.argv[1:] if argv is None else argv)]
     s = result["summary"]

@@ -6,6 +6,7 @@
         [r.text for r in g.generate_many(words)]       # batched, in input order
         for token in g.stream("attention"): ...        # engine StepResults as they come
         [r.text for r in g.generate_text_many(lines)]  # as the server answers: lexicon first, running text
+        g.score("attention", ["AH0 T EH1 N SH AH0 N"])[0].total  # the model's log-probability of an answer (POST /score)
 
 `generate_text_many` answers as the HTTP API does, through the same request layer
 (service/text/requests.py): a word-level bundle reads running text word by word, the lexicon
@@ -35,6 +36,8 @@ from service.text.lexicon import Lexicon
 from service.text.pronunciations import check_pronunciations
 from service.text.reader import WORD_SEPARATOR
 from service.text.requests import TextFrontEnd, TextParams, TextRequest
+from service.text.samples import sample_inputs
+from service.text.scoring import ScoredTarget, admit_scores
 
 
 class GenerationError(RuntimeError):
@@ -249,6 +252,61 @@ class Generator:
             raise GenerationError(e.message) from None
         answers = [[TextAnswer(a.text, a.score, a.source) for a in job.answers(u)[0]] for u in job.units]
         return TextResult([u.text for u in job.units], answers, self.text.reader.separator if self.text.reader else "")
+
+    def samples(self) -> list[str]:
+        """Inputs of the model's own task, as GET /samples offers them (service/text/samples.py); [] when the bundle
+        has no parity corpus."""
+        return list(sample_inputs(self.text))
+
+    def score(self, text: str, targets: list[str], *, top_n_tokens: int = 0) -> list[ScoredTarget]:
+        """The served model's log-probabilities of each target as the answer for `text`, as POST /score gives them
+        (service/text/scoring.py): per target its total, its length-normalised score and its tokens, the end token
+        last. The lexicon is never consulted. Raises InputError for an input or a target the model cannot read."""
+        if isinstance(targets, str):
+            raise InputError("targets must be a list of answers, not one string")
+        try:
+            return admit_scores(self.text, text, list(targets), top_n_tokens=top_n_tokens).wait()
+        except InvalidRequest as e:
+            raise InputError(e.message) from None
+        except ServiceError as e:
+            raise GenerationError(e.message) from None
+
+    def score_many(
+        self, pairs: Iterable[tuple[str, list[str]]], *, window: int | None = None
+    ) -> Iterator[list[ScoredTarget] | InputError]:
+        """Scores of many (input, targets) pairs in input order, up to `window` (default 4 x max_batch_size) in
+        flight so their rows share the batch; a pair that cannot be read yields its InputError in its place."""
+        window = window or 4 * self.max_batch_size
+        pending: collections.deque = collections.deque()
+        source = iter(pairs)
+        exhausted = False
+        try:
+            while True:
+                while not exhausted and len(pending) < window:
+                    pair = next(source, None)
+                    if pair is None:
+                        exhausted = True
+                        break
+                    try:
+                        pending.append(admit_scores(self.text, pair[0], list(pair[1])))
+                    except InvalidRequest as e:
+                        pending.append(InputError(e.message))
+                if not pending:
+                    return
+                job = pending.popleft()
+                if isinstance(job, InputError):
+                    yield job
+                    continue
+                try:
+                    yield job.wait()
+                except InvalidRequest as e:
+                    yield InputError(e.message)
+                except ServiceError as e:
+                    raise GenerationError(e.message) from None
+        finally:  # the caller stopped reading (or a pair failed): the pairs in flight leave the batch
+            for job in pending:
+                if not isinstance(job, InputError):
+                    job.cancel()
 
     def stream(self, text: str | list[int], **params: object) -> Iterator[StepResult]:
         """Tokens as the engine produces them; closing the iterator early cancels the request."""

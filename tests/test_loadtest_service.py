@@ -76,7 +76,8 @@ def test_real_server_yields_every_figure_with_sane_relations(tiny_bundle_dir, tm
 def test_overloaded_real_server_429s_are_counted(tiny_bundle_dir, tmp_path):
     # One request at a time, each slowed to ~20 ms a step: six clients must mostly be refused.
     with serving(tiny_bundle_dir, step_delay_s=0.02, max_concurrent_requests=1) as server:
-        rc, result = run_cli(tmp_path, "overload", server.url, "--concurrency", "6", "--requests", "18", "--warmup", "0")
+        args = ("--concurrency", "6", "--requests", "18", "--warmup", "0", "--max-error-rate", "1")  # 429s expected
+        rc, result = run_cli(tmp_path, "overload", server.url, *args)
     assert rc == 0
     lv = result["levels"][0]
     s = lv["summary"]

@@ -10,6 +10,9 @@ ONNX Runtime. Each turn of its loop is one step boundary:
     3. ONE decoder call for every row (`engine.step`); each row's token goes
        to its request, and rows that finished leave at once (`batch.remove`),
        so a short request is never held by a long one.
+    4. scoring requests (`submit_scores`: teacher forcing, service/engine/scoring.py)
+       take the same boundary in a batch of their own: they leave, join (a row
+       per target) and run ONE decoder call over their given tokens.
 
 Requests are `Ticket`s. The event loop (HTTP handlers) or any thread (the
 in-process API) submits them; the engine thread appends events to a ticket
@@ -32,6 +35,7 @@ from dataclasses import dataclass
 
 from service.engine.engine import DecodingOptions, Engine, Generation, InputError, StepResult
 from service.engine.runtime import ENGINE_THREAD_OS_NAME, name_os_thread
+from service.engine.scoring import FORCED_OPTIONS, ForcedBatch, TargetScore
 from service.errors import InvalidRequest, Overloaded, ServiceError, TimedOut, Unavailable, retry_after_s
 from service.metrics import ServiceMetrics
 
@@ -149,6 +153,24 @@ class Ticket:
         }
 
 
+class ScoreTicket(Ticket):
+    """A scoring request (service/engine/scoring.py): one source and its targets' ids, without the end token. When it
+    ends with `Finished`, `scores` holds one TargetScore per target, in order."""
+
+    def __init__(
+        self,
+        source_ids: list[int],
+        targets: list[list[int]],
+        deadline: float,
+        loop: asyncio.AbstractEventLoop | None,
+        top_n_tokens: int = 0,
+    ):
+        super().__init__(source_ids, FORCED_OPTIONS, deadline, loop)
+        self.targets = [list(t) for t in targets]
+        self.top_n_tokens = top_n_tokens
+        self.scores: list[TargetScore | None] = [None] * len(self.targets)
+
+
 class Scheduler:
     """Owns the engine thread. Thread-safe `submit`; `start`/`stop` from the owner."""
 
@@ -176,6 +198,8 @@ class Scheduler:
         # one ticket each, so a one-word request queued behind a long text's words joins at the next free row
         self._waiting: collections.deque[collections.deque[Ticket]] = collections.deque()
         self._n_waiting = 0
+        # scoring requests (teacher forcing) wait apart and step in a batch of their own, after the generation step
+        self._scoring: collections.deque[ScoreTicket] = collections.deque()
         self._by_gen: dict[int, Ticket] = {}  # id(engine Generation) -> its ticket: the running requests
         self._in_flight = 0  # submitted and not yet finished: the admission bound counts these
         self._stopping = False
@@ -248,6 +272,31 @@ class Scheduler:
             self._cv.notify()
         return tickets
 
+    def submit_scores(
+        self,
+        source_ids: list[int],
+        targets: list[list[int]],
+        loop: asyncio.AbstractEventLoop | None = None,
+        top_n_tokens: int = 0,
+    ) -> ScoreTicket:
+        """Queue a scoring request (a row per target); errors as `submit`: InvalidRequest when it has more targets
+        than a batch holds."""
+        if len(targets) > self.max_batch_size:
+            raise InvalidRequest(
+                f"{len(targets)} targets; the server scores at most max_batch_size={self.max_batch_size} per request",
+                field="targets",
+            )
+        ticket = ScoreTicket(source_ids, targets, time.perf_counter() + self.request_timeout_s, loop, top_n_tokens)
+        with self._cv:
+            if self._stopping or not self.alive:
+                raise Unavailable(self.unavailable_reason())
+            if self._in_flight + 1 > self.max_concurrent_requests:
+                raise Overloaded(self.retry_after_s())
+            self._in_flight += 1
+            self._scoring.append(ticket)
+            self._cv.notify()
+        return ticket
+
     def unavailable_reason(self) -> str:
         """Why requests are refused as Unavailable once the engine loop has stopped (or is stopping): what a client may read."""
         if self.failure:  # the cause is in the log; clients get no internals
@@ -258,14 +307,17 @@ class Scheduler:
     def _run(self) -> None:
         name_os_thread(ENGINE_THREAD_OS_NAME)
         batch = self.engine.new_batch()
+        forced = ForcedBatch(self.engine)
         try:
             while True:
                 with self._cv:
-                    while not self._stopping and not self._waiting and not len(batch):
+                    while not self._stopping and not self._waiting and not len(batch) and not self._scoring and not len(forced):
                         self._cv.wait()
                     if self._stopping:
                         break
                 self._turn(batch)
+                if self._scoring or len(forced):
+                    self._score_turn(forced)
         except Exception as exc:  # the loop must not die silently: /health reports it
             log.exception("engine loop failed")
             self.failure = f"{type(exc).__name__}: {exc}"[:300]
@@ -274,8 +326,10 @@ class Scheduler:
                 self._stopping = True
                 reason = getattr(self, "_stop_reason", None) if self.failure is None else self.unavailable_reason()
                 leftovers = [t for group in self._waiting for t in group] + [t for t in self._by_gen.values()]
+                leftovers += list(self._scoring) + forced.jobs
                 self._waiting.clear()
                 self._n_waiting = 0
+                self._scoring.clear()
             err = Unavailable(reason or "the server is shutting down")
             for t in leftovers:
                 self._finish(t, Failed(err))
@@ -388,6 +442,47 @@ class Scheduler:
             for t in finished:
                 del self._by_gen[id(t.generation)]
         self.metrics.running_sequences.set(len(batch))
+        self._flush(touched)
+
+    def _score_turn(self, forced: ForcedBatch) -> None:
+        """The scoring batch's step boundary, as `_turn`'s: cancelled and expired requests leave, waiting ones join
+        (all their targets' rows, up to `max_batch_size` rows), then ONE decoder call over given tokens."""
+        now = time.perf_counter()
+        touched: list[Ticket] = []
+        gone = [t for t in forced.jobs if t.cancelled or now > t.deadline]
+        if gone:
+            forced.remove(gone)
+            for t in gone:
+                self._finish(t, None if t.cancelled else Failed(TimedOut(self.request_timeout_s)))
+                touched.append(t)
+        joining: list[ScoreTicket] = []
+        with self._cv:
+            rows = len(forced)
+            while self._scoring and rows + len(self._scoring[0].targets) <= self.max_batch_size:
+                t = self._scoring.popleft()
+                if t.cancelled or now > t.deadline:
+                    self._finish(t, None if t.cancelled else Failed(TimedOut(self.request_timeout_s)))
+                    touched.append(t)
+                else:
+                    joining.append(t)
+                    rows += len(t.targets)
+        for t in joining:
+            t.t_admitted = now
+        if joining:
+            try:
+                forced.add(joining)
+            except InputError:  # the handlers validate first; find the request the engine still refuses
+                for t in joining:
+                    try:
+                        forced.add([t])
+                    except InputError as exc:
+                        self._finish(t, Failed(InvalidRequest(str(exc))))
+                        touched.append(t)
+        if len(forced):
+            for t in forced.step():
+                t.t_last_token = time.perf_counter()
+                self._finish(t, Finished("scored"))
+                touched.append(t)
         self._flush(touched)
 
     def _start_one_by_one(self, group: list[Ticket], touched: list[Ticket]) -> tuple[list[Ticket], list[Generation]]:

@@ -4,9 +4,11 @@
     POST /generate_stream  Server-Sent Events, one per token; the last carries generated_text (+ details)
     POST /                 what huggingface_hub / text-generation clients call: "stream": false -> [one answer],
                            true -> the /generate_stream events
+    POST /score            the served model's log-probabilities of given answers (teacher forcing)
     POST /explain          the cross-attention of every output token; GET /demo draws it
     GET  /health           liveness: 503 once the engine loop has died
     GET  /ready            readiness: bundle loaded and warmed up, not draining, below the request bound
+    GET  /samples          a few hundred inputs of the model's own task (its bundle's parity corpus)
     GET  /info             model id, bundle sha256, variant, provider, threads, limits
     GET  /metrics          Prometheus exposition
     GET  /docs, /redoc     the API's documentation, every asset served from here (no CDN)
@@ -42,7 +44,7 @@ from service.http import errors
 from service.http.fastpath import AttnserveApp
 from service.http.middleware import RequestContext
 from service.http.openai import routes as openai
-from service.http.routes import docs, explain, generate, health
+from service.http.routes import docs, explain, generate, health, samples, score
 from service.http.schemas import StreamResponse
 from service.http.state import SSE_KEEPALIVE_S, Service, load_engine, load_lexicon, warm_up
 from service.settings import Settings
@@ -52,7 +54,8 @@ from service.version import version
 
 log = logging.getLogger("attnserve.service")
 
-GENERATION_ROUTES = ("/generate", "/generate_stream", "/", explain.ROUTE, *openai.ROUTES)  # their errors count in the metrics
+# their errors count in the metrics
+GENERATION_ROUTES = ("/generate", "/generate_stream", "/", explain.ROUTE, score.ROUTE, *openai.ROUTES)
 
 
 def create_app(
@@ -111,7 +114,9 @@ def create_app(
 
     app.include_router(generate.router)
     app.include_router(explain.router)
+    app.include_router(score.router)
     app.include_router(health.router)
+    app.include_router(samples.router)
     app.include_router(docs.router)
     app.mount(explain.STATIC_URL, explain.static_files(), name="demo-static")
     app.mount(docs.STATIC_URL, docs.static_files(), name="docs-static")
