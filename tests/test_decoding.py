@@ -9,7 +9,7 @@ import itertools
 import numpy as np
 import pytest
 
-from service.engine.decoding import (
+from service.engine.step import (
     BeamSearch,
     DecodingOptions,
     Hypothesis,

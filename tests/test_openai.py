@@ -16,7 +16,7 @@ import openai
 import pytest
 from service_harness import metric, scrape, serving
 
-from service.engine.decoding import DecodingOptions, RowParams, process_logits
+from service.engine.step import DecodingOptions, RowParams, process_logits
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_BUNDLE = ROOT / "models" / "g2p-en"

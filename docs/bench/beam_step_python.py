@@ -20,8 +20,8 @@ from measure import cpu_model  # docs/bench/, beside this script
 from step_python import timing
 
 import service.engine.batch as batch_module
-import service.engine.decoding as decoding
 import service.engine.engine as engine_module
+import service.engine.step as decoding
 from service.engine.bundle import load_bundle
 from service.engine.engine import DecodingOptions, Engine
 

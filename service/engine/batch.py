@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from service.engine.decoding import Generation, Row, RowState, StepChoice
+from service.engine.step import Generation, Row, RowState, StepChoice
 from service.engine.names import (
     DECODER,
     DECODER_ATTENTION_MASK,

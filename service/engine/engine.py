@@ -8,7 +8,7 @@ service's scheduler drives its continuous-batching primitives:
     results = engine.step(batch)                        # ONE decoder call for all rows
     batch.remove([r.generation for r in results if r.finish_reason])  # cancelled ones too
 
-Token choice, seeding and stopping are service/engine/decoding.py's: this module runs
+Token choice, seeding and stopping are service/engine/step.py's: this module runs
 the graphs and keeps the batch, and calls it once per step for all rows.
 
 A request (a `Generation`) owns one batch row, or N: its beams (beam search,
@@ -36,7 +36,7 @@ from tokenizers import Tokenizer
 
 from service.engine.batch import ActiveBatch, CacheLayout
 from service.engine.bundle import BundleError, LoadedBundle
-from service.engine.decoding import (
+from service.engine.step import (
     DecodingOptions,
     Generation,
     Hypothesis,
@@ -283,7 +283,7 @@ class Engine:
         return logits, (outs[self.n_outputs - 1].numpy() if self.has_next_token else None)
 
     def step(self, batch: ActiveBatch) -> list[StepResult]:
-        """ONE decoder call for every row, then token choice for every row (service/engine/decoding.py);
+        """ONE decoder call for every row, then token choice for every row (service/engine/step.py);
         returns a StepResult per streaming generation and per generation that finished."""
         if not len(batch):
             return []

@@ -12,7 +12,7 @@ Why a loop of its own and not the scheduler's batch: the served graph
 (decoder.onnx) does not compute the weights, by design (serving speed does not
 change). Explain decodes are batch 1, run one at a time on their own ONNX
 Runtime sessions with ONE intra-op thread (so they take at most one core from
-the serving engine), and pick tokens with the engine's rules (service/engine/decoding.py:
+the serving engine), and pick tokens with the engine's rules (service/engine/step.py:
 the same processors, argmax or the seeded one-uniform-per-step sampler, and stopping).
 
 Tokens are the served variant's: when the server serves fp32, the explain graph's
@@ -49,7 +49,7 @@ import onnxruntime as ort
 from pydantic import BaseModel, Field
 
 from service.engine.bundle import BundleError, LoadedBundle
-from service.engine.decoding import RowState, choose_tokens, new_generation
+from service.engine.step import RowState, choose_tokens, new_generation
 from service.engine.engine import DecodingOptions, Engine
 from service.engine.names import (
     ATTENTION_MASK,
@@ -205,7 +205,7 @@ class Explainer:
         gen = new_generation(source_ids, options, e.bundle.length_bound(s), e.eos_id, e.decode_ids)
         if gen.search is not None or len(gen.rows) != 1:
             raise ValueError("explain decodes one row: best_of and num_beams are refused before this")
-        state = RowState(e.vocab_size)  # token choice is the engine's (service/engine/decoding.py), on one row
+        state = RowState(e.vocab_size)  # token choice is the engine's (service/engine/step.py), on one row
         state.take(np.zeros(0, dtype=np.int64), gen.rows)
         feeds: dict[str, np.ndarray] = {ENCODER_ATTENTION_BIAS: bias, **dict(zip(self.cross_names, cross))}
         past = [np.zeros((1, e.n_heads, 0, e.head_dim), np.float32)] * (2 * e.n_layers)  # P = 0 on the first step

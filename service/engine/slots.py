@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 
-from service.engine.decoding import Generation, Row, RowState, StepChoice
+from service.engine.step import Generation, Row, RowState, StepChoice
 from service.engine.names import (
     DECODER,
     ENCODER,

@@ -51,7 +51,7 @@ from typing import Protocol
 from tokenizers import Tokenizer
 
 from service.engine.bundle import LoadedBundle
-from service.engine.decoding import Hypothesis, StoppingCriteria, request_seed
+from service.engine.step import Hypothesis, StoppingCriteria, request_seed
 from service.engine.engine import DecodingOptions, Engine, InputError, StepResult
 from service.engine.scheduler import Failed, Finished, Scheduler, Ticket
 from service.errors import InvalidRequest
