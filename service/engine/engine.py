@@ -8,8 +8,8 @@ service's scheduler drives its continuous-batching primitives:
     results = engine.step(batch)                        # ONE decoder call for all rows
     batch.remove([r.generation for r in results if r.finish_reason])  # cancelled ones too
 
-Token choice, seeding and stopping are service/engine/step.py's: this module runs
-the graphs and keeps the batch, and calls it once per step for all rows.
+Token choice, seeding and stopping are the decoding rooms' (service/engine/step.py's `choose_tokens`
+and the modules it calls): this module runs the graphs and keeps the batch, and calls it once per step for all rows.
 
 A request (a `Generation`) owns one batch row, or N: its beams (beam search,
 `best_of` without sampling) or its `best_of` samples. The encoder runs once per
@@ -36,15 +36,6 @@ from tokenizers import Tokenizer
 
 from service.engine.batch import ActiveBatch, CacheLayout
 from service.engine.bundle import BundleError, LoadedBundle
-from service.engine.step import (
-    DecodingOptions,
-    Generation,
-    Hypothesis,
-    InputError,
-    StepResult,
-    choose_tokens,
-    new_generation,
-)
 from service.engine.names import (
     ATTENTION_MASK,
     DECODER,
@@ -57,8 +48,12 @@ from service.engine.names import (
     past_names,
     present_names,
 )
+from service.engine.options import DecodingOptions, InputError
+from service.engine.rows import Generation, new_generation
 from service.engine.runtime import OrtValues, available_cpus, gpu_present, providers, session_options
 from service.engine.slots import V2_DISABLED_OPTIMIZERS, SlotBatch
+from service.engine.step import StepResult, choose_tokens
+from service.engine.stopping import Hypothesis
 
 log = logging.getLogger("attnserve.engine")
 

@@ -12,7 +12,7 @@ Why a loop of its own and not the scheduler's batch: the served graph
 (decoder.onnx) does not compute the weights, by design (serving speed does not
 change). Explain decodes are batch 1, run one at a time on their own ONNX
 Runtime sessions with ONE intra-op thread (so they take at most one core from
-the serving engine), and pick tokens with the engine's rules (service/engine/step.py:
+the serving engine), and pick tokens with the engine's rules (service/engine/step.py's `choose_tokens`:
 the same processors, argmax or the seeded one-uniform-per-step sampler, and stopping).
 
 Tokens are the served variant's: when the server serves fp32, the explain graph's
@@ -49,7 +49,6 @@ import onnxruntime as ort
 from pydantic import BaseModel, Field
 
 from service.engine.bundle import BundleError, LoadedBundle
-from service.engine.step import RowState, choose_tokens, new_generation
 from service.engine.engine import DecodingOptions, Engine
 from service.engine.names import (
     ATTENTION_MASK,
@@ -63,8 +62,10 @@ from service.engine.names import (
     past_names,
     present_names,
 )
+from service.engine.rows import RowState, new_generation
 from service.engine.runtime import providers, session_options
 from service.engine.slots import V2_DISABLED_OPTIMIZERS, RowStep
+from service.engine.step import choose_tokens
 from service.errors import retry_after_s
 
 # ---- response schema ----------------------------------------------------------------------------

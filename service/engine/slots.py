@@ -25,7 +25,6 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 
-from service.engine.step import Generation, Row, RowState, StepChoice
 from service.engine.names import (
     DECODER,
     ENCODER,
@@ -39,6 +38,8 @@ from service.engine.names import (
     past_names,
     present_names,
 )
+from service.engine.rows import Generation, Row, RowState
+from service.engine.step import StepChoice
 
 NEG_INF = -1e9  # the bias value the graphs use for masked keys (never -inf)
 # ONNX Runtime would fuse the v2 graph's Add + LayerNormalization into SkipLayerNormalization, whose CPU kernel

@@ -51,9 +51,10 @@ from typing import Protocol
 from tokenizers import Tokenizer
 
 from service.engine.bundle import LoadedBundle
-from service.engine.step import Hypothesis, StoppingCriteria, request_seed
 from service.engine.engine import DecodingOptions, Engine, InputError, StepResult
+from service.engine.options import request_seed
 from service.engine.scheduler import Failed, Finished, Scheduler, Ticket
+from service.engine.stopping import Hypothesis, StoppingCriteria
 from service.errors import InvalidRequest
 from service.text.lexicon import Lexicon
 from service.text.reader import MAX_TEXT_CHARS, MAX_WORDS, TextError, TextReader, Word
