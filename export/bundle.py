@@ -375,9 +375,8 @@ def int8_gate(bundle_dir: Path, train_cfg: dict, eval_limit: int, threads: int |
     at least INT8_MIN_SPEEDUP times faster at both batch sizes (int8 is not always faster for
     small matrices; measure, don't assume) AND a row's outputs do not depend on its batch.
     """
-    from export.fused_check import batch_invariance_v2
-    from export.invariance import batch_invariance
-    from export.verify import bench_engine_speed
+    from export.invariance import ConcatSteps, InPlaceSteps, batch_invariance
+    from export.speed import bench_engine_speed
     from service.engine.engine import Engine
     from training.evaluate import evaluate_engine
 
@@ -394,13 +393,12 @@ def int8_gate(bundle_dir: Path, train_cfg: dict, eval_limit: int, threads: int |
     corpus = json.loads((bundle.dir / bundle.meta.get("parity_corpus", PARITY_CORPUS)).read_text())
     enc, dec = bundle.graph_paths("int8")
     cfg = bundle.config
+    vocab = int(cfg["tgt_vocab_size"])
     if bundle.kv_cache("int8") == "in_place":
-        vocab = int(cfg["tgt_vocab_size"])
-        invariance = batch_invariance_v2(
-            enc, dec, corpus["source_ids"], bundle.n_layers, bundle.max_target_len, vocab, pad_id=cfg["pad_id"]
-        )
+        steps = InPlaceSteps(enc, dec, bundle.n_layers, bundle.max_target_len, vocab)
     else:
-        invariance = batch_invariance(enc, dec, corpus["source_ids"], bundle.n_layers, int(cfg["tgt_vocab_size"]), cfg["pad_id"])
+        steps = ConcatSteps(enc, dec, bundle.n_layers, vocab)
+    invariance = batch_invariance(steps, corpus["source_ids"], pad_id=cfg["pad_id"])
     decision = int8_decision(bundle.meta["task"], dev["fp32"], dev["int8"], speed, invariance)
     decision["threads"] = engines["fp32"].threads
     log(f"[export] int8 gate: {decision}")

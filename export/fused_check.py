@@ -1,4 +1,5 @@
-"""Runs of the v2 decoder outside the engine: calibration of its int8 scales and its batch invariance.
+"""Runs of the v2 decoder outside the engine: the step runner that calibration of its int8 scales, its batch
+invariance (export/invariance.py's InPlaceSteps) and the fp16 check use.
 
 A v2 step (export/fused.py) reads each row's past from a buffer [B, H, Pmax, Dh] at positions below
 `past_lengths[b]` and writes the new K/V at `past_lengths[b]`. Here the buffers are bound through
@@ -126,88 +127,3 @@ def calibrated_amax_v2(
             for x, v in zip(names, outs[1:]):
                 amax[x] = max(amax[x], float(np.abs(v).max(initial=0.0)))
     return amax
-
-
-def batch_invariance_v2(
-    encoder: Path,
-    decoder: Path,
-    source_ids: list[list[int]],
-    n_layers: int,
-    max_len: int,
-    vocab_size: int,
-    batch_size: int = 32,
-    steps: int = 6,
-    seed: int = 0,
-    pad_id: int = 0,
-) -> dict:
-    """Max |difference| between each row decoded alone (B = 1, source padded to its own multiple of
-    CROSS_KEY_MULTIPLE) and the same row encoded and decoded inside batches of `batch_size` (the pad id is
-    `pad_id`), where rows start at
-    different steps, the source axis is padded to the batch's longest (rounded up) with finite garbage
-    under the mask, and the cache buffers hold garbage past every row's length. Forced random tokens,
-    `steps` steps per row. 0.0 means bitwise identical (logits and each row's written cache)."""
-    rng = np.random.default_rng(seed)
-    enc, dec = v2_session(encoder), v2_session(decoder)
-    enc_names = [o.name for o in enc.get_outputs()]
-    tokens = [rng.integers(4, vocab_size, steps) for _ in source_ids]
-    alone_logits, alone_cache = [], []
-    runner = StepRunner(dec, n_layers, 1, max_len)
-    for ids, toks in zip(source_ids, tokens):
-        runner.set_cross(*encode_alone(enc, ids, n_layers))
-        alone_logits.append(np.stack([runner.step(np.array([t]), np.array([p]))[0][0] for p, t in enumerate(toks)]))
-        alone_cache.append([c[0, :, :steps].copy() for c in runner.cache])
-    logit_diff = cache_diff = encoder_diff = 0.0
-    order = rng.permutation(len(source_ids))
-    for start in range(0, len(order), batch_size):
-        chunk = order[start : start + batch_size]
-        b = len(chunk)
-        runner = StepRunner(dec, n_layers, b, max_len)
-        for c in runner.cache:
-            c[...] = rng.standard_normal(c.shape).astype(np.float32)  # a reused slot's leftovers
-        longest = max(len(source_ids[r]) for r in chunk)
-        width = padded_source_len(longest + 1)
-        # the encoder over the whole chunk, right-padded as the engine pads it: each row must match its alone run
-        x = np.full((b, longest), pad_id, np.int64)
-        mask = np.zeros((b, longest), np.int64)
-        for j, r in enumerate(chunk):
-            x[j, : len(source_ids[r])], mask[j, : len(source_ids[r])] = source_ids[r], 1
-        batched = dict(zip(enc_names, enc.run(None, {INPUT_IDS: x, ATTENTION_MASK: mask})))
-        cross_out = present_names(n_layers, ENCODER)
-        biases, crosses = [], []
-        for j, r in enumerate(chunk):
-            n = len(source_ids[r])
-            alone_bias, alone_cross = encode_alone(enc, source_ids[r], n_layers)
-            bias, cross = batched[ENCODER_ATTENTION_BIAS][j, 0, 0], [batched[o][j] for o in cross_out]
-            encoder_diff = max(
-                encoder_diff,
-                float(np.abs(bias[:n] - alone_bias[0, 0, 0, :n]).max()),
-                *(float(np.abs(c[:, :n] - a[0, :, :n]).max()) for c, a in zip(cross, alone_cross)),
-            )
-            bias, cross = pad_cross(bias, cross, n, width, lambda s: rng.standard_normal(s).astype(np.float32))
-            biases.append(bias)
-            crosses.append(cross)
-        runner.set_cross(np.concatenate(biases), [np.concatenate([c[j] for c in crosses]) for j in range(2 * n_layers)])
-        offset = rng.integers(0, 3, b)  # rows join at different steps
-        logits = np.zeros((b, steps, vocab_size), np.float32)
-        for k in range(steps + 2):
-            p = k - offset
-            live = (p >= 0) & (p < steps)
-            toks = np.array([tokens[r][min(max(q, 0), steps - 1)] for r, q in zip(chunk, p)])
-            # a row not yet joined computes at length 0, one that finished past its end: neither touches
-            # what the compared positions hold by the time they are read
-            out = runner.step(toks, np.clip(p, 0, max_len - 1))
-            for j in np.flatnonzero(live):
-                logits[j, p[j]] = out[0][j]
-        for j, r in enumerate(chunk):
-            logit_diff = max(logit_diff, float(np.abs(logits[j] - alone_logits[r]).max()))
-            for c, a in zip(runner.cache, alone_cache[r]):
-                cache_diff = max(cache_diff, float(np.abs(c[j, :, :steps] - a).max()))
-    return {
-        "rows": len(source_ids),
-        "batch_size": batch_size,
-        "steps": steps,
-        "encoder_max_abs_diff": encoder_diff,
-        "decoder_logits_max_abs_diff": logit_diff,
-        "decoder_cache_max_abs_diff": cache_diff,
-        "max_abs_diff": max(encoder_diff, logit_diff, cache_diff),
-    }

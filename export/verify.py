@@ -613,25 +613,6 @@ def run_parity(bundle_dir: Path, model=None, threads: int | None = None, log=pri
     return {"figures": figures, "failures": failures}
 
 
-# ---- speed, for the int8 gate ---------------------------------------------------------------
-def bench_engine_speed(engines: dict[str, Engine], dataset: str | None, strip_stress: bool, rounds: int = 3) -> dict:
-    """Greedy tokens/s per engine at batch 1 (48 inputs) and batch 32 (256 inputs); best of
-    `rounds`, engines interleaved so background load hits both alike."""
-    sources = default_corpus({"dataset": dataset or "cmudict"}, 256)
-    any_engine = next(iter(engines.values()))
-    ids = [source_ids(any_engine.src_tokenizer, s, any_engine.max_source_len, any_engine.unk_id) for s in sources]
-    greedy = DecodingOptions(max_new_tokens=any_engine.max_target_len)
-    best: dict[str, dict[str, float]] = {name: {} for name in engines}
-    for batch, inputs in (("batch_1", ids[:48]), ("batch_32", ids)):
-        for _ in range(rounds):
-            for name, engine in engines.items():
-                t = time.perf_counter()
-                res = engine.generate(inputs, greedy, batch_size=1 if batch == "batch_1" else 32)
-                tps = sum(r.generated_tokens for r in res) / (time.perf_counter() - t)
-                best[name][batch] = max(best[name].get(batch, 0.0), tps)
-    return {name: {b: round(x, 1) for b, x in v.items()} for name, v in best.items()}
-
-
 # ---- v2 variants (fused decoder, in-place cache: export/fused.py) ----------------------------------
 def v2_parity(engine, corpus: dict, exact: bool) -> dict:
     """`attnserve-export verify` on a v2 variant, through the service's own loop (`engine`): greedy, seeded

@@ -27,6 +27,8 @@ from dataclasses import asdict, dataclass
 
 import aiohttp
 
+from loadtest.sse import StreamTally
+
 # Error kinds, in report order.
 ERROR_KINDS = ("http_429", "http_503", "http_4xx", "http_5xx", "timeout", "connection", "stream")
 # Short column names for the summary table, and what each means.
@@ -181,8 +183,7 @@ async def stream_request(
     """
     sent = time.perf_counter()
     rec = RequestRecord(index=index, due_s=due - level_start, sent_s=sent - level_start, done_s=0.0, ok=False)
-    first = final = None
-    tokens = 0
+    tally = StreamTally(api)  # the events' parser (loadtest/sse.py), shared with the Locust user
     try:
         async with asyncio.timeout(max(0.0, timeout_s - (sent - due))):
             async with client.post(url, json=payload, headers=headers) as resp:
@@ -191,39 +192,14 @@ async def stream_request(
                     rec.error_kind = error_kind_for_status(resp.status)
                     rec.error = _error_message(await resp.read())
                 else:
-                    usage_tokens = None
                     async for raw in resp.content:  # one line at a time
-                        if not raw.startswith(b"data:"):
-                            continue  # blank separators, comments, `event:` lines
-                        now = time.perf_counter()
-                        data = raw[5:].strip()
-                        if api == "openai" and data == b"[DONE]":
+                        if tally.feed(raw, time.perf_counter()):
                             break
-                        event = json.loads(data)
-                        if "error" in event:
-                            error = event["error"]
-                            rec.error_kind = "stream"
-                            rec.error = str(error.get("message") if isinstance(error, dict) else error)[:200]
-                            break
-                        if api == "openai":
-                            if event.get("usage"):
-                                usage_tokens = event["usage"].get("completion_tokens")
-                            for choice in event.get("choices") or ():
-                                if choice.get("text"):
-                                    tokens += 1
-                                    first = first if first is not None else now
-                                if choice.get("finish_reason") and final is None:
-                                    final = now  # then the usage chunk and [DONE]
-                            continue
-                        if event.get("token") is not None:
-                            tokens += 1
-                            first = first if first is not None else now
-                        if event.get("generated_text") is not None:
-                            final = now
-                            break
-                    if usage_tokens is not None:
-                        tokens = usage_tokens
-                    if rec.error_kind is None and final is None:
+                    if tally.failed:
+                        error = tally.error
+                        rec.error_kind = "stream"
+                        rec.error = str(error.get("message") if isinstance(error, dict) else error)[:200]
+                    elif tally.final is None:
                         end = "a chunk with finish_reason" if api == "openai" else "the event carrying generated_text"
                         rec.error_kind, rec.error = "stream", f"stream ended before {end}"
     except TimeoutError:  # ours, or aiohttp's connect timeout (a subclass)
@@ -237,11 +213,11 @@ async def stream_request(
     except ValueError as e:  # aiohttp: a line longer than the read buffer
         rec.error_kind, rec.error = "stream", f"unreadable event: {e}"
     rec.done_s = time.perf_counter() - level_start
-    rec.output_tokens = tokens
-    if rec.error_kind is None and first is not None:
+    rec.output_tokens = tally.output_tokens
+    if rec.error_kind is None and tally.first is not None:
         rec.ok = True
-        rec.ttft_s = first - due
-        rec.e2e_s = final - due
+        rec.ttft_s = tally.first - due
+        rec.e2e_s = tally.final - due
     elif rec.error_kind is None:
         rec.error_kind, rec.error = "stream", "final event arrived without any token"
     return rec

@@ -19,13 +19,13 @@ the CMUdict test words), --max-new-tokens N, --do-sample, --temperature T,
 from __future__ import annotations
 
 import itertools
-import json
 import time
 from pathlib import Path
 
 from locust import HttpUser, constant, events, task
 
 from loadtest.inputs import load_inputs
+from loadtest.sse import StreamTally
 
 _inputs: itertools.cycle | None = None
 
@@ -77,8 +77,7 @@ class GenerateStreamUser(HttpUser):
     def generate_stream(self) -> None:
         payload = {"inputs": next(_inputs), "parameters": self.params}
         start = time.perf_counter()
-        first = final = None
-        tokens = 0
+        tally = StreamTally()  # the events' parser (loadtest/sse.py), shared with attnserve-loadtest
         with self.client.post(
             self.endpoint, json=payload, headers=self.headers, stream=True, catch_response=True, name=self.endpoint
         ) as resp:
@@ -88,26 +87,19 @@ class GenerateStreamUser(HttpUser):
             try:
                 for raw in resp.iter_lines():
                     line = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
-                    if not line.startswith("data:"):
-                        continue
-                    now = time.perf_counter()
-                    event = json.loads(line[5:])
-                    if "error" in event:
-                        resp.failure(f"error event: {event['error']}")
-                        return
-                    if event.get("token") is not None:
-                        tokens += 1
-                        first = first if first is not None else now
-                    if event.get("generated_text") is not None:
-                        final = now
+                    if tally.feed(line, time.perf_counter()):
                         break
             except (OSError, ValueError) as e:  # connection cut, chunk errors, bad JSON
                 resp.failure(f"stream broken: {type(e).__name__}: {e}")
                 return
-            if final is None or first is None:
+            if tally.failed:
+                resp.failure(f"error event: {tally.error}")
+                return
+            if tally.final is None or tally.first is None:
                 resp.failure("stream ended before the event carrying generated_text")
                 return
             resp.success()
+        first, final, tokens = tally.first, tally.final, tally.tokens
         self._fire("TTFT", first - start, tokens)
         self._fire("e2e", final - start, tokens)
         if tokens >= 2:

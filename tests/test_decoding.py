@@ -9,23 +9,12 @@ import itertools
 import numpy as np
 import pytest
 
-from service.engine.decoding import (
-    BeamSearch,
-    DecodingOptions,
-    Hypothesis,
-    InputError,
-    RowParams,
-    RowState,
-    StoppingCriteria,
-    choose_tokens,
-    greedy_tokens,
-    log_softmax,
-    new_generation,
-    process_logits,
-    rank,
-    sample_rows,
-    update_searches,
-)
+from service.engine.beam import BeamSearch, update_searches
+from service.engine.options import DecodingOptions, InputError
+from service.engine.processors import greedy_tokens, log_softmax, process_logits, sample_rows
+from service.engine.rows import RowParams, RowState, new_generation
+from service.engine.step import choose_tokens
+from service.engine.stopping import Hypothesis, StoppingCriteria, rank
 
 EOS = 1
 

@@ -83,10 +83,10 @@ def test_recorded_test_wer_holds_on_a_fixed_500_word_sample(engine):
 def test_served_int8_rows_are_bitwise_the_same_alone_and_in_padded_batches():
     """The variant served on CPU by default is int8: 256 test-split words, each alone and in shuffled
     batches of 32 with extra source and past padding, give bitwise the same encoder outputs, logits
-    and cache: the v2 decoder through its in-place buffers, rows joining at different steps (export/fused_check.py)."""
+    and cache: the v2 decoder through its in-place buffers, rows joining at different steps (export/invariance.py)."""
     import json
 
-    from export.fused_check import batch_invariance_v2
+    from export.invariance import InPlaceSteps, batch_invariance
 
     bundle = load_bundle(BUNDLE_DIR)
     assert bundle.default_variant["cpu"] == "int8" and bundle.meta["int8_gate"]["batch_invariant"]
@@ -94,7 +94,7 @@ def test_served_int8_rows_are_bitwise_the_same_alone_and_in_padded_batches():
     corpus = json.loads((BUNDLE_DIR / bundle.meta["parity_corpus"]).read_text())
     enc, dec = bundle.graph_paths("int8")
     vocab = int(bundle.config["tgt_vocab_size"])
-    figures = batch_invariance_v2(enc, dec, corpus["source_ids"], bundle.n_layers, bundle.max_target_len, vocab)
+    figures = batch_invariance(InPlaceSteps(enc, dec, bundle.n_layers, bundle.max_target_len, vocab), corpus["source_ids"])
     assert figures["rows"] == 256 and figures["max_abs_diff"] == 0.0, figures
 
 

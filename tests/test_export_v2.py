@@ -15,7 +15,8 @@ from export.fused import (
     optimized_node_count,
     write_decoder_v2,
 )
-from export.fused_check import StepRunner, batch_invariance_v2, encode_alone, v2_session
+from export.fused_check import StepRunner, encode_alone, v2_session
+from export.invariance import InPlaceSteps, batch_invariance
 
 
 @pytest.fixture(scope="module")
@@ -88,14 +89,10 @@ def test_v2_rows_are_bitwise_the_same_alone_and_in_a_batch_of_32(tiny_bundle_dir
     cache past each row's length, rows joining at different steps: every logit and cache entry identical."""
     encoder = "encoder.int8.onnx" if "int8" in graph else "encoder.onnx"
     cfg = json.loads((tiny_bundle_dir / "bundle.json").read_text())["config"]
-    r = batch_invariance_v2(
-        tiny_bundle_dir / encoder,
-        v2_graphs / graph,
-        _sources(tiny_bundle_dir, 64),
-        cfg["n_decoder_layers"],
-        cfg["max_target_len"],
-        cfg["tgt_vocab_size"],
+    steps = InPlaceSteps(
+        tiny_bundle_dir / encoder, v2_graphs / graph, cfg["n_decoder_layers"], cfg["max_target_len"], cfg["tgt_vocab_size"]
     )
+    r = batch_invariance(steps, _sources(tiny_bundle_dir, 64))
     assert r["rows"] == 64 and r["max_abs_diff"] == 0.0, r
 
 

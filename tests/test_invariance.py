@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 from engine_compositions import invariance_words, logit_diff, three_ways
 
-from export.fused_check import batch_invariance_v2
-from export.invariance import batch_invariance
+from export.invariance import ConcatSteps, InPlaceSteps, batch_invariance
 from service.engine.bundle import load_bundle
 from service.engine.engine import DecodingOptions, Engine
 
@@ -91,15 +90,15 @@ def _same_context_steps(a: list[int], b: list[int]) -> int | None:
 
 
 def _check(bundle_dir, encoder: str, decoder: str, rows: int = 256, in_place: bool = False) -> dict:
-    """The gate's invariance check on these graphs: v1's (export/invariance.py) or, for a v2 decoder over an
-    in-place cache, v2's (export/fused_check.py: rows joining at different steps through the in-place buffers)."""
+    """The gate's invariance check on these graphs (export/invariance.py), with v1's step runner or, for a v2
+    decoder over an in-place cache, v2's (rows joining at different steps through the in-place buffers)."""
     meta = json.loads((bundle_dir / "bundle.json").read_text())
     corpus = json.loads((bundle_dir / meta["parity_corpus"]).read_text())
     cfg = meta["config"]
     ids, n, vocab = corpus["source_ids"][:rows], cfg["n_decoder_layers"], cfg["tgt_vocab_size"]
     if in_place:
-        return batch_invariance_v2(bundle_dir / encoder, bundle_dir / decoder, ids, n, cfg["max_target_len"], vocab)
-    return batch_invariance(bundle_dir / encoder, bundle_dir / decoder, ids, n, vocab)
+        return batch_invariance(InPlaceSteps(bundle_dir / encoder, bundle_dir / decoder, n, cfg["max_target_len"], vocab), ids)
+    return batch_invariance(ConcatSteps(bundle_dir / encoder, bundle_dir / decoder, n, vocab), ids)
 
 
 def test_int8_rows_are_bitwise_the_same_alone_and_in_padded_batches(tiny_bundle_dir):

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from service.engine.decoding import DecodingOptions
+from service.engine.options import DecodingOptions
 from training.config import ModelConfig
 from training.decode import generate, generate_ids
 from training.model import (

@@ -16,7 +16,9 @@ import openai
 import pytest
 from service_harness import metric, scrape, serving
 
-from service.engine.decoding import DecodingOptions, RowParams, process_logits
+from service.engine.options import DecodingOptions
+from service.engine.processors import process_logits
+from service.engine.rows import RowParams
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_BUNDLE = ROOT / "models" / "g2p-en"

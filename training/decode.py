@@ -3,8 +3,8 @@
 The model's own encode/cross_kv/decode with the KV cache (or without it:
 `use_cache=False` recomputes the whole prefix every step, what a decoder
 without a cache costs; attnserve-bench measures it). Token choice, seeding,
-stopping, beam search and n-best ranking are service/engine/decoding.py's, the very
-code the engine calls, on the logits converted to numpy: so greedy, seeded
+stopping, beam search and n-best ranking are service/engine/'s decoding rooms
+(step.py's `choose_tokens` and what it calls), the very code the engine calls, on the logits converted to numpy: so greedy, seeded
 sampling and beam search pick ids by the same rules on both sides, and a
 difference in ids is a difference in the graphs' numbers.
 
@@ -25,7 +25,9 @@ import torch
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from service.engine.decoding import DecodingOptions, Generation, RowState, choose_tokens, new_generation
+from service.engine.options import DecodingOptions
+from service.engine.rows import Generation, RowState, new_generation
+from service.engine.step import choose_tokens
 from training.data import Example
 from training.metrics import task_metrics
 from training.model import Transformer, decoder_self_bias

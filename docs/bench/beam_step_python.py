@@ -20,8 +20,8 @@ from measure import cpu_model  # docs/bench/, beside this script
 from step_python import timing
 
 import service.engine.batch as batch_module
-import service.engine.decoding as decoding
 import service.engine.engine as engine_module
+import service.engine.step as step_module
 from service.engine.bundle import load_bundle
 from service.engine.engine import DecodingOptions, Engine
 
@@ -42,8 +42,8 @@ def main() -> None:
 
     engine = Engine(load_bundle(BUNDLE), variant=args.variant, threads=1)
     timed(batch_module.ActiveBatch, "reorder", "cache gather (reorder)")
-    timed(decoding, "update_searches", "beam search update")  # every search of a width, one call (choose_tokens')
-    timed(decoding, "log_softmax", "log_softmax")
+    timed(step_module, "update_searches", "beam search update")  # every search of a width, one call (choose_tokens')
+    timed(step_module, "log_softmax", "log_softmax")
     timed(engine_module, "choose_tokens", "token choice, all")
     timed(engine, "run_decoder", "decoder call (ONNX Runtime)")
     ids = [engine.encode_text(w) for w in (WORDS * (args.requests // len(WORDS) + 1))[: args.requests]]

@@ -13,7 +13,7 @@ For each: graph-level batch invariance (export/invariance.py, max |difference| o
 padded batches of 32), dev WER and greedy words differing from fp32 (through service.engine.engine), and
 the raw decoder step (session.run, 1 thread, P=8, S=10) at batch 1 and 32, candidates interleaved
 round by round, median wall and thread-CPU time; then greedy tokens/s through the engine at 1 and 2
-threads (export/verify.py's bench_engine_speed, what the int8 gate measures: best of 3 interleaved
+threads (export/speed.py's bench_engine_speed, what the int8 gate measures: best of 3 interleaved
 rounds, 48 words at batch 1, 256 at batch 32).
 
     PYTHONPATH=. .venv/bin/python docs/bench/int8_invariant.py --out docs/bench/int8_invariant.json
@@ -34,9 +34,9 @@ import numpy as np
 from measure import cpu_model  # docs/bench/, beside this script
 
 from export.bundle import write_manifest
-from export.invariance import batch_invariance, cpu_session
+from export.invariance import ConcatSteps, batch_invariance, cpu_session
+from export.speed import bench_engine_speed
 from export.variants import quantize_int8, quantize_int8_dynamic
-from export.verify import bench_engine_speed
 from service.engine.bundle import load_bundle
 from service.engine.engine import DecodingOptions, Engine
 from training.evaluate import evaluate_engine
@@ -136,7 +136,8 @@ def main() -> None:
             variant = "fp32" if name == "fp32" else "int8"
             files = load_bundle(d).meta["variants"][variant]
             enc, dec = d / files["encoder"], d / files["decoder"]
-            inv = batch_invariance(enc, dec, sources, int(cfg["n_decoder_layers"]), int(cfg["tgt_vocab_size"]), cfg["pad_id"])
+            steps = ConcatSteps(enc, dec, int(cfg["n_decoder_layers"]), int(cfg["tgt_vocab_size"]))
+            inv = batch_invariance(steps, sources, pad_id=cfg["pad_id"])
             engine = Engine(load_bundle(d), variant=variant, provider="cpu", threads=1)
             dev = evaluate_engine(engine, meta["dataset"], "dev", args.dev_limit or None, meta["strip_stress"], meta["task"])
             greedy = DecodingOptions(max_new_tokens=engine.max_target_len)

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from service.engine.decoding import Generation, Row, RowState, StepChoice
 from service.engine.names import (
     DECODER,
     DECODER_ATTENTION_MASK,
@@ -37,7 +36,9 @@ from service.engine.names import (
     POSITION_IDS,
     past_names,
 )
+from service.engine.rows import Generation, Row, RowState
 from service.engine.runtime import OrtValues
+from service.engine.step import StepChoice
 
 NEG_INF = -1e9  # the bias value the graphs use for masked keys (never -inf)
 

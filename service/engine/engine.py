@@ -8,8 +8,8 @@ service's scheduler drives its continuous-batching primitives:
     results = engine.step(batch)                        # ONE decoder call for all rows
     batch.remove([r.generation for r in results if r.finish_reason])  # cancelled ones too
 
-Token choice, seeding and stopping are service/engine/decoding.py's: this module runs
-the graphs and keeps the batch, and calls it once per step for all rows.
+Token choice, seeding and stopping are the decoding rooms' (service/engine/step.py's `choose_tokens`
+and the modules it calls): this module runs the graphs and keeps the batch, and calls it once per step for all rows.
 
 A request (a `Generation`) owns one batch row, or N: its beams (beam search,
 `best_of` without sampling) or its `best_of` samples. The encoder runs once per
@@ -36,15 +36,6 @@ from tokenizers import Tokenizer
 
 from service.engine.batch import ActiveBatch, CacheLayout
 from service.engine.bundle import BundleError, LoadedBundle
-from service.engine.decoding import (
-    DecodingOptions,
-    Generation,
-    Hypothesis,
-    InputError,
-    StepResult,
-    choose_tokens,
-    new_generation,
-)
 from service.engine.names import (
     ATTENTION_MASK,
     DECODER,
@@ -57,8 +48,20 @@ from service.engine.names import (
     past_names,
     present_names,
 )
-from service.engine.runtime import OrtValues, available_cpus, gpu_present, preload_cuda, providers, session_options
+from service.engine.options import DecodingOptions, InputError
+from service.engine.rows import Generation, new_generation
+from service.engine.runtime import (
+    OrtValues,
+    StepCalls,
+    available_cpus,
+    gpu_present,
+    preload_cuda,
+    providers,
+    session_options,
+)
 from service.engine.slots import V2_DISABLED_OPTIMIZERS, SlotBatch
+from service.engine.step import StepResult, choose_tokens
+from service.engine.stopping import Hypothesis
 
 log = logging.getLogger("attnserve.engine")
 
@@ -136,7 +139,10 @@ class Engine:
             self._load(so, use_cuda)
         self.provider = self.decoder.get_providers()[0]
         self.device = "cuda" if self.provider == "CUDAExecutionProvider" else "cpu"
-        self.values = OrtValues(self.device)
+        # the decode step's calls and the values it feeds, through service/engine/runtime.py's one adapter:
+        # ONNX Runtime's C++ session where known, its public API elsewhere (decided once, for both)
+        self.step_calls = StepCalls(self.decoder)
+        self.values = OrtValues(self.device, self.step_calls.private)
         self.src_tokenizer = Tokenizer.from_file(str(bundle.src_tokenizer_path))
         self.tgt_tokenizer = Tokenizer.from_file(str(bundle.tgt_tokenizer_path))
 
@@ -159,12 +165,10 @@ class Engine:
         self.encoder_output_names = [o.name for o in self.encoder.get_outputs()]
         self.n_outputs = len(self.output_names)
         self.cache_outputs = range(1, 1 + 2 * self.n_layers)  # the present self-attention cache among the outputs
-        # The C++ session's run over OrtValues, without the Python wrapper's per-call checks and
-        # per-output wrapping (ONNX Runtime's public `run_with_ort_values` is this call plus those):
-        # the decode step's one call on CPU. Takes {name: C OrtValue}; returns C OrtValues.
-        self.run_decoder = self.decoder._sess.run_with_ort_values
+        # the decode step's one call: takes {name: OrtValues.input value}; returns the outputs
+        self.run_decoder = self.step_calls.run_with_values
         if self.in_place:  # the v2 step: one call over the batch's bound buffers (service/engine/slots.py)
-            self.run_decoder = self.decoder._sess.run_with_iobinding
+            self.run_decoder = self.step_calls.run_with_binding
 
         self.vocab_size = int(bundle.config["tgt_vocab_size"])
         self.special_token_ids = frozenset(ids.values())
@@ -265,7 +269,9 @@ class Engine:
 
     def new_batch(self) -> ActiveBatch | SlotBatch:
         if self.in_place:
-            return SlotBatch(self.decoder, self.layout, self.max_target_len, self.device, self.run_decoder, self.slot_pool)
+            return SlotBatch(
+                self.decoder, self.layout, self.max_target_len, self.device, self.run_decoder, self.slot_pool, self.step_calls
+            )
         return ActiveBatch(self.layout, self.values, self.decoder.io_binding() if self.device != "cpu" else None)
 
     def run_step(self, batch: ActiveBatch) -> tuple[np.ndarray, np.ndarray | None]:
@@ -286,7 +292,7 @@ class Engine:
         return logits, (outs[self.n_outputs - 1].numpy() if self.has_next_token else None)
 
     def step(self, batch: ActiveBatch) -> list[StepResult]:
-        """ONE decoder call for every row, then token choice for every row (service/engine/decoding.py);
+        """ONE decoder call for every row, then token choice for every row (service/engine/step.py);
         returns a StepResult per streaming generation and per generation that finished."""
         if not len(batch):
             return []

@@ -12,7 +12,7 @@ Why a loop of its own and not the scheduler's batch: the served graph
 (decoder.onnx) does not compute the weights, by design (serving speed does not
 change). Explain decodes are batch 1, run one at a time on their own ONNX
 Runtime sessions with ONE intra-op thread (so they take at most one core from
-the serving engine), and pick tokens with the engine's rules (service/engine/decoding.py:
+the serving engine), and pick tokens with the engine's rules (service/engine/step.py's `choose_tokens`:
 the same processors, argmax or the seeded one-uniform-per-step sampler, and stopping).
 
 Tokens are the served variant's: when the server serves fp32, the explain graph's
@@ -38,18 +38,14 @@ route exists, this deployment's model cannot do it (rebuild the bundle).
 from __future__ import annotations
 
 import dataclasses
-import math
 import threading
 import time
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 import onnxruntime as ort
-from pydantic import BaseModel, Field
 
 from service.engine.bundle import BundleError, LoadedBundle
-from service.engine.decoding import RowState, choose_tokens, new_generation
 from service.engine.engine import DecodingOptions, Engine
 from service.engine.names import (
     ATTENTION_MASK,
@@ -63,51 +59,11 @@ from service.engine.names import (
     past_names,
     present_names,
 )
+from service.engine.rows import RowState, new_generation
 from service.engine.runtime import providers, session_options
 from service.engine.slots import V2_DISABLED_OPTIMIZERS, RowStep
+from service.engine.step import choose_tokens
 from service.errors import retry_after_s
-
-# ---- response schema ----------------------------------------------------------------------------
-FinishReason = Literal["length", "eos_token", "stop_sequence"]  # TGI's finish reasons (service/http/schemas.py uses it)
-
-
-class SourceToken(BaseModel):
-    id: int = Field(..., description="Source token id.")
-    token: str = Field(..., description="The source tokenizer's piece for it (for G2P: one lower-cased character).")
-
-
-class ExplainToken(BaseModel):
-    id: int = Field(..., description="Token id.")
-    token: str = Field(..., description="The target tokenizer's piece (for G2P: one phoneme, e.g. 'AH0').")
-    text: str = Field(..., description="Text this token adds, as /generate_stream streams it ('' for the end token).")
-    logprob: float = Field(..., description="Log-probability of the token under the model's distribution at this step.")
-    prob: float = Field(..., description="exp(logprob).")
-    special: bool = Field(..., description="True for the end-of-sequence token (it has a row too: the model chose to stop).")
-
-
-class ExplainResponse(BaseModel):
-    """One request's output and its cross-attention. T = len(tokens) rows, S = len(source_tokens) columns."""
-
-    generated_text: str = Field(..., description="The generated text (as /generate answers it).", examples=["K AE1 T"])
-    finish_reason: FinishReason = Field(..., description="Why generation stopped.")
-    seed: int | None = Field(None, description="Seed a sampled request used (null for greedy).")
-    sampled: bool = Field(..., description="True when tokens were sampled, false for greedy.")
-    source_tokens: list[SourceToken] = Field(..., description="The input as the model reads it: the S columns.")
-    tokens: list[ExplainToken] = Field(..., description="The generated tokens, the end token included: the T rows.")
-    layers: int = Field(..., description="Decoder layers L.")
-    heads: int = Field(..., description="Attention heads H per layer.")
-    cross_attentions: list[list[list[list[float]]]] = Field(
-        ...,
-        description="[L][H][T][S]: weight of source token s when layer l, head h produced output token t; "
-        "each row over s sums to 1.",
-    )
-    cross_attention_mean: list[list[list[float]]] = Field(
-        ..., description="[L][T][S]: the weights averaged over the heads of each layer."
-    )
-    graph: str = Field(..., description="The graph that produced the weights (decoder.explain.onnx, fp32).")
-    serving_variant: str = Field(
-        ..., description="The variant /generate serves: its logits chose the tokens; the weights are the fp32 graph's."
-    )
 
 
 # ---- the explain decode ---------------------------------------------------------------------------
@@ -205,7 +161,7 @@ class Explainer:
         gen = new_generation(source_ids, options, e.bundle.length_bound(s), e.eos_id, e.decode_ids)
         if gen.search is not None or len(gen.rows) != 1:
             raise ValueError("explain decodes one row: best_of and num_beams are refused before this")
-        state = RowState(e.vocab_size)  # token choice is the engine's (service/engine/decoding.py), on one row
+        state = RowState(e.vocab_size)  # token choice is the engine's (service/engine/step.py), on one row
         state.take(np.zeros(0, dtype=np.int64), gen.rows)
         feeds: dict[str, np.ndarray] = {ENCODER_ATTENTION_BIAS: bias, **dict(zip(self.cross_names, cross))}
         past = [np.zeros((1, e.n_heads, 0, e.head_dim), np.float32)] * (2 * e.n_layers)  # P = 0 on the first step
@@ -268,26 +224,3 @@ def explain_entry(bundle: LoadedBundle) -> dict | None:
         if name not in bundle.meta["files"]:
             raise BundleError(f"{manifest}: {name} is referenced but not listed in 'files' (unverifiable)")
     return entry
-
-
-# ---- the response ---------------------------------------------------------------------------------
-def explanation_response(x: Explanation, engine: Engine, graph: str, full_text_prefix: str = "") -> ExplainResponse:
-    src_tok, tgt_tok = engine.src_tokenizer, engine.tgt_tokenizer
-    a = x.attention.astype(np.float64)
-    return ExplainResponse(
-        generated_text=full_text_prefix + x.text,
-        finish_reason=x.finish_reason,
-        seed=x.seed,
-        sampled=x.seed is not None,
-        source_tokens=[SourceToken(id=i, token=src_tok.id_to_token(i) or "") for i in x.source_ids],
-        tokens=[
-            ExplainToken(id=i, token=tgt_tok.id_to_token(i) or "", text=t, logprob=lp, prob=math.exp(lp), special=sp)
-            for i, t, lp, sp in zip(x.token_ids, x.texts, x.logprobs, x.special)
-        ],
-        layers=a.shape[0],
-        heads=a.shape[1],
-        cross_attentions=np.round(a, 6).tolist(),
-        cross_attention_mean=np.round(a.mean(axis=1), 6).tolist(),
-        graph=f"{graph} (fp32)",
-        serving_variant=engine.variant,
-    )

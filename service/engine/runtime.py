@@ -1,19 +1,32 @@
 """ONNX Runtime as the engine uses it: the CPUs this process may use, whether a GPU is really there,
-the session options every session is made with, and the values the decode step feeds."""
+the session options every session is made with, and the calls and values the decode step makes.
+
+The decode step's calls into ONNX Runtime go through one adapter here (`StepCalls`, `OrtValues`): on the
+ONNX Runtime versions it was tested on, the C++ session and C values directly (private names, for per-step
+speed); anywhere else, or where those names are missing, the public API, which does the same work.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
 import io
+import logging
 import os
 import platform
+import re
 import sys
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
-from onnxruntime.capi import _pybind_state as C
+
+try:  # the C module under ONNX Runtime's Python API: private, so its absence only costs speed (PRIVATE_STEP_API)
+    from onnxruntime.capi import _pybind_state as C
+except ImportError:  # pragma: no cover - an ONNX Runtime that moved it
+    C = None
+
+log = logging.getLogger("attnserve.engine")
 
 
 def available_cpus() -> int:
@@ -139,19 +152,82 @@ def session_options(threads: int | None = None, spin: bool = False) -> ort.Sessi
     return so
 
 
+# ---- the decode step's calls: one adapter over ONNX Runtime's private fast path and its public API ----------
+# The first ONNX Runtime minor version of the 1.x series whose private step API (InferenceSession._sess's
+# run_with_ort_values / run_with_iobinding, IOBinding._iobinding, the C module's OrtValue.ortvalue_from_numpy
+# and OrtDevice) the decode step was tested on: onnxruntime-gpu 1.31.1 and onnxruntime 1.32 (the gpu and cpu
+# extras). Later 1.x versions use it while those names exist; any other version uses the public API.
+PRIVATE_API_SINCE = (1, 31)
+
+
+def _version(text: str) -> tuple[int, int]:
+    """(major, minor) of a version string such as "1.32.0" or "1.33.0rc1"; (0, 0) when it has none."""
+    m = re.match(r"(\d+)\.(\d+)", text)
+    return (int(m[1]), int(m[2])) if m else (0, 0)
+
+
+def private_step_api(version: str | None = None) -> bool:
+    """Whether the decode step may call ONNX Runtime's C++ session directly: a 1.x version from
+    PRIVATE_API_SINCE on, whose private names are all there. Otherwise the public API (slower per step)."""
+    v = _version(version or ort.__version__)
+    if v[0] != PRIVATE_API_SINCE[0] or v < PRIVATE_API_SINCE:
+        return False
+    if C is None or not hasattr(C, "OrtDevice") or not hasattr(getattr(C, "OrtValue", None), "ortvalue_from_numpy"):
+        return False
+    session_c = getattr(C, "InferenceSession", None)
+    binding_c = getattr(C, "SessionIOBinding", None)
+    return all(hasattr(session_c, m) for m in ("run_with_ort_values", "run_with_iobinding")) and binding_c is not None
+
+
+PRIVATE_STEP_API = private_step_api()  # decided once per process; a test may set it False to run the fallback
+if not PRIVATE_STEP_API:
+    log.info("ONNX Runtime %s: the decode step uses the public API (its private fast path is not known here)", ort.__version__)
+
+
+class StepCalls:
+    """How the decode step calls one session.
+
+    - `run_with_values(feeds, output_names, run_options)`: feeds `{name: value made by OrtValues.input}`;
+      returns the outputs as values with `.numpy()` that the next step may feed back.
+    - `run_with_binding(handle, run_options)`: runs an IOBinding given as `binding_handle(io_binding)`.
+
+    With the private API these are the C++ session's own calls, without the Python wrapper's per-call checks
+    and per-output wrapping (the public `run_with_ort_values` is this call plus those): a CPU step's one call.
+    """
+
+    def __init__(self, session: ort.InferenceSession, private: bool | None = None):
+        self.private = PRIVATE_STEP_API if private is None else private
+        if self.private:
+            self.run_with_values = session._sess.run_with_ort_values
+            self.run_with_binding = session._sess.run_with_iobinding
+        else:
+            self.run_with_values = lambda feeds, output_names, run_options=None: session.run_with_ort_values(
+                output_names, feeds, run_options
+            )
+            self.run_with_binding = session.run_with_iobinding
+
+    def binding_handle(self, io_binding: ort.IOBinding):
+        """What `run_with_binding` takes for `io_binding`: its C binding, or the binding itself."""
+        return io_binding._iobinding if self.private else io_binding
+
+
 class OrtValues:
     """Makes the OrtValues a decode step feeds, on `device` ("cpu" or "cuda").
 
     `input(array)`: a decoder input (the cache, the mask) in the form the step feeds it: on CPU the C
-    value the session's `run_with_ort_values` takes, on a device the Python value an IOBinding binds.
-    Either shares the array's memory on CPU, so the array must outlive it.
+    value the private `run_with_ort_values` takes (the Python value under the public API), on a device the
+    Python value an IOBinding binds. Either shares the array's memory on CPU, so the array must outlive it.
     """
 
-    def __init__(self, device: str):
+    def __init__(self, device: str, private: bool | None = None):
         self.device = device
-        self._cpu_device = C.OrtDevice(C.OrtDevice.cpu(), C.OrtDevice.default_memory(), 0)
-        # what a step feeds, chosen once: the call is made for the mask at every step
-        self.input = self._c_value if device == "cpu" else self.value
+        private = PRIVATE_STEP_API if private is None else private
+        if device == "cpu" and private:
+            self._cpu_device = C.OrtDevice(C.OrtDevice.cpu(), C.OrtDevice.default_memory(), 0)
+            # what a step feeds, chosen once: the call is made for the mask at every step
+            self.input = self._c_value
+        else:
+            self.input = self.value
 
     def value(self, array: np.ndarray) -> ort.OrtValue:
         """The Python OrtValue of `array` on the device: what an IOBinding binds."""

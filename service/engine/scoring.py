@@ -29,8 +29,11 @@ from typing import Protocol
 
 import numpy as np
 
-from service.engine.decoding import DecodingOptions, Generation, Row, StepChoice, log_softmax, top_tokens
 from service.engine.engine import Engine
+from service.engine.options import DecodingOptions
+from service.engine.processors import log_softmax, top_tokens
+from service.engine.rows import Generation, Row
+from service.engine.step import StepChoice
 
 
 @dataclass

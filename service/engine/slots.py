@@ -27,7 +27,6 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 
-from service.engine.decoding import Generation, Row, RowState, StepChoice
 from service.engine.names import (
     DECODER,
     ENCODER,
@@ -41,6 +40,9 @@ from service.engine.names import (
     past_names,
     present_names,
 )
+from service.engine.rows import Generation, Row, RowState
+from service.engine.runtime import StepCalls
+from service.engine.step import StepChoice
 
 NEG_INF = -1e9  # the bias value the graphs use for masked keys (never -inf)
 # ONNX Runtime would fuse the v2 graph's Add + LayerNormalization into SkipLayerNormalization, whose CPU kernel
@@ -61,14 +63,23 @@ class SlotBatch:
     step's choice; `run` makes the decoder call."""
 
     def __init__(
-        self, session: ort.InferenceSession, layout, max_target_len: int, device: str = "cpu", run=None, pool: list | None = None
+        self,
+        session: ort.InferenceSession,
+        layout,
+        max_target_len: int,
+        device: str = "cpu",
+        run=None,
+        pool: list | None = None,
+        calls: StepCalls | None = None,
     ):
-        """`run`: the session's C++ `run_with_iobinding` (the engine's `run_decoder`, which a profiler may wrap).
+        """`run`: the session's `run_with_iobinding` through service/engine/runtime.py's adapter (the engine's
+        `run_decoder`, which a profiler may wrap).
         `pool`: self-attention buffers that emptied batches gave back (the engine's), taken before allocating:
         a batch that empties and fills again, or the next batch, reuses them instead of faulting in new pages."""
         self.pool = pool if pool is not None else []
         self.session = session
-        self.run_binding = run or session._sess.run_with_iobinding
+        self.step_calls = calls or StepCalls(session)  # the engine's: `run` and the binding handle agree
+        self.run_binding = run or self.step_calls.run_with_binding
         self.layout = layout
         self.max_len = int(max_target_len)
         self.device = device
@@ -174,7 +185,7 @@ class SlotBatch:
         b.bind_output(LOGITS, "cpu", 0, np.float32, [n, e.vocab_size], self.logits.ctypes.data)
         if self.has_next_token:
             b.bind_output(NEXT_TOKEN, "cpu", 0, np.int64, [n], self.next_token.ctypes.data)
-        self._binding = b._iobinding
+        self._binding = self.step_calls.binding_handle(b)
         self.logits_view = self.logits[:n]
         self.next_view = self.next_token[:n] if self.has_next_token else None
         # what `follow` writes after the step, as views made once per binding, not per step

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.engine.explain import FinishReason  # the explain engine answers in the same terms
+from service.http.explain_schemas import FinishReason  # /explain answers in the same terms
 
 MAX_STOP_SEQUENCES = 8
 

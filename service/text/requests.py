@@ -54,9 +54,10 @@ from typing import Protocol
 from tokenizers import Tokenizer
 
 from service.engine.bundle import LoadedBundle
-from service.engine.decoding import Hypothesis, StoppingCriteria, request_seed
 from service.engine.engine import DecodingOptions, Engine, InputError, StepResult
+from service.engine.options import request_seed
 from service.engine.scheduler import Failed, Finished, Scheduler, Ticket
+from service.engine.stopping import Hypothesis, StoppingCriteria
 from service.errors import InvalidRequest
 from service.text.forms import FormStream, FormUnsupported, OutputForm, output_form
 from service.text.lexicon import Lexicon

@@ -21,10 +21,10 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from service.engine.decoding import Hypothesis
 from service.engine.engine import Engine
 from service.engine.scheduler import Failed, Finished, ScoreTicket
 from service.engine.scoring import TargetScore
+from service.engine.stopping import Hypothesis
 from service.errors import InvalidRequest
 from service.text.requests import TextFrontEnd, hypothesis_tokens, top_token_dicts
 

@@ -12,9 +12,10 @@ from fastapi.responses import FileResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from service.engine.explain import DeadlinePassed, ExplainResponse, explanation_response
+from service.engine.explain import DeadlinePassed
 from service.http import errors
 from service.http.dependencies import GENERATION_GUARDS, ServiceDep
+from service.http.explain_schemas import ExplainResponse, explanation_response
 from service.http.responses import ERROR_RESPONSES
 from service.http.schemas import ErrorResponse, GenerateParameters, GenerateRequest
 from service.http.validation import ValidRequest, check_field_names
