@@ -25,6 +25,7 @@ from export.calibration import training_pairs, write_int8
 from export.errors import BuildError
 from export.explain import add_explain_graph
 from export.fused import add_v2_to_bundle
+from export.context import run_has_context, write_context
 from export.lexicon import with_fields_after, write_lexicon
 from export.onnx import OPSET, export_decoder, export_encoder, external_data_files, graph_io, share_initializers
 from export.variants import FP16_KEEP_FP32_OPS, FP32_BOUNDARY, INT8_QUANTIZATION, convert_fp16
@@ -57,6 +58,8 @@ def write_manifest(bundle_dir: Path, meta: dict) -> None:
         names.append(meta["explain"]["decoder"])
     if "lexicon" in meta:  # lexicon.tsv.gz (export/lexicon.py)
         names.append(meta["lexicon"]["file"])
+    if "context" in meta:  # context.json.gz (export/context.py)
+        names.append(meta["context"]["file"])
     names += [data for name in names if name.endswith(".onnx") for data in external_data_files(bundle_dir / name)]
     meta["files"] = {name: sha256_file(bundle_dir / name) for name in dict.fromkeys(names)}
     (bundle_dir / BUNDLE_JSON).write_text(json.dumps(meta, indent=2) + "\n")
@@ -112,7 +115,8 @@ def build(
 
     `dataset` overrides the run's dataset for the parity corpus and the dev evaluation (a TSV
     that has moved since training, say). `fp16=False` leaves the fp16 variant (a CUDA extra) out.
-    `lexicon=True` ships the training dictionary as the bundle's lexicon (export/lexicon.py).
+    `lexicon=True` ships the training dictionary as the bundle's lexicon (export/lexicon.py); a run directory
+    holding a context component (`context.json.gz`, export/context.py) gives the bundle it too.
     `word_level_source` (default: True for G2P) declares that the model reads one word.
 
     decoder.onnx and decoder.explain.onnx keep their weights in one file, decoder.onnx.data:
@@ -144,6 +148,9 @@ def build(
             "word_level_source",
             {"lexicon": write_lexicon(work, meta["dataset"], meta["strip_stress"], src_tok, tgt_tok, log)},
         )
+    if run_has_context(run_dir):  # the run's heteronym chooser (attnserve-train context)
+        lexicon_file = work / meta["lexicon"]["file"] if "lexicon" in meta else None
+        meta = with_fields_after(meta, "lexicon", {"context": write_context(work, run_dir, lexicon_file, log)})
     log("[export] v2 decoders (fused, in-place cache) for the int8 and fp16 variants")
     state = {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
     meta = add_v2_to_bundle(work, meta, state, src_tok, tgt_tok, pairs, log)

@@ -141,7 +141,9 @@ class ContextChooser:
                 rows = h["rows"]
                 if len(rows) != len(w) or len(h["prior"]) != k or len(h["bias"]) != k or k < 1:
                     raise ValueError(f"homograph {word!r}: classes, prior, bias, rows and weights disagree")
-                homographs[word] = _Homograph(list(h["classes"]), h["prior"], h["bias"], {names[r]: w[j] for j, r in enumerate(rows)})
+                homographs[word] = _Homograph(
+                    list(h["classes"]), h["prior"], h["bias"], {names[r]: w[j] for j, r in enumerate(rows)}
+                )
         except (KeyError, TypeError, IndexError, ValueError) as e:
             raise ContextError(f"{where}: malformed context component ({e})") from None
         return cls(homographs, file)
@@ -187,3 +189,16 @@ class ContextChooser:
     def info(self) -> dict:
         """What /info can show."""
         return {"file": self.file, "homographs": len(self._homographs)}
+
+
+def rank_by_context(chooser: ContextChooser, word: str, found: list, text: str, start: int, end: int) -> tuple[list, list | None]:
+    """The lexicon's answers `found` (objects with `.text`) for a covered `word` at text[start:end], reordered
+    by the chooser: those it scores first, most probable first, the rest after in the lexicon's order. Returns
+    (reordered, [(text, probability)] of the scored ones), or (found, None) when it scores none of them (an
+    operator's lexicon that lists other pronunciations keeps the last word)."""
+    prob = dict(chooser.choose(word, text, start, end).ranked)
+    scored = [a for a in found if a.text in prob]
+    if not scored:
+        return found, None
+    scored.sort(key=lambda a: -prob[a.text])  # stable: ties keep the lexicon's order
+    return scored + [a for a in found if a.text not in prob], [(a.text, prob[a.text]) for a in scored]

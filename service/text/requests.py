@@ -55,6 +55,7 @@ from service.engine.decoding import Hypothesis, StoppingCriteria, request_seed
 from service.engine.engine import DecodingOptions, Engine, InputError, StepResult
 from service.engine.scheduler import Failed, Finished, Scheduler, Ticket
 from service.errors import InvalidRequest
+from service.text.context import ContextChooser, rank_by_context
 from service.text.lexicon import Lexicon
 from service.text.reader import MAX_TEXT_CHARS, MAX_WORDS, TextError, TextReader, Word
 
@@ -109,6 +110,7 @@ class TextParams:
     details: bool = False
     decoder_input_details: bool = False  # asks for the model's own prefill: the model answers
     return_full_text: bool = False  # generated_text starts with the input
+    context: bool = True  # False: a heteronym reads as the lexicon's first entry, whatever the sentence
 
 
 @dataclass
@@ -121,9 +123,10 @@ class Answer:
     finish_reason: str
     generated_tokens: int
     score: float | None
-    source: str  # "model" or "lexicon"
+    source: str  # "model", "lexicon", or "context" (a lexicon answer the sentence chose: service/text/context.py)
     index: int | None = None  # which sampled candidate it was (best_of with sampling)
     seed: int | None = None
+    candidates: list[tuple[str, float]] | None = None  # "context": the pronunciations it chose among, with probabilities
 
     @property
     def token_ids(self) -> list[int]:
@@ -204,10 +207,15 @@ class TextFrontEnd:
         max_input_tokens: int | None = None,
         max_chars: int = MAX_TEXT_CHARS,
         max_words: int = MAX_WORDS,
+        context: bool = True,
     ):
         self.engine = engine
         self.scheduler = scheduler
         self.lexicon = lexicon  # known answers before the model (service/text/lexicon.py); None: the model answers all
+        # heteronyms chosen by their sentence among the lexicon's answers (service/text/context.py); None: the
+        # bundle has no context component, or it is turned off (`ATTNSERVE_CONTEXT=false`)
+        path = engine.bundle.context_path
+        self.context = ContextChooser.load(path) if context and path is not None and lexicon is not None else None
         self.max_input_tokens = max_input_tokens or engine.max_source_len
         src, tgt = engine.src_tokenizer, engine.tgt_tokenizer
         self.reader = word_reader(engine.bundle, src, tgt, max_chars, max_words)
@@ -234,9 +242,16 @@ class TextFrontEnd:
             # one seed for every word, picked here (the engine's rule) and reported back: the same request reproduces
             options = dataclasses.replace(options, seed=request_seed(options))
         if self.lexicon is not None and lexicon_answers(params, options):
+            chooser = self.context if params.context else None
             for u in units:
-                found = self.lexicon.lookup(u.text)[: options.n_best]
-                u.known = [lexicon_answer(self.engine, a.ids, options.max_new_tokens, options.stop) for a in found]
+                found, candidates = self.lexicon.lookup(u.text), None
+                if chooser is not None and u.word is not None and chooser.covers(u.text.lower()):
+                    found, candidates = rank_by_context(chooser, u.text.lower(), found, inputs, u.word.start, u.word.end)
+                u.known = [
+                    lexicon_answer(self.engine, a.ids, options.max_new_tokens, options.stop) for a in found[: options.n_best]
+                ]
+                if candidates is not None and u.known:
+                    u.known[0].source, u.known[0].candidates = "context", candidates
         to_model = [u for u in units if len(u.known) < options.n_best]
         limit = self.scheduler.max_concurrent_requests
         if len(to_model) > limit:

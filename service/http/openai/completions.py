@@ -160,6 +160,7 @@ def plan(
             num_beams=body.num_beams,
             top_n_tokens=lp_value or None,
             lexicon=body.lexicon,
+            context=body.context,
         )
 
     if beam:

@@ -89,6 +89,9 @@ class SamplingFields(BaseModel):
     lexicon: bool | None = Field(
         None, description="Extension: false asks for the model's own answer even when the bundle's lexicon knows the input."
     )
+    context: bool | None = Field(
+        None, description="Extension: false reads a heteronym as the lexicon's first entry, whatever its sentence."
+    )
 
     @field_validator("stop", mode="before")
     @classmethod
