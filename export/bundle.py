@@ -22,10 +22,10 @@ import torch
 from tokenizers import Tokenizer
 
 from export.calibration import training_pairs, write_int8
+from export.context import run_has_context, write_context
 from export.errors import BuildError
 from export.explain import add_explain_graph
 from export.fused import add_v2_to_bundle
-from export.context import run_has_context, write_context
 from export.lexicon import with_fields_after, write_lexicon
 from export.onnx import OPSET, export_decoder, export_encoder, external_data_files, graph_io, share_initializers
 from export.variants import FP16_KEEP_FP32_OPS, FP32_BOUNDARY, INT8_QUANTIZATION, convert_fp16

@@ -74,13 +74,8 @@ def ipa_to_arpabet(ipa: str) -> list[str]:
             stress = "2" if s[i] == "ˌ" else "1"
             i += 1
             continue
-        for k, v in _IPA:
-            if s.startswith(k, i):
-                i += len(k)
-                break
-        else:
-            k, v = s[i], s[i].upper()
-            i += 1
+        k, v = next(((k, v) for k, v in _IPA if s.startswith(k, i)), (s[i], s[i].upper()))
+        i += len(k)
         for p in v.split():
             if p in VOWELS:
                 out.append(p + stress)
