@@ -50,7 +50,10 @@ class ContextConfig:
     iterations: int = 300
     learning_rate: float = 0.5
     min_count: int = 1  # features seen fewer times in a homograph's sentences are dropped
-    seed: int = 0
+    # false: ship the weights fitted without the held-out tenth, so a server can be scored on that tenth from
+    # outside (docs/eval/score_heteronyms.py --split train --held-out) and match the figure measured here
+    fit_whole_split: bool = True
+    shared: bool = True  # one verb-or-noun model over every homograph's sentences, an input of each homograph's
 
 
 # ---- labels -> CMUdict ----------------------------------------------------------------------------------
@@ -216,49 +219,124 @@ def split_held_out(sentences: list[Sentence]) -> tuple[list[Sentence], list[Sent
     return fit, dev
 
 
-# ---- the per-homograph model ------------------------------------------------------------------------------
-def fit_homograph(sentences: list[Sentence], classes: list[str], cfg: ContextConfig) -> dict:
-    """Multinomial logistic regression over `context_features`, L2-penalised, full-batch gradient descent
-    with Nesterov momentum (numpy: a homograph has ~100 sentences and a few thousand features)."""
-    feats = [context_features(s.text, s.start, s.end) for s in sentences]
-    counts = Counter(f for fs in feats for f in set(fs) if f != "bias")
-    names = sorted(f for f, c in counts.items() if c >= cfg.min_count)
-    index = {f: i for i, f in enumerate(names)}
-    n, d, k = len(sentences), len(names), len(classes)
-    x = np.zeros((n, d), dtype=np.float64)
-    for i, fs in enumerate(feats):
-        for f in fs:
-            j = index.get(f)
-            if j is not None:
-                x[i, j] = 1.0
-    y = np.zeros((n, k))
-    y[np.arange(n), [classes.index(s.label) for s in sentences]] = 1.0
+# ---- the models ------------------------------------------------------------------------------------------
+class Design:
+    """Binary features of some sentences as index lists (sparse): feature j of sentence i is on when j is in
+    `cols[starts[i]:starts[i + 1]]`."""
+
+    def __init__(self, feats: list[list[str]], index: dict[str, int]):
+        rows = [sorted({index[f] for f in fs if f in index}) for fs in feats]
+        self.n = len(rows)
+        self.cols = np.asarray([j for r in rows for j in r], dtype=np.int64)
+        self.row_of = np.repeat(np.arange(self.n), [len(r) for r in rows])
+
+    def times(self, w: np.ndarray) -> np.ndarray:
+        """x @ w: [n, k]."""
+        out = np.zeros((self.n, w.shape[1]))
+        np.add.at(out, self.row_of, w[self.cols])
+        return out
+
+    def t_times(self, g: np.ndarray, d: int) -> np.ndarray:
+        """x.T @ g: [d, k]."""
+        out = np.zeros((d, g.shape[1]))
+        np.add.at(out, self.cols, g[self.row_of])
+        return out
+
+
+def logreg(x: Design, d: int, extra: np.ndarray | None, y: np.ndarray, cfg: ContextConfig) -> tuple:
+    """Multinomial logistic regression, L2-penalised, full-batch gradient descent with Nesterov momentum.
+    `x`: binary features over `d` names; `extra`: one real-valued column [n] or None; `y`: one-hot [n, k].
+    Returns (w [d, k], w_extra [k], b [k])."""
+    n, k = y.shape
     prior = y.mean(axis=0)
-    w, b = np.zeros((d, k)), np.log(np.maximum(prior, 1e-3))
-    vw, vb = np.zeros_like(w), np.zeros_like(b)
-    lr = cfg.learning_rate
+    w, we, b = np.zeros((d, k)), np.zeros(k), np.log(np.maximum(prior, 1e-3))
+    vw, ve, vb = np.zeros_like(w), np.zeros_like(we), np.zeros_like(b)
+    e = np.zeros(n) if extra is None else extra
     for _ in range(cfg.iterations):
-        lw, lb = w + 0.9 * vw, b + 0.9 * vb
-        z = x @ lw + lb
+        lw, le, lb = w + 0.9 * vw, we + 0.9 * ve, b + 0.9 * vb
+        z = x.times(lw) + e[:, None] * le + lb
         z -= z.max(axis=1, keepdims=True)
         p = np.exp(z)
         p /= p.sum(axis=1, keepdims=True)
         g = p - y
-        gw = (x.T @ g + cfg.l2 * lw) / n
-        gb = g.sum(axis=0) / n
-        vw = 0.9 * vw - lr * gw
-        vb = 0.9 * vb - lr * gb
-        w, b = w + vw, b + vb
-    return {"classes": classes, "prior": prior.tolist(), "bias": b.tolist(), "names": names, "weights": w}
+        vw = 0.9 * vw - cfg.learning_rate * (x.t_times(g, d) + cfg.l2 * lw) / n
+        ve = 0.9 * ve - cfg.learning_rate * (e @ g + cfg.l2 * le) / n
+        vb = 0.9 * vb - cfg.learning_rate * g.sum(axis=0) / n
+        w, we, b = w + vw, we + ve, b + vb
+    return w, we, b
 
 
-def predict(model: dict, s: Sentence) -> str:
-    index = {f: i for i, f in enumerate(model["names"])}
+def coarse_tags(path: Path = LABEL_MAP) -> dict[tuple[str, str], str]:
+    """(homograph, pronunciation) -> "V" where its readings are verbs only, "N" where nouns or adjectives only
+    (the wordid's suffix: `_vrb`, `_nou`, `_adj`, `_adj-nou`); readings named otherwise get no tag."""
+    seen: dict[tuple[str, str], set] = {}
+    for r in list(csv.reader(path.open(encoding="utf-8"), delimiter="\t"))[1:]:
+        suffix = r[1].partition("_")[2]
+        tag = "V" if suffix == "vrb" else "N" if suffix and "vrb" not in suffix and ("nou" in suffix or "adj" in suffix) else None
+        seen.setdefault((r[0], r[4]), set()).add(tag)
+    return {key: tags.pop() for key, tags in seen.items() if len(tags) == 1 and None not in tags}
+
+
+def fit_shared(sentences: list[Sentence], tags: dict, cfg: ContextConfig) -> dict:
+    """One verb-or-noun model over every homograph's tagged sentences: what "to X", "will X", "the X" say in
+    general, for the homographs whose own ~100 sentences are too few to say it. Its score (the verb logit)
+    is one more input of each homograph's model."""
+    tagged = [s for s in sentences if (s.homograph, s.label) in tags]
+    feats = [context_features(s.text, s.start, s.end) for s in tagged]
+    counts = Counter(f for fs in feats for f in set(fs) if f != "bias")
+    names = sorted(f for f, c in counts.items() if c >= 2)
+    y = np.asarray([[tags[(s.homograph, s.label)] == "V", tags[(s.homograph, s.label)] == "N"] for s in tagged], float)
+    w, _, b = logreg(Design(feats, {f: i for i, f in enumerate(names)}), len(names), None, y, cfg)
+    return {"names": names, "weights": w[:, 0] - w[:, 1], "bias": float(b[0] - b[1])}
+
+
+def shared_score(shared: dict, feats: list[str]) -> float:
+    index = shared.setdefault("_index", {f: i for i, f in enumerate(shared["names"])})
+    return shared["bias"] + sum(float(shared["weights"][index[f]]) for f in feats if f in index)
+
+
+def cross_fitted_scores(sentences: list[Sentence], tags: dict, cfg: ContextConfig, folds: int = 5) -> list[float]:
+    """Each sentence's shared score from a shared model fitted without it (5 folds by sha1), so a homograph's
+    model learns how far to trust the score on sentences the score has not seen, as at serving."""
+    fold = [int(hashlib.sha1(s.text.encode()).hexdigest()[:8], 16) % folds for s in sentences]
+    out = [0.0] * len(sentences)
+    for k in range(folds):
+        shared = fit_shared([s for s, f in zip(sentences, fold) if f != k], tags, cfg)
+        for i, s in enumerate(sentences):
+            if fold[i] == k:
+                out[i] = shared_score(shared, context_features(s.text, s.start, s.end))
+    return out
+
+
+def fit_homograph(sentences: list[Sentence], classes: list[str], cfg: ContextConfig, extra: list[float] | None = None) -> dict:
+    """One homograph's multinomial logistic regression over `context_features` (and the shared score)."""
+    feats = [context_features(s.text, s.start, s.end) for s in sentences]
+    counts = Counter(f for fs in feats for f in set(fs) if f != "bias")
+    names = sorted(f for f, c in counts.items() if c >= cfg.min_count)
+    y = np.zeros((len(sentences), len(classes)))
+    y[np.arange(len(sentences)), [classes.index(s.label) for s in sentences]] = 1.0
+    e = None if extra is None else np.asarray(extra)
+    w, we, b = logreg(Design(feats, {f: i for i, f in enumerate(names)}), len(names), e, y, cfg)
+    return {
+        "classes": classes,
+        "prior": y.mean(axis=0).tolist(),
+        "bias": b.tolist(),
+        "names": names,
+        "weights": w,
+        "shared": we.tolist() if extra is not None else None,
+    }
+
+
+def predict(model: dict, s: Sentence, shared: dict | None = None) -> str:
+    index = model.setdefault("_index", {f: i for i, f in enumerate(model["names"])})
+    feats = context_features(s.text, s.start, s.end)
     z = np.asarray(model["bias"]).copy()
-    for f in context_features(s.text, s.start, s.end):
+    for f in feats:
         j = index.get(f)
         if j is not None:
             z += model["weights"][j]
+    if shared is not None and model["shared"] is not None:
+        z += shared_score(shared, feats) * np.asarray(model["shared"])
     return model["classes"][int(np.argmax(z))]
 
 
@@ -270,30 +348,41 @@ def classes_of(sentences: list[Sentence]) -> dict[str, list[str]]:
     return {h: [p for p, _ in sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))] for h, c in out.items()}
 
 
-def fit_all(sentences: list[Sentence], classes: dict[str, list[str]], cfg: ContextConfig) -> dict[str, dict]:
+def fit_all(sentences: list[Sentence], classes: dict[str, list[str]], cfg: ContextConfig) -> tuple[dict[str, dict], dict | None]:
+    """Every homograph's model, and the shared verb-or-noun model when `cfg.shared` (else None)."""
+    shared, scores = None, None
+    if cfg.shared:
+        tags = coarse_tags(Path(cfg.label_map))
+        shared = fit_shared(sentences, tags, cfg)
+        scores = dict(zip(map(id, sentences), cross_fitted_scores(sentences, tags, cfg)))
     by_h: dict[str, list[Sentence]] = {}
     for s in sentences:
         by_h.setdefault(s.homograph, []).append(s)
-    return {h: fit_homograph(by_h[h], classes[h], cfg) for h in sorted(by_h)}
+    models = {
+        h: fit_homograph(by_h[h], classes[h], cfg, [scores[id(s)] for s in by_h[h]] if scores is not None else None)
+        for h in sorted(by_h)
+    }
+    return models, shared
 
 
-def measure(models: dict[str, dict], fit: list[Sentence], dev: list[Sentence]) -> dict:
+def measure(models: dict[str, dict], shared: dict | None, fit: list[Sentence], dev: list[Sentence]) -> dict:
     """Held-out accuracy (stress ignored) per homograph: the linear model and the most frequent label of `fit`."""
     mfl = {h: c[0] for h, c in classes_of(fit).items()}
     per: dict[str, dict] = {}
     for s in dev:
         r = per.setdefault(s.homograph, {"n": 0, "linear": 0, "most_frequent": 0})
         r["n"] += 1
-        r["linear"] += no_stress(predict(models[s.homograph], s)) == no_stress(s.label)
+        r["linear"] += no_stress(predict(models[s.homograph], s, shared)) == no_stress(s.label)
         r["most_frequent"] += no_stress(mfl[s.homograph]) == no_stress(s.label)
     n = sum(r["n"] for r in per.values())
     total = {a: sum(r[a] for r in per.values()) / n for a in ("linear", "most_frequent")}
     return {"sentences": n, "homographs": len(per), "accuracy": total, "per_homograph": per}
 
 
-def component(models: dict[str, dict]) -> dict:
-    """The served file's JSON (service/text/context.py): one feature-name table, per homograph its rows."""
-    names = sorted({f for m in models.values() for f in m["names"]})
+def component(models: dict[str, dict], shared: dict | None) -> dict:
+    """The served file's JSON (service/text/context.py): one feature-name table, per homograph its rows, and
+    the shared verb-or-noun model with each homograph's weights on its score."""
+    names = sorted({f for m in models.values() for f in m["names"]} | set(shared["names"] if shared else ()))
     index = {f: i for i, f in enumerate(names)}
     homographs = {}
     for h, m in models.items():
@@ -306,11 +395,24 @@ def component(models: dict[str, dict]) -> dict:
             "rows": [index[f] for f, kept in zip(m["names"], keep) if kept],
             "weights": [[round(float(v), 4) for v in row] for row in w[keep]],
         }
-    used = sorted({r for h in homographs.values() for r in h["rows"]})
+        if m["shared"] is not None:
+            homographs[h]["shared"] = [round(float(v), 5) for v in m["shared"]]
+    out_shared = None
+    if shared is not None:
+        keep = np.abs(shared["weights"]) >= 1e-4
+        out_shared = {
+            "bias": round(shared["bias"], 5),
+            "rows": [index[f] for f, kept in zip(shared["names"], keep) if kept],
+            "weights": [round(float(v), 4) for v in shared["weights"][keep]],
+        }
+    used = sorted({r for h in homographs.values() for r in h["rows"]} | set(out_shared["rows"] if out_shared else ()))
     remap = {r: i for i, r in enumerate(used)}
-    for h in homographs.values():
+    for h in [*homographs.values(), *([out_shared] if out_shared else [])]:
         h["rows"] = [remap[r] for r in h["rows"]]
-    return {"format": FORMAT, "features": [names[r] for r in used], "homographs": homographs}
+    data = {"format": FORMAT, "features": [names[r] for r in used], "homographs": homographs}
+    if out_shared is not None:
+        data["shared"] = out_shared
+    return data
 
 
 def write_component(path: Path, data: dict) -> None:
@@ -343,14 +445,14 @@ def run(cfg: ContextConfig, out: Path, log=print) -> dict:
     classes = classes_of(sentences)
     fit, dev = split_held_out(sentences)
     t0 = time.perf_counter()
-    report = measure(fit_all(fit, classes, cfg), fit, dev)
+    report = measure(*fit_all(fit, classes, cfg), fit, dev)
     acc = report["accuracy"]
     log(
         f"[context] held out: {report['sentences']} sentences over {report['homographs']} homographs; "
         f"linear {acc['linear']:.4f}, most frequent label {acc['most_frequent']:.4f} ({time.perf_counter() - t0:.0f} s)"
     )
-    models = fit_all(sentences, classes, cfg)
-    data = component(models)
+    models, shared = fit_all(sentences if cfg.fit_whole_split else fit, classes, cfg)
+    data = component(models, shared)
     write_component(out / CONTEXT_FILE, data)
     (out / "heldout.json").write_text(json.dumps(report, indent=1) + "\n")
     (out / "config.json").write_text(json.dumps(asdict(cfg), indent=2) + "\n")

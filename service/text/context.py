@@ -4,17 +4,22 @@ Some words are spelt alike and read differently by meaning or part of speech ("I
 "I will read it", "record a new record"). For each homograph a bundle's context component covers, a
 per-homograph linear model (multinomial logistic regression over the words around it, their suffixes,
 punctuation, capitalisation and position; the features of Gorman et al., LREC 2018) scores the
-dictionary pronunciations it knows, and the best comes first. Every other word is answered as before.
+dictionary pronunciations it knows, and the best comes first. One more input of each homograph's model is a
+shared verb-or-noun score, a logistic regression over the same features fitted on every homograph's sentences
+at once: ~100 sentences of one word are too few to learn what "to X", "will X" or "the X" say in general.
+Every other word is answered as before.
 
 Files (named in `bundle.json` `context`, each listed in `files` with its sha256; see docs/ARCHITECTURE.md):
 `context.json.gz`, gzip-compressed JSON:
 
     {"format": 1, "features": [name, ...],                # every feature name, once; weights index into it
+     "shared": {"bias": b, "rows": [...], "weights": [w, ...]},  # optional: the verb-or-noun score
      "homographs": {word: {"classes": [ARPAbet, ...],      # the pronunciations it chooses among
                            "prior": [p, ...],             # each class's share of the training sentences
                            "bias": [b, ...],
                            "rows": [feature index, ...],   # the features with weights for this word
-                           "weights": [[w per class], ...]}}}
+                           "weights": [[w per class], ...],
+                           "shared": [w per class]}}}      # optional: its weights on the shared score
 
 `context_features` is the one feature extractor: training (training/context.py) imports it, so what the
 model was fitted on is what it sees when serving. A word alone (no other word in its input) gets the
@@ -110,20 +115,22 @@ class Choice:
 
 
 class _Homograph:
-    __slots__ = ("classes", "prior", "bias", "weights")
+    __slots__ = ("classes", "prior", "bias", "weights", "shared")
 
-    def __init__(self, classes: list[str], prior: list[float], bias: list[float], weights: dict[str, np.ndarray]):
+    def __init__(self, classes, prior, bias, weights: dict[str, np.ndarray], shared: list[float] | None):
         self.classes = classes
         self.prior = np.asarray(prior, dtype=np.float64)
         self.bias = np.asarray(bias, dtype=np.float64)
         self.weights = weights
+        self.shared = None if shared is None else np.asarray(shared, dtype=np.float64)
 
 
 class ContextChooser:
     """The context component of a bundle: `covers(word)` and `choose(word, text, start, end)`."""
 
-    def __init__(self, homographs: dict[str, _Homograph], file: str | None = None):
+    def __init__(self, homographs: dict[str, _Homograph], shared: tuple[float, dict] | None = None, file: str | None = None):
         self._homographs = homographs
+        self._shared = shared  # (bias, feature -> weight) of the verb-or-noun score
         self.file = file
 
     @classmethod
@@ -141,12 +148,20 @@ class ContextChooser:
                 rows = h["rows"]
                 if len(rows) != len(w) or len(h["prior"]) != k or len(h["bias"]) != k or k < 1:
                     raise ValueError(f"homograph {word!r}: classes, prior, bias, rows and weights disagree")
-                homographs[word] = _Homograph(
-                    list(h["classes"]), h["prior"], h["bias"], {names[r]: w[j] for j, r in enumerate(rows)}
-                )
+                shared = h.get("shared")
+                if shared is not None and (len(shared) != k or "shared" not in data):
+                    raise ValueError(f"homograph {word!r}: its shared weights need one per class and a shared model")
+                weights = {names[r]: w[j] for j, r in enumerate(rows)}
+                homographs[word] = _Homograph(list(h["classes"]), h["prior"], h["bias"], weights, shared)
+            shared_model = None
+            if "shared" in data:
+                m = data["shared"]
+                if len(m["rows"]) != len(m["weights"]):
+                    raise ValueError("shared model: rows and weights disagree")
+                shared_model = (float(m["bias"]), {names[r]: float(v) for r, v in zip(m["rows"], m["weights"])})
         except (KeyError, TypeError, IndexError, ValueError) as e:
             raise ContextError(f"{where}: malformed context component ({e})") from None
-        return cls(homographs, file)
+        return cls(homographs, shared_model, file)
 
     @classmethod
     def load(cls, path: Path) -> ContextChooser:
@@ -174,10 +189,14 @@ class ContextChooser:
             from_sentence = False
         else:
             z = h.bias.copy()
-            for f in context_features(text, start, end):
+            feats = context_features(text, start, end)
+            for f in feats:
                 w = h.weights.get(f)
                 if w is not None:
                     z += w
+            if h.shared is not None and self._shared is not None:
+                bias, weights = self._shared
+                z += (bias + sum(weights.get(f, 0.0) for f in feats)) * h.shared
             z -= z.max()
             p = np.exp(z)
             p /= p.sum()
