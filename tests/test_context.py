@@ -118,8 +118,13 @@ def test_the_same_sentence_gets_the_same_answer_alone_and_among_concurrent_clien
     assert all(got == alone[s] for s, got in together)
 
 
+def test_info_shows_the_component(url):
+    assert httpx.get(url + "/info").json()["context"] == {"file": "context.json.gz", "homographs": 104}
+
+
 def test_the_server_setting_turns_it_off():
     with serving(DEFAULT_BUNDLE, context=False) as s:
+        assert httpx.get(s.url + "/info").json()["context"] is None
         assert reading(s.url, "I will read it", "read") == ["R EH1 D"]
         assert reading(s.url, "I will read it", "read", context=True) == ["R EH1 D"]  # nothing loaded to ask
 

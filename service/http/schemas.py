@@ -242,6 +242,13 @@ class LexiconInfo(BaseModel):
     overridden_sources: int = Field(0, description="Sources the operator's file added or replaced.")
 
 
+class ContextInfo(BaseModel):
+    """The bundle's context component as /info shows it."""
+
+    file: str | None = Field(None, description="Its file in the bundle.")
+    homographs: int = Field(..., description="Homographs it chooses a reading for.")
+
+
 class InfoResponse(BaseModel):
     model_id: str = Field(..., description="The bundle's model_id (also the `model` label of every metric).")
     model_sha: str = Field(..., description="sha256 of the bundle's bundle.json: identifies the exact bundle.")
@@ -280,6 +287,9 @@ class InfoResponse(BaseModel):
         ..., description="The bundle reads one word at a time, so the server reads running text word by word."
     )
     lexicon: LexiconInfo | None = Field(None, description="The lexicon answering known inputs first; null: none loaded.")
+    context: ContextInfo | None = Field(
+        None, description="The context component choosing heteronyms by their sentence; null: none loaded, or turned off."
+    )
     max_text_chars: int = Field(..., description="Longest running text per request, in characters (word-level bundles).")
     max_words: int = Field(..., description="Most words per request, numbers spelt out (word-level bundles).")
     request_timeout_s: float
