@@ -7,11 +7,15 @@ wordid_cmudict.tsv` (written by `write_label_map`, checked by hand where two wor
 pronunciation). The homographs covered are those with two or more different stress-free CMUdict
 pronunciations.
 
+Model: per homograph, a logistic regression over `service.text.context.context_features` (the serving side's
+own extractor, so training and serving see the same features), with one more input, the score of a shared
+verb-or-noun model fitted on every homograph's sentences at once (`cfg.shared`; cross-fitted, so each
+homograph learns how far to trust it on sentences the shared model has not seen).
+
 Measure: 10% of the train split, stratified by homograph (each homograph's sentences ordered by the sha1 of
-the sentence, every tenth held out), scored per homograph for each approach: the most frequent label of the
-rest, and the per-homograph logistic regression over `service.text.context.context_features` (the serving
-side's own extractor, so training and serving see the same features). The shipped weights are then fitted
-on the whole train split with the settings measured.
+"sentence<TAB>start", every tenth held out), scored per homograph against the most frequent label of the
+rest. The shipped weights are then fitted on the whole train split with the settings measured
+(`fit_whole_split: false` ships the nine-tenths fit instead, to score a server on the held-out tenth).
 
     attnserve-train context --config configs/context.yaml --out runs/context
     attnserve-export add-context models/g2p-en runs/context
