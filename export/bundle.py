@@ -22,6 +22,7 @@ import torch
 from tokenizers import Tokenizer
 
 from export.calibration import training_pairs, write_int8
+from export.context import run_has_context, write_context
 from export.errors import BuildError
 from export.explain import add_explain_graph
 from export.fused import add_v2_to_bundle
@@ -89,7 +90,8 @@ def build(
 
     `dataset` overrides the run's dataset for the parity corpus and the dev evaluation (a TSV
     that has moved since training, say). `fp16=False` leaves the fp16 variant (a CUDA extra) out.
-    `lexicon=True` ships the training dictionary as the bundle's lexicon (export/lexicon.py).
+    `lexicon=True` ships the training dictionary as the bundle's lexicon (export/lexicon.py); a run directory
+    holding a context component (`context.json.gz`, export/context.py) gives the bundle it too.
     `word_level_source` (default: True for G2P) declares that the model reads one word.
 
     decoder.onnx and decoder.explain.onnx keep their weights in one file, decoder.onnx.data:
@@ -121,6 +123,9 @@ def build(
             "word_level_source",
             {"lexicon": write_lexicon(work, meta["dataset"], meta["strip_stress"], src_tok, tgt_tok, log)},
         )
+    if run_has_context(run_dir):  # the run's heteronym chooser (attnserve-train context)
+        lexicon_file = work / meta["lexicon"]["file"] if "lexicon" in meta else None
+        meta = with_fields_after(meta, "lexicon", {"context": write_context(work, run_dir, lexicon_file, log)})
     log("[export] v2 decoders (fused, in-place cache) for the int8 and fp16 variants")
     state = {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()}
     meta = add_v2_to_bundle(work, meta, state, src_tok, tgt_tok, pairs, log)

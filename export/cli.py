@@ -1,5 +1,6 @@
 """`attnserve-export build RUN --out BUNDLE`, `attnserve-export verify BUNDLE [--run RUN]`,
-`attnserve-export requantize BUNDLE`, `attnserve-export add-lexicon BUNDLE` and `attnserve-export add-variant BUNDLE fp16`."""
+`attnserve-export requantize BUNDLE`, `attnserve-export add-lexicon BUNDLE`,
+`attnserve-export add-variant BUNDLE fp16` and `attnserve-export add-context BUNDLE RUN`."""
 
 from __future__ import annotations
 
@@ -33,6 +34,11 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("bundle", type=Path)
     a.add_argument("--dataset", help="dictionary to ship (default: the dataset bundle.json records)")
     a.add_argument("--word-level-source", action=argparse.BooleanOptionalAction, help="default: true for a G2P bundle")
+    c = sub.add_parser(
+        "add-context", help="give an existing bundle a context component (heteronyms by sentence) from a run (no re-export)"
+    )
+    c.add_argument("bundle", type=Path)
+    c.add_argument("run", type=Path, help="the run of `attnserve-train context` (its context.json.gz)")
     r = sub.add_parser(
         "requantize", help="rewrite a bundle's int8 graphs from its fp32 graphs and re-run the int8 gate (no run needed)"
     )
@@ -91,6 +97,11 @@ def main(argv: list[str] | None = None) -> int:
 
             meta = add_variant(args.bundle, args.variant, args.provider, args.threads, _log)
             print(json.dumps({"default_variant": meta["default_variant"], "fp16": meta["variants"]["fp16"]}, indent=2))
+            return 0
+        if args.command == "add-context":
+            from export.context import add_context
+
+            add_context(args.bundle, args.run, _log)
             return 0
         if args.command == "requantize":
             from export.bundle import requantize

@@ -55,6 +55,8 @@ def write_manifest(bundle_dir: Path, meta: dict) -> None:
         names.append(meta["explain"]["decoder"])
     if "lexicon" in meta:  # lexicon.tsv.gz (export/lexicon.py)
         names.append(meta["lexicon"]["file"])
+    if "context" in meta:  # context.json.gz (export/context.py)
+        names.append(meta["context"]["file"])
     names += [data for name in names if name.endswith(".onnx") for data in external_data_files(bundle_dir / name)]
     meta["files"] = {name: sha256_file(bundle_dir / name) for name in dict.fromkeys(names)}
     (bundle_dir / BUNDLE_JSON).write_text(json.dumps(meta, indent=2) + "\n")

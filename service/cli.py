@@ -74,6 +74,11 @@ def add_setting_flags(p: argparse.ArgumentParser, names: tuple[str, ...] | None 
         # the default, unless the description says what it is (a default found or computed at start-up)
         default = field.get_default() if field.default_factory is None and "default" not in field.description else None
         shown = "" if default is None else f" (default: {default:g})" if isinstance(default, float) else f" (default: {default})"
+        if kind is bool:  # --context / --no-context: argparse's type=bool would read "false" as true
+            p.add_argument(
+                "--" + name.replace("_", "-"), action=argparse.BooleanOptionalAction, default=None, help=field.description
+            )
+            continue
         p.add_argument(
             "--" + name.replace("_", "-"),
             type=str if choices else kind,
@@ -182,7 +187,15 @@ class DrainingServer(uvicorn.Server):
         self.should_exit = True
 
 
-GENERATE_SETTINGS = ("bundle", "variant", "provider", "threads", "max_batch_size", "lexicon")  # Settings the bulk tool takes
+GENERATE_SETTINGS = (
+    "bundle",
+    "variant",
+    "provider",
+    "threads",
+    "max_batch_size",
+    "lexicon",
+    "context",
+)  # Settings the bulk tool takes
 DECODING_FLAGS = ("max_new_tokens", "temperature", "top_k", "top_p", "repetition_penalty", "seed", "best_of", "num_beams")
 
 
@@ -261,6 +274,7 @@ def generate_main(argv: list[str] | None = None) -> int:
             threads=settings.threads,
             max_batch_size=settings.max_batch_size,
             lexicon_file=settings.lexicon,
+            context=settings.context,
         )
     except (BundleError, EngineError, LexiconError) as e:
         return _fail(str(e))

@@ -50,7 +50,7 @@ class TextAnswer:
 
     text: str
     score: float | None
-    source: str  # "model" or "lexicon"; "mixed" for a line whose words came from both
+    source: str  # "model", "lexicon" or "context"; "mixed" for a line whose words came from more than one
 
 
 @dataclass
@@ -100,6 +100,7 @@ class Generator:
         request_timeout_s: float = 24 * 3600.0,
         engine: Engine | None = None,
         lexicon_file: str | Path | None = None,
+        context: bool = True,
     ):
         self.engine = engine or Engine(load_bundle(bundle_dir), variant=variant, provider=provider, threads=threads)
         # the bundle's lexicon with an operator's file on top (LexiconError on a bad line), for generate_text_many
@@ -115,7 +116,8 @@ class Generator:
             request_timeout_s=request_timeout_s,
         )
         # the request layer the HTTP routes use too: the same words, lexicon answers and merging
-        self.text = TextFrontEnd(self.engine, self.scheduler, lexicon=self.lexicon)
+        # `context`: heteronyms chosen by their sentence where the bundle has a context component (False: as without)
+        self.text = TextFrontEnd(self.engine, self.scheduler, lexicon=self.lexicon, context=context)
         self.reader = self.text.reader
         self.scheduler.start()
 
@@ -192,13 +194,15 @@ class Generator:
         decoder_input_details: bool = False,
         punctuation: bool = False,
         window: int | None = None,
+        context: bool = True,
         alphabet: str = "arpabet",
         stress: bool = True,
         pronunciations: Mapping[str, str] | None = None,
         **params: object,
     ) -> Iterator[TextResult | InputError]:
         """Results in input order, answered as the server answers (see the module's docstring); `lexicon`
-        False asks the model for every word, and so does `decoder_input_details` (as over HTTP); `punctuation` keeps
+        False asks the model for every word, and so does `decoder_input_details` (as over HTTP); `context` False
+        reads heteronyms as the lexicon's first entry; `punctuation` keeps
         running text's pauses as units of their own (the mark is their answer, source "punctuation"). A line that
         cannot be read yields its InputError in its place. Up to `window` lines (default 4 x max_batch_size)
         are in flight, so the model's words of many lines share the batch. `alphabet` ("arpabet" or "ipa"), `stress`
@@ -209,6 +213,7 @@ class Generator:
             lexicon=lexicon,
             decoder_input_details=decoder_input_details,
             punctuation=punctuation,
+            context=context,
             alphabet=alphabet,
             stress=stress,
             pronunciations=pronunciations,

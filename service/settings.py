@@ -94,6 +94,11 @@ class Settings(BaseSettings):
         "allowed): adds entries to the bundle's lexicon, and a source listed here replaces all of the bundle's targets "
         "for it. A bad line stops start-up with FILE:LINE.",
     )
+    context: bool = Field(
+        True,
+        description="Choose a heteronym's pronunciation by its sentence where the bundle has a context component "
+        "(`false`: every word reads as the lexicon's first entry, as a bundle without one does).",
+    )
     max_text_chars: int = Field(
         MAX_TEXT_CHARS, ge=1, description="Longest running text read in one request, in characters (word-level bundles)."
     )

@@ -91,11 +91,17 @@ class _HelpConfig(argparse.Action):
 
 
 def train_main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["context"]:  # the heteronym chooser, not a Transformer: its own recipe (training/context.py)
+        from training.context import main as context_main
+
+        return context_main(argv[1:])
     from training.config import PRESETS, ConfigError
 
     p = argparse.ArgumentParser(
         prog="attnserve-train",
-        description="Train an encoder-decoder Transformer. Every config key with its default: attnserve-train --help-config",
+        description="Train an encoder-decoder Transformer. Every config key with its default: attnserve-train --help-config. "
+        "`attnserve-train context --config configs/context.yaml --out RUN` fits the heteronym chooser instead.",
     )
     p.add_argument("--help-config", action=_HelpConfig, help="print every config key with its default (as YAML) and exit")
     p.add_argument("--config", type=Path, help="YAML file of TrainConfig keys (configs/g2p.yaml)")

@@ -129,6 +129,12 @@ class LoadedBundle:
         return self.dir / lexicon["file"] if lexicon else None
 
     @property
+    def context_path(self) -> Path | None:
+        """The bundle's context component (heteronyms chosen by the sentence, service/text/context.py), or None."""
+        context = self.meta.get("context")
+        return self.dir / context["file"] if context else None
+
+    @property
     def word_level_source(self) -> bool:
         """True when the model reads one word (G2P): running text is split into words first."""
         return bool(self.meta.get("word_level_source", False))
@@ -215,6 +221,13 @@ def load_bundle(bundle_dir: str | Path, check_hashes: bool = True) -> LoadedBund
         if not isinstance(lexicon, dict) or not isinstance(lexicon.get("file"), str) or not lexicon["file"]:
             raise BundleError(f"{manifest}: field 'lexicon' must name its 'file'")
         referenced.append(lexicon["file"])
+    context = meta.get("context")
+    if context is not None:
+        if not isinstance(context, dict) or not isinstance(context.get("file"), str) or not context["file"]:
+            raise BundleError(f"{manifest}: field 'context' must name its 'file'")
+        if not isinstance(context.get("homographs"), list):
+            raise BundleError(f"{manifest}: field 'context' must list the 'homographs' it covers")
+        referenced.append(context["file"])
     if not isinstance(meta.get("word_level_source", False), bool):
         raise BundleError(f"{manifest}: field 'word_level_source' must be true or false")
     for name in referenced:

@@ -24,6 +24,7 @@ from service.http.schemas import (
     TextWarning,
     Token,
     WordAlternative,
+    WordCandidate,
     WordDetails,
 )
 from service.metrics import ServiceMetrics
@@ -109,7 +110,7 @@ def generate_response(job: TextRequest) -> GenerateResponse:
             top = [[job.separated(alt, k, j) for alt in step] for k, t in enumerate(tops) for j, step in enumerate(t)]
         logprobs = [t["logprob"] for t in tokens]
         score = float(np.mean(logprobs)) if logprobs and None not in logprobs else None
-        source = "lexicon" if all(b.source in ("lexicon", "punctuation") for b in bests) else "model"
+        source = "lexicon" if all(b.source in ("lexicon", "punctuation", "context") for b in bests) else "model"
         others = None
     details = Details(
         finish_reason=bests[-1].finish_reason,
@@ -140,6 +141,7 @@ def word_details(job: TextRequest, answered: list[list[Answer]]) -> list[WordDet
                 text=best.text,
                 source=best.source,
                 score=best.score,
+                candidates=[WordCandidate(text=t, score=p) for t, p in best.candidates] if best.candidates is not None else None,
                 finish_reason=best.finish_reason,
                 alternatives=[WordAlternative(text=a.text, source=a.source, score=a.score) for a in answers[1:]]
                 if job.options.n_best > 1

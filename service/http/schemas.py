@@ -103,6 +103,11 @@ class GenerateParameters(BaseModel):
         "case-insensitively, but an all-caps key (`US`) matches only all-caps occurrences.",
         examples=[{"nguyen": "W IH1 N"}],
     )
+    context: bool | None = Field(
+        None,
+        description="Extension: false reads a heteronym as the lexicon's first entry, whatever its sentence (default: on "
+        "where the bundle has a context component and the server has not turned it off).",
+    )
     # TGI parameters accepted for compatibility; a value other than "unset" is refused (service/http/validation.py).
     watermark: bool | None = Field(False, description="Only false (or null) is supported.")
     grammar: dict[str, Any] | None = Field(None, description="Only null is supported.")
@@ -162,6 +167,13 @@ class WordAlternative(BaseModel):
     score: float | None = Field(None, description="The model's mean log-probability; null for a lexicon answer.")
 
 
+class WordCandidate(BaseModel):
+    """A pronunciation the context stage weighed for a heteronym, with its probability in this sentence."""
+
+    text: str
+    score: float = Field(..., description="Probability in this sentence (a word alone: its share of the training sentences).")
+
+
 class WordDetails(BaseModel):
     """One word of running text (word-level bundles): how it was read and how it was answered."""
 
@@ -169,8 +181,13 @@ class WordDetails(BaseModel):
     start: int = Field(..., description='Where in `inputs` it came from: inputs[start:end] ("2" for "two").')
     end: int
     text: str = Field(..., description="Its answer (for G2P, its pronunciation).", examples=["T UW1"])
-    source: Literal["model", "lexicon", "punctuation"] = Field(..., description="Where the answer came from.")
+    source: Literal["model", "lexicon", "punctuation", "context"] = Field(
+        ..., description="Where the answer came from; `context`: the lexicon's entry that the sentence chose (a heteronym)."
+    )
     score: float | None = Field(None, description="The model's mean log-probability; null for a lexicon answer.")
+    candidates: list[WordCandidate] | None = Field(
+        None, description="For `context`: the pronunciations it chose among, most probable first, with their probabilities."
+    )
     finish_reason: FinishReason
     alternatives: list[WordAlternative] | None = Field(None, description="With best_of: its other answers, best first.")
 
@@ -197,9 +214,10 @@ class Details(BaseModel):
         None, description="The other n-best answers, best first (best_of > 1)."
     )
     score: float | None = Field(None, description="Extension: mean log-probability of the generated tokens, end token included.")
-    source: Literal["model", "lexicon"] = Field(
+    source: Literal["model", "lexicon", "context"] = Field(
         "model",
-        description="Extension: where the answer came from; for running text, `lexicon` only when every word's did.",
+        description="Extension: where the answer came from; for running text, `lexicon` only when every word's did "
+        "(a heteronym chosen by its sentence counts as the lexicon's).",
     )
     words: list[WordDetails] | None = Field(
         None, description="Extension, word-level bundles: per word of the input, as read, its answer and source."
@@ -259,6 +277,13 @@ class LexiconInfo(BaseModel):
     overridden_sources: int = Field(0, description="Sources the operator's file added or replaced.")
 
 
+class ContextInfo(BaseModel):
+    """The bundle's context component as /info shows it."""
+
+    file: str | None = Field(None, description="Its file in the bundle.")
+    homographs: int = Field(..., description="Homographs it chooses a reading for.")
+
+
 class InfoResponse(BaseModel):
     model_id: str = Field(..., description="The bundle's model_id (also the `model` label of every metric).")
     model_sha: str = Field(..., description="sha256 of the bundle's bundle.json: identifies the exact bundle.")
@@ -297,6 +322,9 @@ class InfoResponse(BaseModel):
         ..., description="The bundle reads one word at a time, so the server reads running text word by word."
     )
     lexicon: LexiconInfo | None = Field(None, description="The lexicon answering known inputs first; null: none loaded.")
+    context: ContextInfo | None = Field(
+        None, description="The context component choosing heteronyms by their sentence; null: none loaded, or turned off."
+    )
     max_text_chars: int = Field(..., description="Longest running text per request, in characters (word-level bundles).")
     max_words: int = Field(..., description="Most words per request, numbers spelt out (word-level bundles).")
     request_timeout_s: float

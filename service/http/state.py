@@ -84,6 +84,7 @@ class Service:
             max_input_tokens=self.max_input_tokens,
             max_chars=settings.max_text_chars,
             max_words=settings.max_words,
+            context=settings.context,
         )
         self.lexicon = lexicon
         self.reader = self.text.reader  # None: inputs are read whole
@@ -113,6 +114,7 @@ def text_params(p: GenerateParameters) -> TextParams:
     return TextParams(
         truncate=p.truncate,
         lexicon=p.lexicon is not False,
+        context=p.context is not False,
         details=bool(p.details),
         decoder_input_details=bool(p.decoder_input_details),
         return_full_text=bool(p.return_full_text),

@@ -59,6 +59,7 @@ from service.engine.options import request_seed
 from service.engine.scheduler import Failed, Finished, Scheduler, Ticket
 from service.engine.stopping import Hypothesis, StoppingCriteria
 from service.errors import InvalidRequest
+from service.text.context import ContextChooser, rank_by_context
 from service.text.forms import FormStream, FormUnsupported, OutputForm, output_form
 from service.text.lexicon import Lexicon
 from service.text.pronunciations import check_pronunciations
@@ -120,6 +121,7 @@ class TextParams:
     alphabet: str = "arpabet"  # or "ipa"
     stress: bool = True  # False: no stress digits (ARPAbet) or marks (IPA)
     pronunciations: Mapping[str, str] | None = None  # word -> phones, this request only
+    context: bool = True  # False: a heteronym reads as the lexicon's first entry, whatever the sentence
 
 
 @dataclass
@@ -132,9 +134,11 @@ class Answer:
     finish_reason: str
     generated_tokens: int
     score: float | None
-    source: str  # "model", "lexicon", or "punctuation" (a mark kept between words)
+    source: str  # "model", "lexicon", "punctuation" (a mark kept between words) or "context" (a lexicon answer
+    # the sentence chose: service/text/context.py)
     index: int | None = None  # which sampled candidate it was (best_of with sampling)
     seed: int | None = None
+    candidates: list[tuple[str, float]] | None = None  # "context": the pronunciations it chose among, with probabilities
 
     @property
     def token_ids(self) -> list[int]:
@@ -215,10 +219,15 @@ class TextFrontEnd:
         max_input_tokens: int | None = None,
         max_chars: int = MAX_TEXT_CHARS,
         max_words: int = MAX_WORDS,
+        context: bool = True,
     ):
         self.engine = engine
         self.scheduler = scheduler
         self.lexicon = lexicon  # known answers before the model (service/text/lexicon.py); None: the model answers all
+        # heteronyms chosen by their sentence among the lexicon's answers (service/text/context.py); None: the
+        # bundle has no context component, or it is turned off (`ATTNSERVE_CONTEXT=false`)
+        path = engine.bundle.context_path
+        self.context = ContextChooser.load(path) if context and path is not None and lexicon is not None else None
         self.max_input_tokens = max_input_tokens or engine.max_source_len
         src, tgt = engine.src_tokenizer, engine.tgt_tokenizer
         self.reader = word_reader(engine.bundle, src, tgt, max_chars, max_words)
@@ -250,16 +259,24 @@ class TextFrontEnd:
         if params.pronunciations:
             units = self.pronounce(inputs, units, params.pronunciations, options)
         if lexicon_answers(params, options):
+            chooser = self.context if params.context else None
             for u in units:
                 if u.known:  # a mark of punctuation, or the request's own pronunciation
                     continue
+                candidates = None
                 if u.word is not None and u.word.pronunciation is not None:  # the reader's rules fixed it (letters spelt)
                     found = [self.fixed_ids(u.word.pronunciation)]
                 elif self.lexicon is not None:
-                    found = [a.ids for a in self.lexicon.lookup(u.text)[: options.n_best]]
+                    entries = self.lexicon.lookup(u.text)
+                    if chooser is not None and u.word is not None and chooser.covers(u.text.lower()):
+                        # a heteronym: its sentence orders the lexicon's pronunciations (service/text/context.py)
+                        entries, candidates = rank_by_context(chooser, u.text.lower(), entries, inputs, u.word.start, u.word.end)
+                    found = [a.ids for a in entries[: options.n_best]]
                 else:
                     continue
                 u.known = [lexicon_answer(self.engine, ids, options.max_new_tokens, options.stop) for ids in found]
+                if candidates is not None and u.known:
+                    u.known[0].source, u.known[0].candidates = "context", candidates
         to_model = [u for u in units if len(u.known) < options.n_best and not is_mark(u)]
         limit = self.scheduler.max_concurrent_requests
         if len(to_model) > limit:

@@ -177,6 +177,7 @@ def plan(
             alphabet=body.alphabet,
             stress=body.stress,
             pronunciations=body.pronunciations,
+            context=body.context,
         )
 
     if beam:

@@ -102,6 +102,9 @@ class SamplingFields(BaseModel):
     pronunciations: dict[str, str] | None = Field(
         None, description="Extension: {word: ARPAbet} for this request only; an all-caps key matches only all-caps words."
     )
+    context: bool | None = Field(
+        None, description="Extension: false reads a heteronym as the lexicon's first entry, whatever its sentence."
+    )
 
     @field_validator("stop", mode="before")
     @classmethod

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Response
 from service.engine.bundle import VARIANT_WEIGHT_DTYPES
 from service.http import errors
 from service.http.dependencies import ServiceDep
-from service.http.schemas import ErrorResponse, HealthResponse, InfoResponse, LexiconInfo, ReadyResponse
+from service.http.schemas import ContextInfo, ErrorResponse, HealthResponse, InfoResponse, LexiconInfo, ReadyResponse
 from service.metrics import CONTENT_TYPE
 from service.text.lexicon import Lexicon
 from service.version import version
@@ -58,6 +58,7 @@ async def info(svc: ServiceDep) -> InfoResponse:
         max_top_n_tokens=settings.max_top_n_tokens,
         word_level_source=eng.bundle.word_level_source,
         lexicon=lexicon_info(svc.lexicon),
+        context=ContextInfo(**svc.text.context.info()) if svc.text.context is not None else None,
         max_text_chars=settings.max_text_chars,
         max_words=settings.max_words,
         request_timeout_s=settings.request_timeout_s,
