@@ -138,7 +138,8 @@ def test_every_command_in_the_readme_runs_after_make_setup():
     shown = set()
     for block in re.findall(r"```[a-z]*\n(.*?)```", README, re.S):
         for line in block.splitlines():
-            m = re.match(r"\s*(attnserve-[a-z]+)(?: (build|verify|requantize|add-lexicon)\b)?", line)
+            subcommands = "build|verify|requantize|add-lexicon|add-variant|add-context"
+            m = re.match(rf"\s*(attnserve-[a-z]+(?:-[a-z]+)*)(?: ({subcommands})\b)?", line)
             if m:
                 shown.add(m.groups())
     assert len(shown) >= 8, shown

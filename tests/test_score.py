@@ -167,13 +167,13 @@ def test_score_refuses_what_it_cannot_score_with_the_service_error_shape(tiny_bu
 def test_the_lexicon_is_never_consulted():
     """A word the lexicon knows is scored by the model: the lexicon's answer has a real log-probability."""
     with Generator(DEFAULT_BUNDLE, threads=1) as gen:
-        assert gen.lexicon is not None and gen.lexicon.lookup("read")
-        (answer,) = gen.generate_text_many(["read"])
+        assert gen.lexicon is not None and gen.lexicon.lookup("attention")
+        (answer,) = gen.generate_text_many(["attention"])
         assert answer.answers[0][0].source == "lexicon"
-        (s,) = gen.score("read", [answer.text])
+        (s,) = gen.score("attention", [answer.text])
         assert all(t["logprob"] is not None and t["logprob"] < 0 for t in s.tokens)
         with pytest.raises(InputError, match="XX"):
-            gen.score("read", ["R XX D"])
+            gen.score("attention", ["AH0 T XX N"])
 
 
 def test_generate_cli_scores_a_tsv_of_pairs(tiny_bundle_dir, tmp_path, capsys):

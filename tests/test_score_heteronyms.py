@@ -50,11 +50,12 @@ def test_it_scores_a_running_server_and_counts_a_refusal_as_wrong(tmp_path):
         '"homograph"\t"wordid"\t"sentence"\t"start"\t"end"\n'
         "live\tlive_vrb\tThey live here.\t5\t9\n"
         "live\tlive_adj\tThe show was broadcast live.\t23\t27\n"
-        "live\tlive_vrb\tThey live in \u03c9 town.\t5\t9\n",
+        # longer than the server's max_text_chars below: refused with a 422 (a symbol such as \u03c9 no longer is)
+        "live\tlive_vrb\tThey live in a small town far away from the sea.\t5\t9\n",
         encoding="utf-8",
     )
     out = tmp_path / "report.json"
-    with serving(ROOT / "models" / "g2p-en") as s:
+    with serving(ROOT / "models" / "g2p-en", max_text_chars=40) as s:
         proc = subprocess.run(
             [sys.executable, str(SCRIPT), str(tmp_path / "checkout"), "--url", s.url, "--out", str(out)],
             capture_output=True,

@@ -82,7 +82,9 @@ def test_every_setting_is_a_flag_made_from_its_field():
     parser = build_parser()
     flags = {a.dest: a for a in parser._actions if a.option_strings and a.dest != "help"}
     assert set(flags) == set(Settings.model_fields) - {"bundle"}
-    assert all(a.option_strings == ["--" + name.replace("_", "-")] for name, a in flags.items())
+    # one flag each; a yes/no setting also has its `--no-` form (argparse.BooleanOptionalAction)
+    flag = {name: "--" + name.replace("_", "-") for name in flags}
+    assert all(a.option_strings in ([flag[n]], [flag[n], "--no-" + flag[n][2:]]) for n, a in flags.items())
     assert flags["max_batch_size"].type is int and flags["request_timeout_s"].type is float
     assert flags["provider"].choices == ("auto", "cpu", "cuda") and flags["lexicon"].metavar == "FILE.tsv"
     assert Settings.model_fields["max_batch_size"].description in flags["max_batch_size"].help
