@@ -278,14 +278,14 @@ def mean_generated_tokens(words: list[str]) -> float:
     return sum(lengths) / len(lengths)
 
 
-def serving_tax(url: str, pid: int, words: list[str], clients: list[int], requests: int, bench_json: Path | None) -> dict:
+def serving_tax(url: str, pid: int, words: list[str], clients: list[int], requests: int, routes: list[str]) -> dict:
     """(e): every route at every client count, and each one's tax."""
     with urllib.request.urlopen(url + "/v1/models", timeout=10) as r:
         model = json.load(r)["data"][0]["id"]
     affinity = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {1})  # the client on core 1, the server alone on core 0
     try:
-        levels = [tax_level(url, pid, route, words, model, c, requests) for c in clients for route in TAX_ROUTES]
+        levels = [tax_level(url, pid, route, words, model, c, requests) for c in clients for route in routes]
     finally:
         os.sched_setaffinity(0, affinity)
     return {"levels": levels, "model": model}
@@ -404,6 +404,7 @@ def main() -> int:
     p.add_argument("--latency-requests", type=int, default=500, help="requests of (c), each way")
     p.add_argument("--max-batch-size", type=int, default=32, help="the server's default, given to both")
     p.add_argument("--tax-clients", default="1,32,64", help="(e): client counts, comma-separated")
+    p.add_argument("--tax-routes", default=",".join(TAX_ROUTES), help="(e): routes, comma-separated (default: all four)")
     p.add_argument("--tax-requests", type=int, default=2000, help="(e): measured requests per route and client count")
     p.add_argument("--engine-bench", type=Path, help="(e): an attnserve-bench report with the ort-int8 batch-32 8-token cell")
     p.add_argument("--only-tax", action="store_true", help="measure (e) alone")
@@ -428,7 +429,7 @@ def main() -> int:
     load.append(os.getloadavg())
     proc, url = start_server(args.server_repo, args.max_batch_size)
     try:
-        result["tax"] = serving_tax(url, proc.pid, words, tax_clients, args.tax_requests, args.engine_bench)
+        result["tax"] = serving_tax(url, proc.pid, words, tax_clients, args.tax_requests, args.tax_routes.split(","))
         result["http_c64"] = [
             loadtest(url, proc.pid, words_file, 64, args.requests, stream, tmp / f"c64_{stream}") for stream in (True, False)
         ]
@@ -456,7 +457,7 @@ def only_tax(args, result: dict, words: list[str], tax_clients: list[int], load:
     load.append(os.getloadavg())
     proc, url = start_server(args.server_repo, args.max_batch_size)
     try:
-        result["tax"] = serving_tax(url, proc.pid, words, tax_clients, args.tax_requests, args.engine_bench)
+        result["tax"] = serving_tax(url, proc.pid, words, tax_clients, args.tax_requests, args.tax_routes.split(","))
     finally:
         proc.terminate()
         proc.wait(timeout=60)
@@ -487,7 +488,7 @@ def tax_table(r: dict) -> list[str]:
         "| route | " + " | ".join(f"{c} clients: server CPU per request, tax" for c in clients) + " |",
         "|---|" + "---|" * len(clients),
     ]
-    for route in TAX_ROUTES:
+    for route in dict.fromkeys(lv["route"] for lv in t["levels"]):
         by = {lv["clients"]: lv for lv in t["levels"] if lv["route"] == route}
         cells = [f"{by[c]['server_cpu_ms_per_request']:.2f} ms, **{by[c]['tax']:.2f}**" for c in clients]
         rows.append(f"| `{route}` | " + " | ".join(cells) + " |")
