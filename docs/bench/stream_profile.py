@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from http_overhead import BIN, ROOT, _closed_loop, pseudo_words, start_server  # docs/bench/, beside this script
+from measure import cpu_model
 
 
 def summary(raw: Path, top: int) -> str:
@@ -90,7 +91,7 @@ def main() -> int:
     finally:
         proc.terminate()
         proc.wait(timeout=60)
-    print(f"{args.route}, {args.clients} clients, {args.seconds} s at 200 Hz" + summary(raw, args.top))
+    print(f"{cpu_model()}; {args.route}, {args.clients} clients, {args.seconds} s at 200 Hz" + summary(raw, args.top))
     print(f"\nraw: {raw}", file=sys.stderr)
     return 0
 
