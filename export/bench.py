@@ -13,7 +13,10 @@ generation stops at N, so every row decodes exactly N tokens. Cost per step does
 not depend on what the weights say, so by default the model is the default
 model's architecture (configs/g2p.yaml: 3+3 layers, 256 wide) with random
 weights and max_target_len 128: a synthetic task that reaches 128 tokens, which
-the G2P model (48 positions) cannot. `--run/--bundle` measure a trained model.
+the G2P model (48 positions) cannot. `--size translation` resizes that synthetic
+model to a translation model's shape (6+6 layers, 512 wide, 8 heads, d_ff 2048,
+8,000 target tokens), to see whether a ratio holds as the model grows.
+`--run/--bundle` measure a trained model.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -36,19 +40,52 @@ BACKENDS = ("torch-nocache", "torch-cache", "ort-fp32", "ort-int8", "ort-int8-v1
 ORT_VARIANTS = {"ort-fp32": "fp32", "ort-int8": "int8", "ort-int8-v1": "int8-v1"}
 
 
-def synthetic_pairs(n: int = 200, seed: int = 0) -> list[tuple[str, str]]:
-    """Random letter strings and phoneme strings: calibration pairs for the synthetic model's int8."""
+@dataclass(frozen=True)
+class SyntheticSize:
+    """The shape of the synthetic model; `tgt_tokens` counts the target vocabulary, special tokens included
+    (the output projection and the token choice grow with it)."""
+
+    d_model: int
+    n_heads: int
+    d_ff: int
+    n_encoder_layers: int
+    n_decoder_layers: int
+    tgt_tokens: int
+
+
+# "default": configs/g2p.yaml's architecture (68 phonemes + 4 special tokens); "translation": the base
+# Transformer's shape with a sentence-piece-sized target vocabulary
+SIZES = {
+    "default": SyntheticSize(d_model=256, n_heads=4, d_ff=1024, n_encoder_layers=3, n_decoder_layers=3, tgt_tokens=72),
+    "translation": SyntheticSize(d_model=512, n_heads=8, d_ff=2048, n_encoder_layers=6, n_decoder_layers=6, tgt_tokens=8000),
+}
+
+
+def synthetic_pairs(n: int = 200, seed: int = 0, tgt_words: int = 68) -> list[tuple[str, str]]:
+    """Random letter strings and target-word strings: calibration pairs for the synthetic model's int8."""
     rng = np.random.default_rng(seed)
     letters = list("abcdefghijklmnopqrstuvwxyz")
     return [
-        ("".join(rng.choice(letters, rng.integers(3, 14))), " ".join(f"P{i}" for i in rng.integers(0, 68, rng.integers(3, 14))))
+        (
+            "".join(rng.choice(letters, rng.integers(3, 14))),
+            " ".join(f"P{i}" for i in rng.integers(0, tgt_words, rng.integers(3, 14))),
+        )
         for _ in range(n)
     ]
 
 
-def synthetic_run(work: Path, max_target_len: int = 128):
-    """A random-initialised model of the default size, and a bundle of it: fp32 (v1), int8 (v2, as served) and
-    int8-v1, all written by the export code that builds real bundles."""
+def synthetic_tokenizers(size: SyntheticSize):
+    """A character source tokenizer and a whitespace target tokenizer of `size.tgt_tokens` tokens (P0, P1, ...)."""
+    from training.tokenize import SPECIAL_TOKENS, build_tokenizer
+
+    src_tok = build_tokenizer(["abcdefghijklmnopqrstuvwxyz'"], "char", lowercase=True)
+    tgt_tok = build_tokenizer([" ".join(f"P{i}" for i in range(size.tgt_tokens - len(SPECIAL_TOKENS)))], "whitespace")
+    return src_tok, tgt_tok
+
+
+def synthetic_run(work: Path, max_target_len: int = 128, size: SyntheticSize = SIZES["default"]):
+    """A random-initialised model of `size` (default: the default model's), and a bundle of it: fp32 (v1), int8
+    (v2, as served) and int8-v1, all written by the export code that builds real bundles."""
     import torch
 
     from export.bundle import TOKENIZERS, VARIANT_FILES, write_manifest
@@ -58,18 +95,17 @@ def synthetic_run(work: Path, max_target_len: int = 128):
     from service.engine.bundle import V2_FORMAT_VERSION
     from training.config import ModelConfig
     from training.model import Transformer
-    from training.tokenize import build_tokenizer
+    from training.tokenize import SPECIAL_TOKENS
 
-    src_tok = build_tokenizer(["abcdefghijklmnopqrstuvwxyz'"], "char", lowercase=True)
-    tgt_tok = build_tokenizer([" ".join(f"P{i}" for i in range(68))], "whitespace")
+    src_tok, tgt_tok = synthetic_tokenizers(size)
     cfg = ModelConfig(
         src_vocab_size=src_tok.get_vocab_size(),
         tgt_vocab_size=tgt_tok.get_vocab_size(),
-        d_model=256,
-        n_heads=4,
-        d_ff=1024,
-        n_encoder_layers=3,
-        n_decoder_layers=3,
+        d_model=size.d_model,
+        n_heads=size.n_heads,
+        d_ff=size.d_ff,
+        n_encoder_layers=size.n_encoder_layers,
+        n_decoder_layers=size.n_decoder_layers,
         max_source_len=48,
         max_target_len=max_target_len,
         dropout=0.0,
@@ -79,7 +115,7 @@ def synthetic_run(work: Path, max_target_len: int = 128):
     work.mkdir(parents=True, exist_ok=True)
     export_encoder(model, work / "encoder.onnx")
     export_decoder(model, work / "decoder.onnx")
-    pairs = synthetic_pairs()
+    pairs = synthetic_pairs(tgt_words=size.tgt_tokens - len(SPECIAL_TOKENS))
     write_int8(work, VARIANT_FILES["fp32"], VARIANT_FILES["int8"], src_tok, tgt_tok, cfg.to_dict(), pairs, log=lambda _: None)
     state = {k: v.detach().numpy() for k, v in model.state_dict().items()}
     encoders = {p: VARIANT_FILES[p]["encoder"] for p in ("fp32", "int8")}
@@ -297,6 +333,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=Path("bench.json"), help="raw JSON report")
     p.add_argument("--spin", action="store_true", help="let ONNX Runtime's worker threads spin (the engine's default is off)")
     p.add_argument("--beam", type=int, default=1, help="beam search of this width in every backend (default 1: greedy)")
+    p.add_argument(
+        "--size",
+        choices=sorted(SIZES),
+        default="default",
+        help="the synthetic model's shape: default (3+3 layers, 256 wide, 72 target tokens) or translation "
+        "(6+6 layers, 512 wide, 8 heads, d_ff 2048, 8,000 target tokens); not with --run",
+    )
     args = p.parse_args(argv)
     if args.beam < 1:
         print("error: --beam must be >= 1", file=sys.stderr)
@@ -315,6 +358,9 @@ def main(argv: list[str] | None = None) -> int:
     if bool(args.run) != bool(args.bundle):
         print("error: --run and --bundle go together (the bundle exported from that run)", file=sys.stderr)
         return 2
+    if args.run and args.size != "default":
+        print("error: --size resizes the synthetic model; a trained --run has its own size", file=sys.stderr)
+        return 2
     t0 = time.perf_counter()
     info = machine_info(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
@@ -327,7 +373,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"error: this model generates at most {limit} tokens; lower --lengths", file=sys.stderr)
                 return 2
         else:
-            model, bundle_dir = synthetic_run(Path(tmp) / "bundle", max_target_len=max(max(lengths), 8))
+            size = SIZES[args.size]
+            model, bundle_dir = synthetic_run(Path(tmp) / "bundle", max_target_len=max(max(lengths), 8), size=size)
         report = run_bench(
             model,
             bundle_dir,
@@ -344,7 +391,8 @@ def main(argv: list[str] | None = None) -> int:
     info["load_average_at_end"] = list(os.getloadavg())
     report = {
         "command": "attnserve-bench " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "model_kind": "trained run" if args.run else "synthetic: default architecture, random weights, forced lengths",
+        "model_kind": "trained run" if args.run else f"synthetic: {args.size} size, random weights, forced lengths",
+        **({} if args.run else {"size": {"name": args.size, **asdict(SIZES[args.size])}}),
         "onnxruntime_spinning": args.spin,
         "machine": info,
         **report,

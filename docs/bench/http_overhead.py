@@ -17,6 +17,13 @@ c. one client: HTTP e2e p50 (`attnserve-loadtest --concurrency 1`) minus the p50
    in-process calls (`interleaved_c1`), so that neither the client's own parsing nor the machine's
    drift between the two measurements is in the difference.
 d. words/s over HTTP at 64 clients against (a)'s decode-only words/s.
+e. the serving tax per route (issue 38): the server's CPU per request over HTTP (/generate,
+   /generate_stream, /v1/completions and /v1/chat/completions streamed, each at `--tax-clients`
+   closed-loop clients of a lean asyncio raw-socket client on core 1) divided by the engine's CPU per
+   word: `attnserve-bench` ort-int8 `cpu_ms_per_step` at batch 32 and 8 tokens (`--engine-bench FILE`
+   reuses a report that has that cell; otherwise it runs on core 0 here), / 32, x (the mean generated
+   tokens per answer + 1 for the end token), the mean taken over the same words in-process. `--only-tax`
+   measures (e) alone.
 
 `--server-repo DIR` serves from another checkout (A/B comparisons; the load client and the
 in-process engine stay this one's). Writes DIR/http_overhead_LABEL_TIME.json and prints a table.
@@ -25,6 +32,7 @@ in-process engine stay this one's). Writes DIR/http_overhead_LABEL_TIME.json and
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import platform
@@ -173,6 +181,123 @@ def loadtest(url: str, pid: int, words_file: Path, clients: int, requests: int, 
     }
 
 
+# (e): the routes a client may use for one word, each as the body it sends; the OpenAI routes streamed with
+# usage, as attnserve-loadtest and GuideLLM send them
+TAX_ROUTES = ("/generate", "/generate_stream", "/v1/completions", "/v1/chat/completions")
+
+
+def route_body(route: str, word: str, model: str) -> bytes:
+    if route in ("/generate", "/generate_stream"):
+        return json.dumps({"inputs": word, "parameters": {"lexicon": False}}).encode()
+    body: dict = {"model": model, "stream": True, "stream_options": {"include_usage": True}, "lexicon": False}
+    if route == "/v1/completions":
+        body["prompt"] = word
+    else:
+        body["messages"] = [{"role": "user", "content": word}]
+    return json.dumps(body).encode()
+
+
+async def _closed_loop(url: str, route: str, words: list[str], model: str, clients: int, total: int) -> tuple[int, int]:
+    """`clients` kept-alive connections, each sending its next request when its answer has ended, until `total`
+    requests were sent; the answers are read as bytes to their end (no event parsing: the client stays cheap).
+    Returns (answered, failed)."""
+    host, port = url.removeprefix("http://").split(":")
+    bodies = [route_body(route, w, model) for w in words]
+    counter = iter(range(total))
+    answered = failed = 0
+
+    async def one_client() -> None:
+        nonlocal answered, failed
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            for i in counter:
+                body = bodies[i % len(bodies)]
+                head = f"POST {route} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}"
+                writer.write(head.encode() + b"\r\n\r\n" + body)
+                headers = (await reader.readuntil(b"\r\n\r\n")).lower()
+                ok = b" 200 " in headers.split(b"\r\n", 1)[0]
+                if b"transfer-encoding: chunked" in headers:
+                    while True:  # chunk by chunk up to the empty one
+                        size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+                        await reader.readexactly(size + 2)
+                        if size == 0:
+                            break
+                else:
+                    await reader.readexactly(int(re.search(rb"content-length: *(\d+)", headers).group(1)))
+                answered += ok
+                failed += not ok
+        finally:
+            writer.close()
+
+    await asyncio.gather(*(one_client() for _ in range(clients)))
+    return answered, failed
+
+
+def tax_level(url: str, pid: int, route: str, words: list[str], model: str, clients: int, requests: int) -> dict:
+    """One route at one client count: a warm-up of one request per client, then `requests` measured ones; the
+    server's CPU over the measured ones, per request (from /proc, all its threads, and by thread)."""
+    asyncio.run(_closed_loop(url, route, words, model, clients, clients))
+    cpu0, threads0, t0 = proc_cpu_s(pid), thread_cpu_s(pid), time.perf_counter()
+    answered, failed = asyncio.run(_closed_loop(url, route, words, model, clients, requests))
+    wall, cpu, threads1 = time.perf_counter() - t0, proc_cpu_s(pid) - cpu0, thread_cpu_s(pid)
+    if failed or not answered:
+        raise RuntimeError(f"{route} at {clients} clients: {failed} of {requests} requests failed")
+    return {
+        "route": route,
+        "clients": clients,
+        "answered": answered,
+        "requests_per_s": answered / wall,
+        "server_cpu_ms_per_request": cpu * 1000 / answered,
+        "thread_cpu_ms_per_request": {k: (threads1[k] - threads0[k]) * 1000 / answered for k in threads1},
+    }
+
+
+def engine_cpu_per_step(bench_json: Path | None) -> dict:
+    """attnserve-bench's ort-int8 cpu_ms_per_step at batch 32 and 8 tokens (the synthetic model of the default
+    size), from a report given, or measured now on core 0."""
+    if bench_json is None:
+        bench_json = Path(tempfile.mkdtemp(prefix="tax_bench_")) / "bench.json"
+        cmd = ["taskset", "-c", "0", str(BIN / "attnserve-bench"), "--backends", "ort-int8", "--lengths", "8"]
+        cmd += ["--batches", "32", "--threads", "1", "--repeats", "5", "--out", str(bench_json)]
+        env = os.environ | {"PYTHONPATH": str(ROOT)}
+        done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+        if done.returncode:
+            raise RuntimeError(f"attnserve-bench failed: {done.stderr[-500:]}")
+    report = json.loads(bench_json.read_text())
+    cell = next(c for c in report["results"] if c["backend"] == "ort-int8" and c["batch"] == 32 and c["output_len"] == 8)
+    return {"cpu_ms_per_step": cell["cpu_ms_per_step"], "command": report["command"], "cpu": report["machine"]["cpu"]}
+
+
+def mean_generated_tokens(words: list[str]) -> float:
+    """Tokens per answer over `words`, the end token not counted, decoded in this process (the same greedy ids
+    the server gives)."""
+    from service.client import Generator
+
+    with Generator(ROOT / "models/g2p-en", threads=1) as g:
+        lengths = [len(r.token_ids) for r in g.generate_many(words)]
+    return sum(lengths) / len(lengths)
+
+
+def serving_tax(url: str, pid: int, words: list[str], clients: list[int], requests: int, routes: list[str]) -> dict:
+    """(e): every route at every client count, and each one's tax."""
+    with urllib.request.urlopen(url + "/v1/models", timeout=10) as r:
+        model = json.load(r)["data"][0]["id"]
+    affinity = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {1})  # the client on core 1, the server alone on core 0
+    try:
+        levels = [tax_level(url, pid, route, words, model, c, requests) for c in clients for route in routes]
+    finally:
+        os.sched_setaffinity(0, affinity)
+    return {"levels": levels, "model": model}
+
+
+def add_tax(tax: dict, engine: dict, mean_tokens: float) -> None:
+    engine_ms_per_word = engine["cpu_ms_per_step"] / 32 * (mean_tokens + 1)
+    tax.update(engine=engine, mean_generated_tokens=mean_tokens, engine_cpu_ms_per_word=engine_ms_per_word)
+    for level in tax["levels"]:
+        level["tax"] = level["server_cpu_ms_per_request"] / engine_ms_per_word
+
+
 def in_process_latency(words: list[str], warmup: int = 20) -> dict:
     """(c): Generator.generate per word, one at a time, this process on core 0."""
     from service.client import Generator
@@ -278,6 +403,11 @@ def main() -> int:
     p.add_argument("--requests", type=int, default=3000, help="measured requests per 64-client level")
     p.add_argument("--latency-requests", type=int, default=500, help="requests of (c), each way")
     p.add_argument("--max-batch-size", type=int, default=32, help="the server's default, given to both")
+    p.add_argument("--tax-clients", default="1,32,64", help="(e): client counts, comma-separated")
+    p.add_argument("--tax-routes", default=",".join(TAX_ROUTES), help="(e): routes, comma-separated (default: all four)")
+    p.add_argument("--tax-requests", type=int, default=2000, help="(e): measured requests per route and client count")
+    p.add_argument("--engine-bench", type=Path, help="(e): an attnserve-bench report with the ort-int8 batch-32 8-token cell")
+    p.add_argument("--only-tax", action="store_true", help="measure (e) alone")
     args = p.parse_args()
     if len(os.sched_getaffinity(0)) < 2:
         p.error("needs cores 0 and 1")
@@ -291,11 +421,15 @@ def main() -> int:
         "machine": f"{os.cpu_count()}-core {platform.machine()} " + cpu_model(),
         "server_repo": checkout_name(args.server_repo),
         "command": " ".join(["docs/bench/http_overhead.py", *portable_args(sys.argv[1:])]),
-        "engine": engine_in_process(words_file, args.words, max(40, args.words // 100), args.max_batch_size),
     }
+    tax_clients = [int(c) for c in args.tax_clients.split(",") if c]
+    if args.only_tax:
+        return only_tax(args, result, words, tax_clients, load)
+    result["engine"] = engine_in_process(words_file, args.words, max(40, args.words // 100), args.max_batch_size)
     load.append(os.getloadavg())
     proc, url = start_server(args.server_repo, args.max_batch_size)
     try:
+        result["tax"] = serving_tax(url, proc.pid, words, tax_clients, args.tax_requests, args.tax_routes.split(","))
         result["http_c64"] = [
             loadtest(url, proc.pid, words_file, 64, args.requests, stream, tmp / f"c64_{stream}") for stream in (True, False)
         ]
@@ -313,6 +447,27 @@ def main() -> int:
         level["overhead_ms_per_request"] = level["server_cpu_ms_per_request"] - engine_ms
         level["words_per_s_vs_in_process"] = level["words_per_s"] / result["engine"]["decode_words_per_s"]
     result["c1_p50_difference_ms"] = result["http_c1"]["e2e_p50_ms"] - result["in_process_c1"]["p50_ms"]
+    add_tax(result["tax"], engine_cpu_per_step(args.engine_bench), mean_generated_tokens(words))
+    return write(args, result)
+
+
+def only_tax(args, result: dict, words: list[str], tax_clients: list[int], load: list) -> int:
+    """(e) alone: the engine's figure first (its bench runs on core 0 before the server starts), then the routes."""
+    engine, mean_tokens = engine_cpu_per_step(args.engine_bench), mean_generated_tokens(words)
+    load.append(os.getloadavg())
+    proc, url = start_server(args.server_repo, args.max_batch_size)
+    try:
+        result["tax"] = serving_tax(url, proc.pid, words, tax_clients, args.tax_requests, args.tax_routes.split(","))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    load.append(os.getloadavg())
+    result["load_average"] = load
+    add_tax(result["tax"], engine, mean_tokens)
+    return write(args, result)
+
+
+def write(args, result: dict) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"http_overhead_{args.label}_{time.strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
@@ -321,11 +476,33 @@ def main() -> int:
     return 0
 
 
-def table(r: dict) -> str:
-    e = r["engine"]
-    loads = ", ".join(f"{la[0]:.2f}" for la in r["load_average"])
+def tax_table(r: dict) -> list[str]:
+    """(e) as a table: one row per route, per client count its server CPU per request and its tax."""
+    t = r["tax"]
+    clients = list(dict.fromkeys(lv["clients"] for lv in t["levels"]))
     rows = [
-        f"{r['label']}: {r['machine']}; load average (1 min) {loads}",
+        "",
+        f"(e) engine CPU per word: {t['engine']['cpu_ms_per_step']:.3f} ms per batch-32 step / 32 x "
+        f"({t['mean_generated_tokens']:.2f} tokens + 1) = {t['engine_cpu_ms_per_word']:.3f} ms",
+        "",
+        "| route | " + " | ".join(f"{c} clients: server CPU per request, tax" for c in clients) + " |",
+        "|---|" + "---|" * len(clients),
+    ]
+    for route in dict.fromkeys(lv["route"] for lv in t["levels"]):
+        by = {lv["clients"]: lv for lv in t["levels"] if lv["route"] == route}
+        cells = [f"{by[c]['server_cpu_ms_per_request']:.2f} ms, **{by[c]['tax']:.2f}**" for c in clients]
+        rows.append(f"| `{route}` | " + " | ".join(cells) + " |")
+    return rows
+
+
+def table(r: dict) -> str:
+    loads = ", ".join(f"{la[0]:.2f}" for la in r["load_average"])
+    head = f"{r['label']}: {r['machine']}; load average (1 min) {loads}"
+    if "engine" not in r:  # --only-tax
+        return "\n".join([head, *tax_table(r)])
+    e = r["engine"]
+    rows = [
+        head,
         "",
         "| measure | value | target |",
         "|---|---|---|",
@@ -363,7 +540,7 @@ def table(r: dict) -> str:
             f"| (d) words/s, 64 clients, {route} (mean batch {lv['mean_batch'] or 0:.1f}) | {lv['words_per_s']:.0f} "
             f"= {lv['words_per_s_vs_in_process']:.2f} x in-process {e['decode_words_per_s']:.0f} | |"
         )
-    return "\n".join(rows)
+    return "\n".join(rows + tax_table(r))
 
 
 if __name__ == "__main__":

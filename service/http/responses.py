@@ -186,6 +186,10 @@ def json_response(answer: GenerateResponse | list[GenerateResponse], headers: di
     return JSONBytesResponse(body, headers=headers)
 
 
+# a stream's token event ends alike for every token but the last (which carries generated_text and details)
+_EVENT_END = b',"generated_text":null,"details":null}\n\n'
+
+
 async def sse_events(job: TextRequest, route: str, metrics: ServiceMetrics, keepalive_s: float) -> AsyncIterator[bytes]:
     """The body of a stream: `data:{event}` per token (in text order, for running text), keep-alive
     comments while quiet, an error event on failure. The events of the tokens read at one wake-up go
@@ -214,6 +218,10 @@ async def sse_events(job: TextRequest, route: str, metrics: ServiceMetrics, keep
                 yield LastChunk(b"".join(gathered))
                 return
             index += 1
+            if not item.last:  # the common event, from pre-encoded parts: the bytes orjson gives the whole dict
+                top = b"null" if item.top_tokens is None else _json(item.top_tokens)
+                gathered.append(b'data:{"index":%d,"token":%b,"top_tokens":%b%b' % (index, _json(item.token), top, _EVENT_END))
+                continue
             event = {"index": index, "token": item.token, "top_tokens": item.top_tokens, "generated_text": None, "details": None}
             if item.last:
                 event["generated_text"] = job.generated_text()

@@ -1,0 +1,65 @@
+"""The /generate_stream body's token events, written from pre-encoded parts, are the bytes of the whole event dict."""
+
+import asyncio
+from types import SimpleNamespace
+
+import orjson
+
+from service.http.responses import LastChunk, sse_events
+from service.text.requests import CAUGHT_UP, StreamToken
+
+
+class FakeJob:
+    """What sse_events reads of a TextRequest: its stream items and, for the last event, the answer."""
+
+    def __init__(self, items, details: bool):
+        self.items, self.params = items, SimpleNamespace(details=details)
+        self.seed, self.input_length, self.skipped, self.t_arrival, self.cancelled = None, 3, [], 0.0, False
+
+    async def stream_items(self, keepalive_s):
+        for item in self.items:
+            yield item
+
+    def generated_text(self) -> str:
+        return "".join(i.token["text"] for i in self.items if isinstance(i, StreamToken))
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class FakeMetrics:
+    request_duration = SimpleNamespace(observe=lambda s: None)
+
+    def request_done(self, route, outcome):
+        self.outcome = outcome
+
+
+def body(job) -> list[bytes]:
+    async def run():
+        return [chunk async for chunk in sse_events(job, "/generate_stream", FakeMetrics(), 10.0)]
+
+    return asyncio.run(run())
+
+
+def expected_event(index, item, job):
+    event = {"index": index, "token": item.token, "top_tokens": item.top_tokens, "generated_text": None, "details": None}
+    if item.last:
+        event["generated_text"] = job.generated_text()
+        if job.params.details:
+            event["details"] = {"finish_reason": item.finish_reason, "generated_tokens": index, "seed": None, "input_length": 3}
+    return b"data:" + orjson.dumps(event) + b"\n\n"
+
+
+def test_token_events_are_the_bytes_of_the_whole_event():
+    tokens = [
+        {"id": 7, "text": "HH", "logprob": -0.25, "special": False},
+        {"id": 12, "text": ' "É\\ü', "logprob": None, "special": False},  # quotes, a backslash, non-ASCII
+        {"id": 2, "text": "", "logprob": -1e-07, "special": True},
+    ]
+    top = [[{"id": 7, "text": "HH", "logprob": -0.25, "special": False}], None, None]
+    for details in (False, True):
+        items = [StreamToken(t, tt, "eos_token" if i == 2 else None, i == 2) for i, (t, tt) in enumerate(zip(tokens, top))]
+        job = FakeJob([items[0], CAUGHT_UP, items[1], items[2]], details)
+        chunks = body(job)
+        assert chunks == [expected_event(1, items[0], job), expected_event(2, items[1], job) + expected_event(3, items[2], job)]
+        assert isinstance(chunks[-1], LastChunk) and not job.cancelled
