@@ -2,7 +2,7 @@
 under continuous batching, greedy and seeded sampling, on the served int8 and on ONNX Runtime's
 dynamic int8 (derived from the same bundle's fp32 graphs). docs/BENCHMARKS.md, "The int8 gate".
 The words and the three compositions are tests/engine_compositions.py's, which the CI test
-tests/test_invariance.py runs too.
+tests/engine/test_invariance.py runs too.
 
     PYTHONPATH=. .venv/bin/python docs/bench/int8_engine_invariance.py --out docs/bench/int8_engine_invariance.json
 """

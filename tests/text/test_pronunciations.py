@@ -1,0 +1,117 @@
+"""Per-request pronunciations (`parameters.pronunciations`) over HTTP on 127.0.0.1, against the default model."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+from service_harness import serving, stream
+
+from service.text.reader import WORD_SEPARATOR
+from training.data import cmudict_path, parse_cmudict
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_BUNDLE = ROOT / "models" / "g2p-en"
+OOV = "zyxoplat"
+MINE = "Z IH1 K S OW0 P L AE2 T"
+
+
+@pytest.fixture(scope="module")
+def cmudict() -> dict[str, list[str]]:
+    return parse_cmudict(cmudict_path())
+
+
+@pytest.fixture(scope="module")
+def url():
+    with serving(DEFAULT_BUNDLE, max_concurrent_requests=256) as s:
+        yield s.url
+
+
+def post(url: str, inputs: str, client: httpx.Client | None = None, **parameters) -> httpx.Response:
+    body = {"inputs": inputs, "parameters": {"details": True, **parameters}}
+    return (client or httpx).post(url + "/generate", json=body, timeout=120)
+
+
+def words(url: str, inputs: str, **parameters) -> list[str]:
+    r = post(url, inputs, **parameters)
+    assert r.status_code == 200, r.text
+    return r.json()["generated_text"].split(WORD_SEPARATOR)
+
+
+def test_a_pronunciation_overrides_dictionary_and_model_for_its_request_only(url, cmudict):
+    entries = {"hello": "HH EH0 L OW1", OOV: MINE}
+    r = post(url, f"Hello {OOV}, python", pronunciations=entries)
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    assert answer["generated_text"].split(WORD_SEPARATOR) == ["HH EH0 L OW1", MINE, cmudict["python"][0]]
+    details = answer["details"]
+    assert [w["source"] for w in details["words"]] == ["lexicon"] * 3 and details["source"] == "lexicon"
+    assert all(t["logprob"] is None for t in details["tokens"])
+    assert "".join(t["text"] for t in details["tokens"]) == answer["generated_text"]
+    status, events = stream(url + "/generate_stream", {"inputs": f"Hello {OOV}", "parameters": {"pronunciations": entries}})
+    assert status == 200 and events[-1]["generated_text"] == WORD_SEPARATOR.join(["HH EH0 L OW1", MINE])
+    # the next request without it gets the dictionary's, and the model's
+    assert words(url, f"Hello {OOV}")[0] == cmudict["hello"][0]
+    assert words(url, f"Hello {OOV}")[1] != MINE
+
+
+def test_keys_match_case_insensitively_but_an_all_caps_key_only_all_caps_words(url, cmudict):
+    us = "Y UW1 EH1 S"
+    assert words(url, "US us Us", pronunciations={"US": us}) == [us, cmudict["us"][0], cmudict["us"][0]]
+    assert words(url, "US us Us", pronunciations={"us": us}) == [us, us, us]
+    assert words(url, "HELLO Hello", pronunciations={"hello": "HH EH0 L OW1"}) == ["HH EH0 L OW1"] * 2
+    # lower-case phones are accepted; the answer is the model's spelling
+    assert words(url, "hello", pronunciations={"Hello": "hh eh0 l ow1"}) == ["HH EH0 L OW1"]
+
+
+def test_a_pronunciation_in_ipa_is_written_from_its_phones(url):
+    assert words(url, OOV, pronunciations={OOV: MINE}, alphabet="ipa") == ["ˈzɪkso͡ʊˌplæt"]
+
+
+@pytest.mark.parametrize(
+    ("entries", "fragment"),
+    [
+        ({"hello": "HH AH L OW1"}, "'hello': 'AH'"),  # a vowel without its stress digit
+        ({"hello": "HH EH0 X9 OW1"}, "'X9'"),
+        ({"hello": ""}, "'hello'"),
+        ({"two words": "T UW1"}, "not one word"),
+    ],
+)
+def test_a_bad_entry_is_a_422_naming_the_word(url, entries, fragment):
+    r = post(url, "hello", pronunciations=entries)
+    assert r.status_code == 422, r.text
+    body = r.json()
+    assert body["error_type"] == "validation" and fragment in body["error"] and "pronunciations" in body["error"]
+
+
+def test_openai_routes_take_pronunciations_and_answer_a_bad_one_with_400(url):
+    model = httpx.get(url + "/v1/models", timeout=30).json()["data"][0]["id"]
+    body = {"model": model, "messages": [{"role": "user", "content": f"I like {OOV}"}], "pronunciations": {OOV: MINE}}
+    r = httpx.post(url + "/v1/chat/completions", json=body, timeout=60)
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"].endswith(MINE)
+    r = httpx.post(url + "/v1/completions", json={"model": model, "prompt": OOV, "pronunciations": {OOV: "Q Q"}}, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "pronunciations" and OOV in r.json()["error"]["message"]
+
+
+def test_32_concurrent_clients_with_and_without_an_override_each_get_their_own(url, cmudict):
+    text = f"Hello {OOV}, I read the paper"
+    plain = words(url, text)
+    mine = words(url, text, pronunciations={OOV: MINE, "paper": "P EY1 P ER2"})
+    assert mine == [plain[0], MINE, *plain[2:-1], "P EY1 P ER2"] and plain[1] != MINE
+
+    def one(k: int) -> tuple[int, list[str]]:
+        with httpx.Client() as client:
+            got = []
+            for _ in range(4):
+                parameters = {"pronunciations": {OOV: MINE, "paper": "P EY1 P ER2"}} if k % 2 else {}
+                r = post(url, text, client, **parameters)
+                assert r.status_code == 200, r.text
+                got.append(r.json()["generated_text"].split(WORD_SEPARATOR))
+            return k, got
+
+    with ThreadPoolExecutor(32) as pool:
+        results = list(pool.map(one, range(32)))
+    for k, got in results:
+        assert got == [mine if k % 2 else plain] * 4, k
