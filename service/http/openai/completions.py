@@ -212,7 +212,9 @@ def plan(
 def admit(svc: Service, planned: Plan) -> list[list[TextRequest]]:
     """Every request of every prompt, admitted through the TGI routes' path (Service.admit); all or none:
     a refusal cancels those already queued. A refusal of the scheduler (429) for requests that can never be
-    admitted together (each word of running text counts) is a 400: retrying would not help."""
+    admitted together is a 400: retrying would not help. Running text is admitted in chunks (a text needs one
+    slot of the bound to start), so what cannot fit is the slots the earlier prompts took plus one per request
+    still to admit that needs the model."""
     jobs: list[list[TextRequest]] = []
     row: list[TextRequest] = []
     try:
@@ -230,7 +232,8 @@ def admit(svc: Service, planned: Plan) -> list[list[TextRequest]]:
                     )
             jobs.append(row)
     except (errors.APIError, ServiceError, OpenAIError) as e:
-        held = sum(u.ticket is not None for done in jobs for job in done for u in job.units)
+        # the slots this request held (a long text's words waiting for their chunk hold none)
+        held = sum(u.ticket is not None and u.ticket.counted for done in jobs for job in done for u in job.units)
         cancel_all([*jobs, row])
         err = from_error(e, planned.input_param)
         limit = svc.scheduler.max_concurrent_requests
@@ -245,8 +248,9 @@ def admit(svc: Service, planned: Plan) -> list[list[TextRequest]]:
 
 
 def model_units(svc: Service, planned: Plan, prompts: list[str]) -> int:
-    """The engine's share of `prompts` (each request's words that the lexicon cannot answer, or 1 per request when
-    inputs are read whole): how many of the server's `max_concurrent_requests` they need."""
+    """The requests of `prompts` that need the engine (running text: one with a word the lexicon cannot answer;
+    inputs read whole: every one): how many slots of the server's `max_concurrent_requests` they need at least, as
+    running text is admitted in chunks."""
     total = 0
     for prompt in prompts:
         for p in planned.parameters:
@@ -259,7 +263,7 @@ def model_units(svc: Service, planned: Plan, prompts: list[str]) -> int:
                 words = svc.reader.words(prompt)
             except Exception:  # unreadable: the request layer says so when it is admitted
                 words = []
-            total += sum(lexicon is None or len(lexicon.lookup(w.text)) < n_best for w in words)
+            total += any(lexicon is None or len(lexicon.lookup(w.text)) < n_best for w in words)
     return total
 
 
