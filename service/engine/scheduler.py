@@ -21,7 +21,8 @@ Admission is bounded: queued + running requests never exceed
 `max_concurrent_requests`; past it `submit` raises `Overloaded` with a retry
 time. A long text's words are admitted in chunks (`submit_many(chunk=...)`):
 those past its chunk wait uncounted and join the bound as its earlier words
-finish, so a text is refused only when the bound has no room for its first word. Failures are engine outcomes (service/errors.py): `submit` raises them,
+finish, so a text is refused only when the bound has no room for its first
+word. Failures are engine outcomes (service/errors.py): `submit` raises them,
 and a ticket that ends with one gets it as its `Failed` event; only the HTTP
 layer turns them into status codes.
 """
