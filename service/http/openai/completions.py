@@ -18,6 +18,11 @@ How the OpenAI parameters map:
 - `stop`: OpenAI's rule, the text ends before the first stop sequence generated (the engine stops
   there too). A stream holds back the last few characters that could begin a stop sequence.
 - `logprobs` (`top_logprobs` for chat): TGI's token log-probabilities and `top_n_tokens`.
+
+Skipped characters (running text: an emoji, a letter of another script) are reported as the TGI routes'
+`details.warnings` are: on each choice of a whole answer as the extension field `warnings` (absent when
+nothing was skipped), and as a count in the `x-attnserve-skipped-characters` header, whole or streamed
+(the stream's chunks are left as OpenAI's).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from service.errors import ServiceError
 from service.http import errors, fields
 from service.http.openai.errors import OpenAIError, bad_request, from_error
 from service.http.openai.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
+from service.http.responses import warnings
 from service.http.schemas import GenerateParameters, GenerateRequest
 from service.http.state import Service
 from service.text.requests import StreamToken, TextRequest
@@ -46,6 +52,10 @@ log = logging.getLogger("attnserve.service")
 FINISH = {"eos_token": "stop", "stop_sequence": "stop", "length": "length"}
 KEEPALIVE = b": keep-alive\n\n"
 DONE = b"data: [DONE]\n\n"
+
+
+# names the number of skipped spans of the prompts' characters (`warnings_headers`); docs/OPENAI.md
+SKIPPED_HEADER = "x-attnserve-skipped-characters"
 
 
 def served_model_name(svc: Service) -> str:
@@ -342,6 +352,7 @@ class Choice:
     tokens: list[TokenOut]
     finish_reason: str
     completion_tokens: int
+    warnings: list[dict] | None = None  # its prompt's skipped characters (running text); None: nothing skipped
 
 
 def answered_choices(job: TextRequest, k: int, base: int, stop: tuple[str, ...]) -> list[Choice]:
@@ -369,8 +380,29 @@ def answered_choices(job: TextRequest, k: int, base: int, stop: tuple[str, ...])
                 break
         if text.finish_reason is None:  # no tokens at all
             text.finish_reason = FINISH.get(finish, "stop")
-        out.append(Choice(base + j, text.text, shown, text.finish_reason, text.tokens))
+        out.append(Choice(base + j, text.text, shown, text.finish_reason, text.tokens, skipped_warnings(job)))
     return out
+
+
+def skipped_warnings(job: TextRequest) -> list[dict] | None:
+    """The prompt's characters that running text skipped, as the TGI routes' `details.warnings`; None when none were."""
+    return [w.model_dump() for w in warnings(job)] if job.skipped else None
+
+
+def warnings_headers(jobs: list[list[TextRequest]]) -> dict[str, str]:
+    """`x-attnserve-skipped-characters`: how many spans of the prompts' characters were skipped (each prompt read
+    once), known at admission, so a stream has it too; {} when none were. The spans themselves are each choice's
+    `warnings` in a whole answer."""
+    n = sum(len(row[0].skipped) for row in jobs if row)
+    return {SKIPPED_HEADER: str(n)} if n else {}
+
+
+def with_warnings(choice: dict, c: Choice) -> dict:
+    """A choice object with the extension field `warnings` when its prompt had characters skipped (otherwise as
+    OpenAI's, unchanged)."""
+    if c.warnings:
+        choice["warnings"] = c.warnings
+    return choice
 
 
 # ---- answering ------------------------------------------------------------------------------------
@@ -615,12 +647,15 @@ def completion_body(answer: Answer, planned: Plan) -> dict:
         "created": answer.created,
         "model": answer.model,
         "choices": [
-            {
-                "index": c.index,
-                "text": c.text,
-                "logprobs": completion_logprobs(c.tokens, bool(planned.logprobs)) if planned.logprobs is not None else None,
-                "finish_reason": c.finish_reason,
-            }
+            with_warnings(
+                {
+                    "index": c.index,
+                    "text": c.text,
+                    "logprobs": completion_logprobs(c.tokens, bool(planned.logprobs)) if planned.logprobs is not None else None,
+                    "finish_reason": c.finish_reason,
+                },
+                c,
+            )
             for c in answer.choices
         ],
         "usage": answer.usage(),
@@ -634,12 +669,15 @@ def chat_body(answer: Answer, planned: Plan) -> dict:
         "created": answer.created,
         "model": answer.model,
         "choices": [
-            {
-                "index": c.index,
-                "message": {"role": "assistant", "content": c.text},
-                "logprobs": chat_logprobs(c.tokens) if planned.logprobs is not None else None,
-                "finish_reason": c.finish_reason,
-            }
+            with_warnings(
+                {
+                    "index": c.index,
+                    "message": {"role": "assistant", "content": c.text},
+                    "logprobs": chat_logprobs(c.tokens) if planned.logprobs is not None else None,
+                    "finish_reason": c.finish_reason,
+                },
+                c,
+            )
             for c in answer.choices
         ],
         "usage": answer.usage(),
