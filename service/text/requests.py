@@ -4,7 +4,7 @@ Every front end calls it: the HTTP routes (service/http/) and the in-process `Ge
 (service/client.py, `attnserve-generate`), so they answer alike by construction:
 
     front = TextFrontEnd(engine, scheduler, lexicon=..., max_input_tokens=...)   # once
-    job = front.admit(inputs, TextParams(...), options, loop=loop, stream=False)  # read, look up, queue (all at once)
+    job = front.admit(inputs, TextParams(...), options, loop=loop, stream=False)  # read, look up, queue (in chunks)
     await job.collect(request)    # an event loop's owner: every unit finished (False: the client went away)
     job.wait()                    # a thread's owner: every unit finished
     job.answers(unit)             # a finished unit's answers, best first: the lexicon's, then the model's
@@ -246,7 +246,7 @@ class TextFrontEnd:
         stream: bool = False,
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> TextRequest:
-        """Read `inputs` into units, answer what the lexicon knows and queue the rest on the engine, all at once.
+        """Read `inputs` into units, answer what the lexicon knows and queue the rest on the engine (in chunks).
         `options`: the decoding options, or what checks and makes them (called once the input is read, so a
         request wrong in both is told about its input first). `loop`: the event loop of an asyncio owner (None:
         a thread waits with `wait`); `stream`: the owner reads tokens as they come. Raises InvalidRequest (what
