@@ -6,6 +6,7 @@
         [r.text for r in g.generate_many(words)]       # batched, in input order
         for token in g.stream("attention"): ...        # engine StepResults as they come
         [r.text for r in g.generate_text_many(lines)]  # as the server answers: lexicon first, running text
+        next(g.generate_text_many(["I love it 😀"])).warnings  # what was skipped: offsets, why (`details.warnings`)
         g.score("attention", ["AH0 T EH1 N SH AH0 N"])[0].total  # the model's log-probability of an answer (POST /score)
 
 `generate_text_many` answers as the HTTP API does, through the same request layer
@@ -34,7 +35,7 @@ from service.errors import InvalidRequest, ServiceError
 from service.metrics import ServiceMetrics
 from service.text.lexicon import Lexicon
 from service.text.pronunciations import check_pronunciations
-from service.text.reader import WORD_SEPARATOR
+from service.text.reader import WORD_SEPARATOR, Skipped
 from service.text.requests import TextFrontEnd, TextParams, TextRequest
 from service.text.samples import sample_inputs
 from service.text.scoring import ScoredTarget, admit_scores
@@ -61,6 +62,9 @@ class TextResult:
     words: list[str]
     answers: list[list[TextAnswer]]
     separator: str = WORD_SEPARATOR
+    # running text's characters that were not read (an emoji, a letter of another script), with their offsets in
+    # the line and why: the HTTP answer's `details.warnings`; empty when nothing was skipped
+    warnings: tuple[Skipped, ...] = ()
 
     @property
     def text(self) -> str:
@@ -256,7 +260,8 @@ class Generator:
         except ServiceError as e:
             raise GenerationError(e.message) from None
         answers = [[TextAnswer(a.text, a.score, a.source) for a in job.answers(u)[0]] for u in job.units]
-        return TextResult([u.text for u in job.units], answers, self.text.reader.separator if self.text.reader else "")
+        separator = self.text.reader.separator if self.text.reader else ""
+        return TextResult([u.text for u in job.units], answers, separator, tuple(job.skipped))
 
     def samples(self) -> list[str]:
         """Inputs of the model's own task, as GET /samples offers them (service/text/samples.py); [] when the bundle

@@ -19,7 +19,10 @@ in-process API) submits them; the engine thread appends events to a ticket
 and wakes its owner, once per step for all tickets of one event loop.
 Admission is bounded: queued + running requests never exceed
 `max_concurrent_requests`; past it `submit` raises `Overloaded` with a retry
-time. Failures are engine outcomes (service/errors.py): `submit` raises them,
+time. A long text's words are admitted in chunks (`submit_many(chunk=...)`):
+those past its chunk wait uncounted and join the bound as its earlier words
+finish, so a text is refused only when the bound has no room for its first
+word. Failures are engine outcomes (service/errors.py): `submit` raises them,
 and a ticket that ends with one gets it as its `Failed` event; only the HTTP
 layer turns them into status codes.
 """
@@ -104,6 +107,10 @@ class Ticket:
         self.streaming_owner = ready is None  # reads tokens as they come: woken per token (within the stream interval)
         self._async_ready = (ready or asyncio.Event()) if loop is not None else None
         self._thread_ready = threading.Event() if loop is None else None
+        # whether it counts toward `max_concurrent_requests` now: a long text's words past its chunk wait uncounted
+        # in their `TextShare` until one of the text's counted words finishes (`Scheduler.submit_many(chunk=...)`)
+        self.counted = True
+        self.share: TextShare | None = None
 
     def cancel(self) -> None:
         self.cancelled = True
@@ -171,6 +178,17 @@ class ScoreTicket(Ticket):
         self.scores: list[TargetScore | None] = [None] * len(self.targets)
 
 
+class TextShare:
+    """A long text's words that wait for their turn to count toward `max_concurrent_requests`: at most `chunk` of the
+    text's words count (queued or running) at once; the engine thread admits the next one when one of them finishes
+    and the bound has room. The words wait here, not in the queue, so they hold no slot of the bound."""
+
+    def __init__(self, tickets: list[Ticket], chunk: int):
+        self.held: collections.deque[Ticket] = collections.deque(tickets)
+        self.chunk = chunk
+        self.active = 0  # the text's words counted now (queued or running)
+
+
 class Scheduler:
     """Owns the engine thread. Thread-safe `submit`; `start`/`stop` from the owner."""
 
@@ -198,6 +216,8 @@ class Scheduler:
         # one ticket each, so a one-word request queued behind a long text's words joins at the next free row
         self._waiting: collections.deque[collections.deque[Ticket]] = collections.deque()
         self._n_waiting = 0
+        # long texts' words that wait uncounted for their text's next chunk (`submit_many(chunk=...)`), in turn order
+        self._shares: collections.deque[TextShare] = collections.deque()
         # scoring requests (teacher forcing) wait apart and step in a batch of their own, after the generation step
         self._scoring: collections.deque[ScoreTicket] = collections.deque()
         self._by_gen: dict[int, Ticket] = {}  # id(engine Generation) -> its ticket: the running requests
@@ -242,11 +262,18 @@ class Scheduler:
         InvalidRequest when it needs more batch rows (beams, best_of samples) than the batch holds: it could never join."""
         return self.submit_many([(source_ids, options)], loop)[0]
 
+    @property
+    def text_chunk(self) -> int:
+        """How many of one text's words count toward `max_concurrent_requests` at once (`submit_many(chunk=...)`): a
+        batch's worth, and at most half the bound, so a long text fills the batch and leaves room for other requests."""
+        return max(1, min(self.max_batch_size, self.max_concurrent_requests // 2))
+
     def submit_many(
         self,
         requests: list[tuple[list[int], DecodingOptions]],
         loop: asyncio.AbstractEventLoop | None = None,
         ready: asyncio.Event | None = None,
+        chunk: int | None = None,
     ) -> list[Ticket]:
         """Queue several requests at once (the words of one text), all or none: each counts toward
         `max_concurrent_requests`, and they are queued together, so they join the batch at the same step
@@ -254,7 +281,10 @@ class Scheduler:
         queue: while other requests wait, the groups take turns, a ticket each, so a long text does not hold
         back the requests queued after it. Errors as `submit`.
         `ready` (asyncio owners that read every answer whole): the one event all the tickets set, and only
-        when one of them ends; None: each ticket sets its own at every step that gives it events."""
+        when one of them ends; None: each ticket sets its own at every step that gives it events.
+        `chunk` (a long text): not all or none, but in chunks: the first `chunk` tickets, or as many as the bound has
+        room for, are queued now (Overloaded only when it has no room at all), and the rest wait uncounted in a
+        `TextShare`; the engine thread queues the next as each counted one finishes, at most `chunk` at once."""
         for _, options in requests:
             check_rows(options, self.max_batch_size)
         deadline = time.perf_counter() + self.request_timeout_s
@@ -262,12 +292,28 @@ class Scheduler:
         with self._cv:
             if self._stopping or not self.alive:
                 raise Unavailable(self.unavailable_reason())
-            if self._in_flight + len(tickets) > self.max_concurrent_requests:
-                raise Overloaded(self.retry_after_s())
-            self._in_flight += len(tickets)
-            if tickets:
-                self._waiting.append(collections.deque(tickets))
-                self._n_waiting += len(tickets)
+            room = self.max_concurrent_requests - self._in_flight
+            if chunk is None or len(tickets) <= 1:
+                if len(tickets) > room:
+                    raise Overloaded(self.retry_after_s())
+                now = tickets
+            else:
+                if room < 1:
+                    raise Overloaded(self.retry_after_s())
+                n = min(len(tickets), max(1, chunk), room)
+                now = tickets[:n]
+                if n < len(tickets):
+                    share = TextShare(tickets[n:], max(1, chunk))
+                    share.active = n
+                    for t in tickets:
+                        t.share = share
+                    for t in share.held:
+                        t.counted = False
+                    self._shares.append(share)
+            self._in_flight += len(now)
+            if now:
+                self._waiting.append(collections.deque(now))
+                self._n_waiting += len(now)
             self.metrics.queue_size.set(self._n_waiting)
             self._cv.notify()
         return tickets
@@ -311,7 +357,14 @@ class Scheduler:
         try:
             while True:
                 with self._cv:
-                    while not self._stopping and not self._waiting and not len(batch) and not self._scoring and not len(forced):
+                    while (
+                        not self._stopping
+                        and not self._waiting
+                        and not self._shares
+                        and not len(batch)
+                        and not self._scoring
+                        and not len(forced)
+                    ):
                         self._cv.wait()
                     if self._stopping:
                         break
@@ -326,8 +379,9 @@ class Scheduler:
                 self._stopping = True
                 reason = getattr(self, "_stop_reason", None) if self.failure is None else self.unavailable_reason()
                 leftovers = [t for group in self._waiting for t in group] + [t for t in self._by_gen.values()]
-                leftovers += list(self._scoring) + forced.jobs
+                leftovers += list(self._scoring) + forced.jobs + [t for share in self._shares for t in share.held]
                 self._waiting.clear()
+                self._shares.clear()
                 self._n_waiting = 0
                 self._scoring.clear()
             err = Unavailable(reason or "the server is shutting down")
@@ -360,6 +414,8 @@ class Scheduler:
         # 2. waiting requests join, up to the batch bound; one encoder call for the group
         joining: list[Ticket] = []
         with self._cv:
+            if self._shares:
+                self._next_chunks(now, touched)
             rows = len(batch)  # a request counts its rows (beams, best_of samples) toward the batch bound
             while self._waiting and rows + self._waiting[0][0].options.n_rows <= self.max_batch_size:
                 group = self._waiting.popleft()
@@ -485,6 +541,30 @@ class Scheduler:
                 touched.append(t)
         self._flush(touched)
 
+    def _next_chunks(self, now: float, touched: list[Ticket]) -> None:
+        """Queue long texts' waiting words as the bound has room, each text up to its chunk, the texts in turn (engine
+        thread, holding the lock). A word cancelled or past its deadline while waiting ends here."""
+        for _ in range(len(self._shares)):
+            if self._in_flight >= self.max_concurrent_requests:
+                return  # the texts not served keep their place at the front
+            share = self._shares.popleft()
+            queued: list[Ticket] = []
+            while share.held and share.active < share.chunk and self._in_flight < self.max_concurrent_requests:
+                t = share.held.popleft()
+                if t.cancelled or now > t.deadline:
+                    self._finish(t, None if t.cancelled else Failed(TimedOut(self.request_timeout_s)))
+                    touched.append(t)
+                    continue
+                t.counted = True
+                share.active += 1
+                self._in_flight += 1
+                queued.append(t)
+            if queued:
+                self._waiting.append(collections.deque(queued))
+                self._n_waiting += len(queued)
+            if share.held:
+                self._shares.append(share)
+
     def _start_one_by_one(self, group: list[Ticket], touched: list[Ticket]) -> tuple[list[Ticket], list[Generation]]:
         """engine.start per request, so one refused request fails alone (InvalidRequest), not its whole group."""
         started, gens = [], []
@@ -504,8 +584,12 @@ class Scheduler:
         t.done = True
         if last is not None:
             t._events.append(last)
+        if not t.counted:  # a long text's word that ended while it waited uncounted (`TextShare`)
+            return
         with self._cv:
             self._in_flight -= 1
+            if t.share is not None:
+                t.share.active -= 1
 
     def _flush(self, touched: list[Ticket]) -> None:
         """Wake the owners of tickets that got events: one callback per event loop per step."""

@@ -4,7 +4,7 @@ Every front end calls it: the HTTP routes (service/http/) and the in-process `Ge
 (service/client.py, `attnserve-generate`), so they answer alike by construction:
 
     front = TextFrontEnd(engine, scheduler, lexicon=..., max_input_tokens=...)   # once
-    job = front.admit(inputs, TextParams(...), options, loop=loop, stream=False)  # read, look up, queue (all at once)
+    job = front.admit(inputs, TextParams(...), options, loop=loop, stream=False)  # read, look up, queue (in chunks)
     await job.collect(request)    # an event loop's owner: every unit finished (False: the client went away)
     job.wait()                    # a thread's owner: every unit finished
     job.answers(unit)             # a finished unit's answers, best first: the lexicon's, then the model's
@@ -27,8 +27,11 @@ skipped); a unit the lexicon answers fully never reaches the engine. A word whos
 reader's rules fixed (an acronym spelt, an accented word: `Word.pronunciation`) is answered that
 way, as a lexicon entry, whenever the lexicon may answer; a mark kept with `punctuation` is
 answered by itself (`punctuation_answer`) and never reaches either. The units the model
-answers are queued together (`Scheduler.submit_many`), so they share decoder steps; each
-counts toward `max_concurrent_requests`.
+answers are queued together (`Scheduler.submit_many`), so they share decoder steps, in chunks:
+at most `Scheduler.text_chunk` of a text's words count toward `max_concurrent_requests` at once
+(queued or running), the others waiting uncounted for their turn, so a text of more unknown
+words than the bound is read, not refused, and other requests still get in while it runs. A
+text is refused (Overloaded: 429) only when the bound has no room for its first word.
 
 A lexicon answer is a real token sequence: the target tokenizer's ids with logprob null, then
 the end token (finish reason `eos_token`); its score is null. `max_new_tokens` applies to each
@@ -243,7 +246,7 @@ class TextFrontEnd:
         stream: bool = False,
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> TextRequest:
-        """Read `inputs` into units, answer what the lexicon knows and queue the rest on the engine, all at once.
+        """Read `inputs` into units, answer what the lexicon knows and queue the rest on the engine (in chunks).
         `options`: the decoding options, or what checks and makes them (called once the input is read, so a
         request wrong in both is told about its input first). `loop`: the event loop of an asyncio owner (None:
         a thread waits with `wait`); `stream`: the owner reads tokens as they come. Raises InvalidRequest (what
@@ -278,17 +281,13 @@ class TextFrontEnd:
                 if candidates is not None and u.known:
                     u.known[0].source, u.known[0].candidates = "context", candidates
         to_model = [u for u in units if len(u.known) < options.n_best and not is_mark(u)]
-        limit = self.scheduler.max_concurrent_requests
-        if len(to_model) > limit:
-            raise InvalidRequest(
-                f"{len(to_model)} words need the model, and this server runs at most {limit} at once "
-                "(max_concurrent_requests); send fewer words per request",
-                field="inputs",
-            )
         # an asyncio owner that reads its answer whole is woken once per ending ticket, on one event
         ready = asyncio.Event() if loop is not None and not stream else None
         if to_model:
-            tickets = self.scheduler.submit_many([(u.source_ids, options) for u in to_model], loop, ready)
+            # in chunks: a text of more such words than the bound is admitted as the queue allows, not refused
+            # (Overloaded only when the queue has no room for its first word); its other words wait their turn
+            requests = [(u.source_ids, options) for u in to_model]
+            tickets = self.scheduler.submit_many(requests, loop, ready, chunk=self.scheduler.text_chunk)
             for u, t in zip(to_model, tickets):
                 u.ticket = t
         job = TextRequest(self.engine, self.reader, inputs, params, options, units, t_arrival, ready, form)

@@ -316,7 +316,7 @@ def test_a_3000_word_mixed_text_is_read_in_order_with_warnings_for_what_was_skip
     rounds = text.count("😀")
     assert rounds >= 20 and sorted(set(skipped)) == sorted(["😀", "👍🏽", "✓", "Привет"])
     assert len(skipped) == 4 * rounds
-    assert all(w["text"] and w["source"] in ("lexicon", "model", "context") for w in words)
+    assert all(w["text"] and w["source"] in ("lexicon", "model", "context") for w in words)  # context: a heteronym
 
 
 def test_any_mix_of_characters_is_read_or_refused_with_a_text_error_never_a_crash():

@@ -18,6 +18,11 @@ How the OpenAI parameters map:
 - `stop`: OpenAI's rule, the text ends before the first stop sequence generated (the engine stops
   there too). A stream holds back the last few characters that could begin a stop sequence.
 - `logprobs` (`top_logprobs` for chat): TGI's token log-probabilities and `top_n_tokens`.
+
+Skipped characters (running text: an emoji, a letter of another script) are reported as the TGI routes'
+`details.warnings` are: on each choice of a whole answer as the extension field `warnings` (absent when
+nothing was skipped), and as a count in the `x-attnserve-skipped-characters` header, whole or streamed
+(the stream's chunks are left as OpenAI's).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from service.errors import ServiceError
 from service.http import errors, fields
 from service.http.openai.errors import OpenAIError, bad_request, from_error
 from service.http.openai.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
+from service.http.responses import warnings
 from service.http.schemas import GenerateParameters, GenerateRequest
 from service.http.state import Service
 from service.text.requests import StreamToken, TextRequest
@@ -46,6 +52,10 @@ log = logging.getLogger("attnserve.service")
 FINISH = {"eos_token": "stop", "stop_sequence": "stop", "length": "length"}
 KEEPALIVE = b": keep-alive\n\n"
 DONE = b"data: [DONE]\n\n"
+
+
+# names the number of skipped spans of the prompts' characters (`warnings_headers`); docs/OPENAI.md
+SKIPPED_HEADER = "x-attnserve-skipped-characters"
 
 
 def served_model_name(svc: Service) -> str:
@@ -212,7 +222,9 @@ def plan(
 def admit(svc: Service, planned: Plan) -> list[list[TextRequest]]:
     """Every request of every prompt, admitted through the TGI routes' path (Service.admit); all or none:
     a refusal cancels those already queued. A refusal of the scheduler (429) for requests that can never be
-    admitted together (each word of running text counts) is a 400: retrying would not help."""
+    admitted together is a 400: retrying would not help. Running text is admitted in chunks (a text needs one
+    slot of the bound to start), so what cannot fit is the slots the earlier prompts took plus one per request
+    still to admit that needs the model."""
     jobs: list[list[TextRequest]] = []
     row: list[TextRequest] = []
     try:
@@ -230,7 +242,8 @@ def admit(svc: Service, planned: Plan) -> list[list[TextRequest]]:
                     )
             jobs.append(row)
     except (errors.APIError, ServiceError, OpenAIError) as e:
-        held = sum(u.ticket is not None for done in jobs for job in done for u in job.units)
+        # the slots this request held (a long text's words waiting for their chunk hold none)
+        held = sum(u.ticket is not None and u.ticket.counted for done in jobs for job in done for u in job.units)
         cancel_all([*jobs, row])
         err = from_error(e, planned.input_param)
         limit = svc.scheduler.max_concurrent_requests
@@ -245,8 +258,9 @@ def admit(svc: Service, planned: Plan) -> list[list[TextRequest]]:
 
 
 def model_units(svc: Service, planned: Plan, prompts: list[str]) -> int:
-    """The engine's share of `prompts` (each request's words that the lexicon cannot answer, or 1 per request when
-    inputs are read whole): how many of the server's `max_concurrent_requests` they need."""
+    """The requests of `prompts` that need the engine (running text: one with a word the lexicon cannot answer;
+    inputs read whole: every one): how many slots of the server's `max_concurrent_requests` they need at least, as
+    running text is admitted in chunks."""
     total = 0
     for prompt in prompts:
         for p in planned.parameters:
@@ -259,7 +273,7 @@ def model_units(svc: Service, planned: Plan, prompts: list[str]) -> int:
                 words = svc.reader.words(prompt)
             except Exception:  # unreadable: the request layer says so when it is admitted
                 words = []
-            total += sum(lexicon is None or len(lexicon.lookup(w.text)) < n_best for w in words)
+            total += any(lexicon is None or len(lexicon.lookup(w.text)) < n_best for w in words)
     return total
 
 
@@ -338,6 +352,7 @@ class Choice:
     tokens: list[TokenOut]
     finish_reason: str
     completion_tokens: int
+    warnings: list[dict] | None = None  # its prompt's skipped characters (running text); None: nothing skipped
 
 
 def answered_choices(job: TextRequest, k: int, base: int, stop: tuple[str, ...]) -> list[Choice]:
@@ -365,8 +380,29 @@ def answered_choices(job: TextRequest, k: int, base: int, stop: tuple[str, ...])
                 break
         if text.finish_reason is None:  # no tokens at all
             text.finish_reason = FINISH.get(finish, "stop")
-        out.append(Choice(base + j, text.text, shown, text.finish_reason, text.tokens))
+        out.append(Choice(base + j, text.text, shown, text.finish_reason, text.tokens, skipped_warnings(job)))
     return out
+
+
+def skipped_warnings(job: TextRequest) -> list[dict] | None:
+    """The prompt's characters that running text skipped, as the TGI routes' `details.warnings`; None when none were."""
+    return [w.model_dump() for w in warnings(job)] if job.skipped else None
+
+
+def warnings_headers(jobs: list[list[TextRequest]]) -> dict[str, str]:
+    """`x-attnserve-skipped-characters`: how many spans of the prompts' characters were skipped (each prompt read
+    once), known at admission, so a stream has it too; {} when none were. The spans themselves are each choice's
+    `warnings` in a whole answer."""
+    n = sum(len(row[0].skipped) for row in jobs if row)
+    return {SKIPPED_HEADER: str(n)} if n else {}
+
+
+def with_warnings(choice: dict, c: Choice) -> dict:
+    """A choice object with the extension field `warnings` when its prompt had characters skipped (otherwise as
+    OpenAI's, unchanged)."""
+    if c.warnings:
+        choice["warnings"] = c.warnings
+    return choice
 
 
 # ---- answering ------------------------------------------------------------------------------------
@@ -611,12 +647,15 @@ def completion_body(answer: Answer, planned: Plan) -> dict:
         "created": answer.created,
         "model": answer.model,
         "choices": [
-            {
-                "index": c.index,
-                "text": c.text,
-                "logprobs": completion_logprobs(c.tokens, bool(planned.logprobs)) if planned.logprobs is not None else None,
-                "finish_reason": c.finish_reason,
-            }
+            with_warnings(
+                {
+                    "index": c.index,
+                    "text": c.text,
+                    "logprobs": completion_logprobs(c.tokens, bool(planned.logprobs)) if planned.logprobs is not None else None,
+                    "finish_reason": c.finish_reason,
+                },
+                c,
+            )
             for c in answer.choices
         ],
         "usage": answer.usage(),
@@ -630,12 +669,15 @@ def chat_body(answer: Answer, planned: Plan) -> dict:
         "created": answer.created,
         "model": answer.model,
         "choices": [
-            {
-                "index": c.index,
-                "message": {"role": "assistant", "content": c.text},
-                "logprobs": chat_logprobs(c.tokens) if planned.logprobs is not None else None,
-                "finish_reason": c.finish_reason,
-            }
+            with_warnings(
+                {
+                    "index": c.index,
+                    "message": {"role": "assistant", "content": c.text},
+                    "logprobs": chat_logprobs(c.tokens) if planned.logprobs is not None else None,
+                    "finish_reason": c.finish_reason,
+                },
+                c,
+            )
             for c in answer.choices
         ],
         "usage": answer.usage(),

@@ -128,7 +128,7 @@ async def answer(
     """Admit a planned completion and answer it, whole or streamed; `sent`: the request body (its ignored fields are
     named in a response header)."""
     jobs = c.admit(svc, planned)
-    ignored = c.ignored_headers(sent) if sent is not None else {}
+    ignored = (c.ignored_headers(sent) if sent is not None else {}) | c.warnings_headers(jobs)
     if planned.stream:
         envelope = {
             "id": c.new_id(prefix),

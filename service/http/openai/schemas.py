@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from service.http.schemas import TextWarning
+
 MAX_STOP = 4  # OpenAI's limit on stop sequences
 
 
@@ -187,6 +189,11 @@ class CompletionChoice(BaseModel):
     text: str
     logprobs: CompletionLogprobs | None = None
     finish_reason: FinishReason | None = Field(..., description="stop: the end token or a stop sequence; length: max_tokens.")
+    warnings: list[TextWarning] | None = Field(
+        None,
+        description="Extension, word-level bundles: its prompt's characters that were skipped, with offsets, as /generate's "
+        "`details.warnings`; absent when none were (docs/OPENAI.md).",
+    )
 
 
 class CompletionResponse(BaseModel):
@@ -223,6 +230,11 @@ class ChatChoice(BaseModel):
     message: ChatMessageOut
     logprobs: ChatLogprobs | None = None
     finish_reason: FinishReason
+    warnings: list[TextWarning] | None = Field(
+        None,
+        description="Extension, word-level bundles: its prompt's characters that were skipped, with offsets, as /generate's "
+        "`details.warnings`; absent when none were (docs/OPENAI.md).",
+    )
 
 
 class ChatCompletionResponse(BaseModel):
