@@ -11,6 +11,19 @@ from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+
+    from export.errors import BuildError
+    from service.engine.bundle import BundleError
+
+    try:
+        return COMMANDS[args.command](args)
+    except (BuildError, BundleError, FileNotFoundError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="attnserve-export", description="Export a trained run to a verified model bundle.")
     sub = p.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="run directory -> model bundle (graphs, variants, parity, dev eval, int8 gate)")
@@ -62,69 +75,89 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("bundle", type=Path)
     v.add_argument("--run", type=Path, help="the run it came from: recompute the PyTorch reference and compare numerically")
     v.add_argument("--threads", type=int)
-    args = p.parse_args(argv)
+    return p
 
+
+# One function per subcommand: each takes the parsed arguments and returns the exit status; a BuildError,
+# BundleError, missing file or bad value it raises is main's one-line error (exit 2).
+
+
+def _build(args) -> int:
+    from export.bundle import build
     from export.errors import BuildError
-    from service.engine.bundle import BundleError
 
-    try:
-        if args.command == "build":
-            from export.bundle import build
+    if args.parity_limit < 200:
+        raise BuildError("--parity-limit must be at least 200 (the parity suite needs 200 inputs)")
+    build(
+        args.run,
+        args.out,
+        args.model_id,
+        args.eval_limit or 0,
+        args.parity_limit,
+        args.threads,
+        _log,
+        args.dataset,
+        fp16=not args.no_fp16,
+        lexicon=args.lexicon,
+        word_level_source=args.word_level_source,
+    )
+    return 0
 
-            if args.parity_limit < 200:
-                raise BuildError("--parity-limit must be at least 200 (the parity suite needs 200 inputs)")
-            build(
-                args.run,
-                args.out,
-                args.model_id,
-                args.eval_limit or 0,
-                args.parity_limit,
-                args.threads,
-                _log,
-                args.dataset,
-                fp16=not args.no_fp16,
-                lexicon=args.lexicon,
-                word_level_source=args.word_level_source,
-            )
-            return 0
-        if args.command == "add-lexicon":
-            from export.lexicon import add_lexicon
 
-            add_lexicon(args.bundle, args.dataset, args.word_level_source, _log)
-            return 0
-        if args.command == "add-variant":
-            from export.add_variant import add_variant
+def _add_lexicon(args) -> int:
+    from export.lexicon import add_lexicon
 
-            meta = add_variant(args.bundle, args.variant, args.provider, args.threads, _log)
-            print(json.dumps({"default_variant": meta["default_variant"], "fp16": meta["variants"]["fp16"]}, indent=2))
-            return 0
-        if args.command == "add-context":
-            from export.context import add_context
+    add_lexicon(args.bundle, args.dataset, args.word_level_source, _log)
+    return 0
 
-            add_context(args.bundle, args.run, _log)
-            return 0
-        if args.command == "requantize":
-            from export.bundle import requantize
 
-            meta = requantize(args.bundle, args.eval_limit, args.threads, _log, args.dataset)
-            print(json.dumps(meta["int8_gate"], indent=2))  # whether int8 is now the CPU default, and why
-            return 0
-        from export.verify import run_parity
+def _add_variant(args) -> int:
+    from export.add_variant import add_variant
 
-        model = None
-        if args.run:
-            from training.run import load_model
+    meta = add_variant(args.bundle, args.variant, args.provider, args.threads, _log)
+    print(json.dumps({"default_variant": meta["default_variant"], "fp16": meta["variants"]["fp16"]}, indent=2))
+    return 0
 
-            model = load_model(args.run)
-        report = run_parity(args.bundle, model=model, threads=args.threads, log=_log)
-    except (BuildError, BundleError, FileNotFoundError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+
+def _add_context(args) -> int:
+    from export.context import add_context
+
+    add_context(args.bundle, args.run, _log)
+    return 0
+
+
+def _requantize(args) -> int:
+    from export.bundle import requantize
+
+    meta = requantize(args.bundle, args.eval_limit, args.threads, _log, args.dataset)
+    print(json.dumps(meta["int8_gate"], indent=2))  # whether int8 is now the CPU default, and why
+    return 0
+
+
+def _verify(args) -> int:
+    from export.verify import run_parity
+
+    model = None
+    if args.run:
+        from training.run import load_model
+
+        model = load_model(args.run)
+    report = run_parity(args.bundle, model=model, threads=args.threads, log=_log)
     print(json.dumps(report["figures"], indent=2))
     for failure in report["failures"]:
         print(f"FAIL: {failure}", file=sys.stderr)
     print("parity: " + ("FAILED" if report["failures"] else "passed"), file=sys.stderr)
     return 1 if report["failures"] else 0
+
+
+COMMANDS = {
+    "build": _build,
+    "add-lexicon": _add_lexicon,
+    "add-variant": _add_variant,
+    "add-context": _add_context,
+    "requantize": _requantize,
+    "verify": _verify,
+}
 
 
 def _log(msg: str) -> None:
