@@ -393,10 +393,21 @@ class Scheduler:
             self.metrics.running_sequences.set(0)
 
     def _turn(self, batch) -> None:
+        """One step boundary of the generation batch: rows that must leave go, waiting requests join (one encoder
+        call for them), then ONE decoder step for every row; the requests whose state changed are woken together."""
         now = time.perf_counter()
         touched: list[Ticket] = []
+        self._drop_rows(batch, now, touched)
+        joining = self._take_waiting(len(batch), now, touched)
+        if joining:
+            self._start(batch, joining, touched)
+        self.metrics.running_sequences.set(len(batch))
+        if len(batch):
+            self._step(batch, touched)
+        self._flush(touched)
 
-        # 1. rows that must leave before this step: cancelled, or past their deadline
+    def _drop_rows(self, batch, now: float, touched: list[Ticket]) -> None:
+        """Rows that must leave before this step: cancelled, or past their deadline."""
         leaving = []
         for t in list(self._by_gen.values()):
             if t.cancelled:
@@ -411,12 +422,13 @@ class Scheduler:
             for t in leaving:
                 del self._by_gen[id(t.generation)]
 
-        # 2. waiting requests join, up to the batch bound; one encoder call for the group
+    def _take_waiting(self, rows: int, now: float, touched: list[Ticket]) -> list[Ticket]:
+        """The waiting requests that join this step, up to the batch bound (a request counts its rows: beams,
+        best_of samples), groups taking turns; queued requests cancelled or past their deadline leave the queue."""
         joining: list[Ticket] = []
         with self._cv:
             if self._shares:
                 self._next_chunks(now, touched)
-            rows = len(batch)  # a request counts its rows (beams, best_of samples) toward the batch bound
             while self._waiting and rows + self._waiting[0][0].options.n_rows <= self.max_batch_size:
                 group = self._waiting.popleft()
                 t = group.popleft()
@@ -442,28 +454,28 @@ class Scheduler:
                     self._finish(t, None if t.cancelled else Failed(TimedOut(self.request_timeout_s)))
                     touched.append(t)
             self.metrics.queue_size.set(self._n_waiting)
-        if joining:
-            t0 = time.perf_counter()
-            try:
-                gens = self.engine.start([(t.source_ids, t.options) for t in joining])
-            except InputError:  # the handlers validate first; find the request the engine still refuses
-                joining, gens = self._start_one_by_one(joining, touched)
-            t1 = time.perf_counter()
-            if joining:
-                self.metrics.encoder_duration.observe(t1 - t0)
-                batch.add(gens)
-                for t, gen in zip(joining, gens):
-                    t.generation = gen
-                    t.t_admitted = t0
-                    self._by_gen[id(gen)] = t
-                    self.metrics.queue_duration.observe(t0 - t.t_arrival)
-                    self.metrics.input_tokens.observe(len(t.source_ids))
-        self.metrics.running_sequences.set(len(batch))
-        if not len(batch):
-            self._flush(touched)
-            return
+        return joining
 
-        # 3. one decoder step for every row
+    def _start(self, batch, joining: list[Ticket], touched: list[Ticket]) -> None:
+        """The joining requests' encoder call (one for them all), then their rows join the batch."""
+        t0 = time.perf_counter()
+        try:
+            gens = self.engine.start([(t.source_ids, t.options) for t in joining])
+        except InputError:  # the handlers validate first; find the request the engine still refuses
+            joining, gens = self._start_one_by_one(joining, touched)
+        t1 = time.perf_counter()
+        if joining:
+            self.metrics.encoder_duration.observe(t1 - t0)
+            batch.add(gens)
+            for t, gen in zip(joining, gens):
+                t.generation = gen
+                t.t_admitted = t0
+                self._by_gen[id(gen)] = t
+                self.metrics.queue_duration.observe(t0 - t.t_arrival)
+                self.metrics.input_tokens.observe(len(t.source_ids))
+
+    def _step(self, batch, touched: list[Ticket]) -> None:
+        """ONE decoder step for every row; each request's tokens, its wake-up, and the rows that finished leave."""
         n_rows = len(batch)  # one token per row this step
         t0 = time.perf_counter()
         results: list[StepResult] = self.engine.step(batch)
@@ -498,7 +510,6 @@ class Scheduler:
             for t in finished:
                 del self._by_gen[id(t.generation)]
         self.metrics.running_sequences.set(len(batch))
-        self._flush(touched)
 
     def _score_turn(self, forced: ForcedBatch) -> None:
         """The scoring batch's step boundary, as `_turn`'s: cancelled and expired requests leave, waiting ones join
