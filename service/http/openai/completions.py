@@ -126,69 +126,15 @@ def plan(
 ) -> Plan:
     """Check the parameters against the server's limits (400s naming the field) and build the requests' parameters.
     `max_tokens`, `logprobs`: (the field's name in this route, its value)."""
-    settings = svc.settings
-    check_model(svc, body.model)
-    for i, p in enumerate(prompts):
-        if not p.strip():
-            raise bad_request(input_param if len(prompts) == 1 else f"{input_param}.{i}", "the prompt is empty: send some text")
-    max_name, max_value = max_tokens
-    if max_value is not None and max_value > svc.max_new_tokens:
-        raise bad_request(max_name, f"{max_name} must be at most {svc.max_new_tokens} on this server, got {max_value}")
+    check_limits(svc, body, prompts, max_tokens=max_tokens, best_of=best_of, logprobs=logprobs, input_param=input_param)
     n = body.n or 1
-    if n > settings.max_best_of:
-        raise bad_request("n", f"n must be at most {settings.max_best_of} on this server (max_best_of), got {n}")
-    if best_of is not None and best_of < n:
-        raise bad_request("best_of", f"best_of must be at least n ({n}), got {best_of}")
-    if best_of is not None and best_of > settings.max_best_of:
-        raise bad_request("best_of", f"best_of must be at most {settings.max_best_of} on this server, got {best_of}")
-    if body.num_beams is not None and body.num_beams > settings.max_best_of:
-        raise bad_request("num_beams", f"num_beams must be at most {settings.max_best_of} on this server, got {body.num_beams}")
-    lp_name, lp_value = logprobs
-    if lp_value is not None and lp_value > settings.max_top_n_tokens:
-        raise bad_request(lp_name, f"{lp_name} must be at most {settings.max_top_n_tokens} on this server, got {lp_value}")
     stream = bool(body.stream)
-    if body.stream_options is not None and not stream:
-        raise bad_request("stream_options", "stream_options is only allowed with stream: true")
-    sampling = bool(body.temperature)  # omitted or 0: greedy
-    if body.num_beams is not None and sampling:
-        raise bad_request("num_beams", "num_beams is beam search, which does not sample: drop num_beams, or temperature")
-    beam = not sampling and (n > 1 or (best_of or 1) > 1 or body.num_beams is not None)
-    if stream and beam:
-        which = "n" if n > 1 else "best_of" if (best_of or 1) > 1 else "num_beams"
-        raise bad_request(
-            which,
-            f"{which}: without sampling (temperature omitted or 0) this is the beam search n-best, which cannot be streamed: "
-            "its answers are known only when every beam has finished; set stream: false, or sample (temperature > 0)",
-        )
-    ranked = sampling and (best_of or n) > n  # TGI's sampled best_of: the n best of best_of candidates
-    if stream and ranked:
-        raise bad_request("best_of", "best_of > n cannot be streamed: the best are known only when every candidate has finished")
+    sampling, beam, ranked = decoding_kind(body, n, best_of, stream)
     seed = (body.seed if body.seed is not None else secrets.randbits(63)) if sampling else None
-    top_k = body.top_k if body.top_k and body.top_k > 0 else None
+    max_value, lp_value = max_tokens[1], logprobs[1]
 
     def params(seed_j: int | None, tgi_best_of: int | None) -> GenerateParameters:
-        return GenerateParameters(
-            max_new_tokens=max_value,
-            do_sample=sampling,
-            temperature=body.temperature if sampling else None,
-            top_k=top_k if sampling else None,
-            top_p=body.top_p if sampling else None,
-            repetition_penalty=body.repetition_penalty,
-            frequency_penalty=body.frequency_penalty,
-            presence_penalty=body.presence_penalty,
-            seed=seed_j,
-            stop=list(body.stop) if body.stop else None,
-            details=True,
-            best_of=tgi_best_of,
-            num_beams=body.num_beams,
-            top_n_tokens=lp_value or None,
-            lexicon=body.lexicon,
-            punctuation=body.punctuation,
-            alphabet=body.alphabet,
-            stress=body.stress,
-            pronunciations=body.pronunciations,
-            context=body.context,
-        )
+        return request_parameters(body, sampling, max_value, lp_value, seed_j, tgi_best_of)
 
     if beam:
         requests, per_request = [params(None, max(n, best_of or 1))], n
@@ -217,6 +163,96 @@ def plan(
             f"at most {limit} at once (max_concurrent_requests); send fewer prompts per request",
         )
     return planned
+
+
+def check_limits(
+    svc: Service,
+    body: SamplingFields,
+    prompts: list[str],
+    *,
+    max_tokens: tuple[str, int | None],
+    best_of: int | None,
+    logprobs: tuple[str, int | None],
+    input_param: str,
+) -> None:
+    """The model, the prompts and every bound of this server's settings; a 400 naming the field breaks one."""
+    settings = svc.settings
+    check_model(svc, body.model)
+    for i, p in enumerate(prompts):
+        if not p.strip():
+            raise bad_request(input_param if len(prompts) == 1 else f"{input_param}.{i}", "the prompt is empty: send some text")
+    max_name, max_value = max_tokens
+    if max_value is not None and max_value > svc.max_new_tokens:
+        raise bad_request(max_name, f"{max_name} must be at most {svc.max_new_tokens} on this server, got {max_value}")
+    n = body.n or 1
+    if n > settings.max_best_of:
+        raise bad_request("n", f"n must be at most {settings.max_best_of} on this server (max_best_of), got {n}")
+    if best_of is not None and best_of < n:
+        raise bad_request("best_of", f"best_of must be at least n ({n}), got {best_of}")
+    if best_of is not None and best_of > settings.max_best_of:
+        raise bad_request("best_of", f"best_of must be at most {settings.max_best_of} on this server, got {best_of}")
+    if body.num_beams is not None and body.num_beams > settings.max_best_of:
+        raise bad_request("num_beams", f"num_beams must be at most {settings.max_best_of} on this server, got {body.num_beams}")
+    lp_name, lp_value = logprobs
+    if lp_value is not None and lp_value > settings.max_top_n_tokens:
+        raise bad_request(lp_name, f"{lp_name} must be at most {settings.max_top_n_tokens} on this server, got {lp_value}")
+    if body.stream_options is not None and not body.stream:
+        raise bad_request("stream_options", "stream_options is only allowed with stream: true")
+
+
+def decoding_kind(body: SamplingFields, n: int, best_of: int | None, stream: bool) -> tuple[bool, bool, bool]:
+    """(sampling, beam, ranked): temperature omitted or 0 is greedy, and then n, best_of or num_beams ask for the beam
+    search n-best; sampling with best_of > n is TGI's ranked best_of. A stream of answers known only at the end is a
+    400 saying what to change."""
+    sampling = bool(body.temperature)  # omitted or 0: greedy
+    if body.num_beams is not None and sampling:
+        raise bad_request("num_beams", "num_beams is beam search, which does not sample: drop num_beams, or temperature")
+    beam = not sampling and (n > 1 or (best_of or 1) > 1 or body.num_beams is not None)
+    if stream and beam:
+        which = "n" if n > 1 else "best_of" if (best_of or 1) > 1 else "num_beams"
+        raise bad_request(
+            which,
+            f"{which}: without sampling (temperature omitted or 0) this is the beam search n-best, which cannot be streamed: "
+            "its answers are known only when every beam has finished; set stream: false, or sample (temperature > 0)",
+        )
+    ranked = sampling and (best_of or n) > n  # TGI's sampled best_of: the n best of best_of candidates
+    if stream and ranked:
+        raise bad_request("best_of", "best_of > n cannot be streamed: the best are known only when every candidate has finished")
+    return sampling, beam, ranked
+
+
+def request_parameters(
+    body: SamplingFields,
+    sampling: bool,
+    max_new_tokens: int | None,
+    top_n_tokens: int | None,
+    seed: int | None,
+    best_of: int | None,
+) -> GenerateParameters:
+    """One request's TGI parameters from the OpenAI body: the sampling fields only when sampling."""
+    top_k = body.top_k if body.top_k and body.top_k > 0 else None
+    return GenerateParameters(
+        max_new_tokens=max_new_tokens,
+        do_sample=sampling,
+        temperature=body.temperature if sampling else None,
+        top_k=top_k if sampling else None,
+        top_p=body.top_p if sampling else None,
+        repetition_penalty=body.repetition_penalty,
+        frequency_penalty=body.frequency_penalty,
+        presence_penalty=body.presence_penalty,
+        seed=seed,
+        stop=list(body.stop) if body.stop else None,
+        details=True,
+        best_of=best_of,
+        num_beams=body.num_beams,
+        top_n_tokens=top_n_tokens or None,
+        lexicon=body.lexicon,
+        punctuation=body.punctuation,
+        alphabet=body.alphabet,
+        stress=body.stress,
+        pronunciations=body.pronunciations,
+        context=body.context,
+    )
 
 
 def admit(svc: Service, planned: Plan) -> list[list[TextRequest]]:
