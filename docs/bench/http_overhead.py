@@ -17,7 +17,7 @@ c. one client: HTTP e2e p50 (`attnserve-loadtest --concurrency 1`) minus the p50
    in-process calls (`interleaved_c1`), so that neither the client's own parsing nor the machine's
    drift between the two measurements is in the difference.
 d. words/s over HTTP at 64 clients against (a)'s decode-only words/s.
-e. the serving tax per route (issue 38): the server's CPU per request over HTTP (/generate,
+e. the serving tax per route: the server's CPU per request over HTTP (/generate,
    /generate_stream, /v1/completions and /v1/chat/completions streamed, each at `--tax-clients`
    closed-loop clients of a lean asyncio raw-socket client on core 1) divided by the engine's CPU per
    word: `attnserve-bench` ort-int8 `cpu_ms_per_step` at batch 32 and 8 tokens (`--engine-bench FILE`

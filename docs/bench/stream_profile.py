@@ -1,4 +1,4 @@
-"""Where the server's CPU goes while it streams (issue 38): py-spy samples the server (on core 0, one ONNX
+"""Where the server's CPU goes while it streams: py-spy samples the server (on core 0, one ONNX
 Runtime thread) while the lean closed-loop client of http_overhead.py (on core 1) keeps `--clients`
 streams going on `--route` with out-of-dictionary pseudo-words.
 

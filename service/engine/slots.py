@@ -196,8 +196,7 @@ class SlotBatch:
         """The per-step inputs written in place on the host: the tokens and positions (which are also the past
         lengths). A CPU session reads them through the pointer at every run. A CUDA session does not: ONNX Runtime
         copies a host input to the device when it is bound, not when it runs, so on a GPU they are bound again
-        before every step (found by attnserve-gpu-check on an H200: bound once, every step after the first
-        re-read the first step's tokens)."""
+        before every step (bound once, every step after the first would re-read the first step's tokens)."""
         b, n = self.binding, self.n
         b.bind_input(INPUT_IDS, "cpu", 0, np.int64, [n, 1], self.input_ids.ctypes.data)
         b.bind_input(POSITION_IDS, "cpu", 0, np.int32, [n, 1], self.positions.ctypes.data)

@@ -7,7 +7,7 @@ punctuation, capitalisation and position; the features of Gorman et al., LREC 20
 dictionary pronunciations it knows, and the best comes first. One more input of each homograph's model is a
 shared verb-or-noun score, a logistic regression over the same features fitted on every homograph's sentences
 at once: ~100 sentences of one word are too few to learn what "to X", "will X" or "the X" say in general.
-Every other word is answered as before.
+Every other word is answered from the lexicon's first entry or the model, as without the component.
 
 Files (named in `bundle.json` `context`, each listed in `files` with its sha256; see docs/ARCHITECTURE.md):
 `context.json.gz`, gzip-compressed JSON:
