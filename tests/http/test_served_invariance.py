@@ -1,0 +1,81 @@
+"""The variant the default model serves, through the whole server: a word's answer is the same alone and among
+64 concurrent clients, greedy and with a seed, while long texts are read in chunks and /score steps its own
+batch beside the generation batch (the scheduler's grouped queue, text chunks and scoring turns all move rows
+in and out of the batch between steps)."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+from service_harness import serving
+
+DEFAULT_BUNDLE = Path(__file__).resolve().parents[2] / "models" / "g2p-en"
+SERVED = json.loads((DEFAULT_BUNDLE / "bundle.json").read_text())["default_variant"]["cpu"]
+
+rng = random.Random(7)
+# made-up words, so every answer comes from the model's decode loop and not from the lexicon
+SYLLABLES = [c + v for c in "bcdfghklmnprstvz" for v in "aeiou"]
+WORDS = sorted({"".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 4))) for _ in range(40)})
+SEEDED = {"do_sample": True, "temperature": 0.9, "top_p": 0.95}
+
+
+@pytest.fixture(scope="module")
+def url():
+    # a small bound, so that the long texts below are read in chunks while the words run
+    with serving(DEFAULT_BUNDLE, max_concurrent_requests=64, max_batch_size=32) as s:
+        yield s.url
+
+
+def post(url: str, route: str, body: dict) -> httpx.Response:
+    """As a client does: a 429 (the bound is full) is retried after a moment."""
+    while True:
+        r = httpx.post(url + route, json=body, timeout=120)
+        if r.status_code != 429:
+            assert r.status_code == 200, r.text
+            return r
+        time.sleep(0.05)
+
+
+def answer(url: str, text: str, **parameters) -> str:
+    return post(url, "/generate", {"inputs": text, "parameters": {"lexicon": False, **parameters}}).json()["generated_text"]
+
+
+def jobs() -> list[tuple[str, dict]]:
+    """Each word greedy and with its own seed."""
+    return [(w, {}) for w in WORDS] + [(w, {**SEEDED, "seed": i}) for i, w in enumerate(WORDS)]
+
+
+def test_the_server_serves_the_default_variant(url):
+    assert httpx.get(url + "/info").json()["variant"] == SERVED
+
+
+def test_answers_are_the_same_alone_and_among_64_concurrent_clients(url):
+    alone = {(w, json.dumps(p)): answer(url, w, **p) for w, p in jobs()}
+    sampled = [alone[(w, json.dumps({**SEEDED, "seed": i}))] for i, w in enumerate(WORDS)]
+    assert sampled != [alone[(w, "{}")] for w in WORDS]  # the seeded requests really sample
+    long_text = " ".join(WORDS)  # more model-bound words than one chunk of the bound: read in chunks
+
+    def client(k: int):
+        if k % 16 == 0:  # a long text among the words
+            return "text", answer(url, long_text)
+        if k % 16 == 1:  # a scoring request among them: its batch steps beside the generation batch
+            w = WORDS[k % len(WORDS)]
+            post(url, "/score", {"inputs": w, "targets": [alone[(w, "{}")]]})
+            return "score", None
+        w, p = jobs()[k % len(jobs())]
+        return (w, json.dumps(p)), answer(url, w, **p)
+
+    with ThreadPoolExecutor(64) as pool:
+        together = list(pool.map(client, range(320)))
+    words = [(key, got) for key, got in together if key not in ("text", "score")]
+    assert len(words) > 200
+    assert [got for _, got in words] == [alone[key] for key, _ in words]
+    texts = [got for key, got in together if key == "text"]
+    greedy = " | ".join(alone[(w, "{}")] for w in WORDS)
+    assert texts and all(t == greedy for t in texts)  # a text's words read in chunks answer as each word alone
