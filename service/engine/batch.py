@@ -1,4 +1,5 @@
-"""The rows decoding together and their KV cache, between the engine's decoder calls.
+"""The batch of a v1 decoder (`kv_cache: "concat"`): the rows decoding together and their KV cache, one kind of
+the batch contract (service/engine/contract.py). It makes the decoder call itself (`run`).
 
 Cache layout of an ActiveBatch (B rows, P past slots, S source slots):
 - self-attention cache `past.{i}.decoder.key/value` [B, H, P, Dh] is RIGHT-aligned:
