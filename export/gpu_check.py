@@ -282,7 +282,7 @@ def invariance(engine, corpus: dict) -> dict:
 
     ids, n = corpus["source_ids"], engine.max_target_len
     # a v2 variant is bitwise the same in any batch; v1 float32's beam scores may move in the last bits
-    tolerance = 0.0 if engine.in_place else TOL_SCORE
+    tolerance = 0.0 if engine.kv_cache == "in_place" else TOL_SCORE
     kinds = {
         "greedy": [DecodingOptions(max_new_tokens=n)] * len(ids),
         "seeded": [sampling_options(i, n) for i in range(len(ids))],
@@ -327,7 +327,7 @@ def residency(engine, sources: list[list[int]]) -> dict:
     from service.engine.engine import DecodingOptions
 
     batch = engine.new_batch()
-    batch.add(engine.start([(s, DecodingOptions(max_new_tokens=4, min_new_tokens=4)) for s in sources]))
+    engine.join(batch, [(s, DecodingOptions(max_new_tokens=4, min_new_tokens=4)) for s in sources])
     for _ in range(2):
         engine.step(batch)
 
@@ -338,7 +338,7 @@ def residency(engine, sources: list[list[int]]) -> dict:
         return "host" if name.lower() == "cpu" else name.lower()
 
     places: dict[str, str] = {}
-    if engine.in_place:
+    if engine.kv_cache == "in_place":
         places["self_attention_cache"] = sorted({where(v) for v in batch.cache})
         places["cross_attention_kv"] = sorted({where(v) for v in getattr(batch, "cross_device", batch.cross)})
         places["encoder_attention_bias"] = [where(getattr(batch, "bias_device", batch.bias))]

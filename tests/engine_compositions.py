@@ -58,9 +58,9 @@ def decode(
     run_step, start = engine.run_step, engine.start
 
     def recording_start(pairs):
-        gens = start(pairs)
+        gens, sources = start(pairs)
         started.extend(gens)
-        return gens
+        return gens, sources
 
     def recording_run_step(batch):
         out, next_tokens = run_step(batch)

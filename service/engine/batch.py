@@ -1,4 +1,5 @@
-"""The rows decoding together and their KV cache, between the engine's decoder calls.
+"""The batch of a v1 decoder (`kv_cache: "concat"`): the rows decoding together and their KV cache, one kind of
+the batch contract (service/engine/contract.py). It makes the decoder call itself (`run`).
 
 Cache layout of an ActiveBatch (B rows, P past slots, S source slots):
 - self-attention cache `past.{i}.decoder.key/value` [B, H, P, Dh] is RIGHT-aligned:
@@ -23,42 +24,30 @@ through numpy.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 
+from service.engine.bundle import BundleError
+from service.engine.contract import BufferPool, DecodeBatch, DecoderSpec, EncodedSource
 from service.engine.names import (
     DECODER,
     DECODER_ATTENTION_MASK,
     ENCODER,
     ENCODER_ATTENTION_BIAS,
     INPUT_IDS,
+    NEG_INF,
     POSITION_IDS,
     past_names,
 )
 from service.engine.rows import Generation, Row, RowState
-from service.engine.runtime import OrtValues
 from service.engine.step import StepChoice
 
-NEG_INF = -1e9  # the bias value the graphs use for masked keys (never -inf)
 
-
-@dataclass(frozen=True)
-class CacheLayout:
-    """What the batch's arrays look like for one decoder graph: its cache shapes and dtypes, and the
-    token a joining row feeds first."""
-
-    n_layers: int
-    n_heads: int
-    head_dim: int
-    kv_dtype: type  # the caches' numpy dtype
-    bias_dtype: type  # encoder_attention_bias's
-    bos_id: int
-    vocab_size: int
-
-
-class ActiveBatch:
-    """The rows decoding together and their cache (layout: see the module docstring).
+class ActiveBatch(DecodeBatch):
+    """The rows decoding together over a v1 decoder and their cache (layout: see the module docstring); the
+    batch contract's v1 kind (service/engine/contract.py).
 
     Array row i holds `rows[i]`, or None for a free slot: a row that left stays in the arrays
     (it computes for nothing, masked, its position frozen) until a joining row takes its slot
@@ -76,17 +65,31 @@ class ActiveBatch:
     MAX_DEAD_SLOT_SHARE = 0.5
     MIN_DEAD_SLOTS = 8
 
-    def __init__(self, layout: CacheLayout, values: OrtValues, binding=None):
-        """`values` makes the step's OrtValues on the decoder's device; `binding`: the decoder's IOBinding
-        on a device (CUDA), None on CPU."""
+    KV_CACHE = "concat"
+
+    def __init__(self, decoder: DecoderSpec, pool: BufferPool, run: Callable):
+        """`run`: the adapter's `run_with_values` (the engine's `run_decoder`, which a profiler may wrap). The
+        pool is not used: a v1 cache is made anew as it grows."""
+        layout = decoder.layout
         self.layout = layout
-        self.values = values
-        self.on_cpu = values.device == "cpu"
-        self.binding = binding
+        self.session = decoder.session
+        self.values = decoder.values
+        self.on_cpu = decoder.device == "cpu"
+        self.device = decoder.device
+        self.run_decoder = run
+        self.output_names = decoder.output_names
+        self.cache_outputs = range(1, 1 + 2 * layout.n_layers)  # the present self-attention cache among the outputs
+        self.next_token_output = len(decoder.output_names) - 1 if decoder.has_next_token else None
+        # a device (CUDA): the decoder's IOBinding keeps the cache on the device between steps
+        self.binding = None if self.on_cpu else decoder.session.io_binding()
         self.past_names = past_names(layout.n_layers, DECODER)
         self.cross_names = past_names(layout.n_layers, ENCODER)
         self.feeds: dict[str, object] = {}  # CPU: the decoder call's inputs (C OrtValues), see bind_static
         self._reset()
+
+    @classmethod
+    def load_error(cls, decoder_path: Path, variant: str, reason: str) -> Exception:
+        return BundleError(f"{decoder_path.parent}: ONNX Runtime cannot load variant {variant!r}: {reason}")
 
     def _reset(self) -> None:
         e = self.layout
@@ -103,13 +106,6 @@ class ActiveBatch:
         self.n_live = 0  # rows in use (live.sum(), kept as a count: the decode loop asks every step)
         self.dirty = True
         self.compaction_due = False
-
-    @property
-    def rows(self) -> list[Row | None]:
-        return self.state.rows
-
-    def __len__(self) -> int:
-        return self.n_live
 
     def _past_numpy(self) -> list[np.ndarray]:
         e = self.layout
@@ -177,9 +173,21 @@ class ActiveBatch:
             binding.bind_ortvalue_input(name, value)
         return binding
 
-    def keep_cache(self, present: list) -> None:
-        """After a step: its `present` self-attention outputs (OrtValues) are the next step's past."""
-        self.past = present
+    def run(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """ONE decoder call for every row: (logits [B, V] float32, in-graph argmax [B] or None). Its `present`
+        self-attention outputs stay OrtValues: the next step's past."""
+        if self.on_cpu:
+            outs = self.run_decoder(self.step_inputs(), self.output_names, None)
+        else:  # device memory: IOBinding keeps the cache on the device between steps
+            binding = self.bind_step_inputs()
+            binding.clear_binding_outputs()
+            for name in self.output_names:
+                binding.bind_output(name, self.device)
+            self.session.run_with_iobinding(binding)
+            outs = binding.get_outputs()
+        self.past = [outs[i] for i in self.cache_outputs]
+        logits = outs[0].numpy()  # [B, V] float32
+        return logits, (None if self.next_token_output is None else outs[self.next_token_output].numpy())
 
     def follow(self, choice: StepChoice) -> None:
         """After token choice: beams take their parents' cache, every row feeds its new token at its next
@@ -190,14 +198,6 @@ class ActiveBatch:
         self.positions += self.live  # in place: the bound OrtValue sees it; free slots stay put
         if choice.leaving:
             self.free(choice.leaving)
-
-    def add(self, gens: list[Generation]) -> None:
-        """Join new generations (fresh from engine.start), all their rows, at a step boundary."""
-        self.update(add=gens)
-
-    def remove(self, gens: list[Generation]) -> None:
-        """Drop every row these generations still have in the batch (finished or cancelled)."""
-        self.update(remove=gens)
 
     def free(self, rows: list[Row]) -> None:
         """Rows leave: their slots become free (masked, position frozen) until reused or compacted."""
@@ -213,15 +213,12 @@ class ActiveBatch:
         if not len(self):
             self._reset()
 
-    def update(self, remove: list[Generation] = (), add: list[Generation] = ()) -> None:
-        """Generations leave and join at a step boundary. Joining rows take free slots in place when they
-        fit (CPU); otherwise the cache is rebuilt once for both changes. Whether free slots are
-        worth a compaction is decided at the next step, so rows that join in between (a server
-        removes finished rows after a step and adds waiting ones before the next) fill them first."""
-        leaving = [q for g in remove for q in g.rows if q.slot >= 0]
-        adding = [q for g in add for q in g.rows]
-        if leaving:
-            self.free(leaving)
+    def add(self, gens: Sequence[Generation], sources: Sequence[EncodedSource]) -> None:
+        """Generations join at a step boundary, all their rows. Joining rows take free slots in place when they
+        fit (CPU); otherwise the cache is rebuilt. Whether free slots are worth a compaction is decided at the
+        next step, so rows that join in between (a server removes finished rows after a step and adds waiting
+        ones before the next) fill them first."""
+        adding = [(q, src) for g, src in zip(gens, sources, strict=True) for q in g.rows]
         if not adding:
             return
         active = [i for i, q in enumerate(self.rows) if q is not None]
@@ -230,13 +227,13 @@ class ActiveBatch:
             self.on_cpu
             and bool(self.past)
             and len(adding) <= len(free)
-            and all(q.generation.source_len <= self.bias.shape[3] for q in adding)
+            and all(src.length <= self.bias.shape[3] for _, src in adding)
         )
         if not fits:
             self._rebuild(active, adding)
             return
-        for slot, q in zip(free, adding):
-            self._fill(slot, q)
+        for slot, (q, src) in zip(free, adding):
+            self._fill(slot, q, src)
         self.compaction_due = True
 
     def compact_if_wasteful(self) -> None:
@@ -260,20 +257,20 @@ class ActiveBatch:
             self.past_np = past
             self.past = [self.values.input(p) for p in past]
 
-    def _fill(self, i: int, q: Row) -> None:
+    def _fill(self, i: int, q: Row, src: EncodedSource) -> None:
         """Put a new row in free slot i, in place. Its past slots keep the old row's (finite)
         values under a zero mask, so they need no clearing; its cross K/V and bias are written."""
-        g = q.generation
+        s = src.length
         for j, c in enumerate(self.cross_np):
-            c[i, :, : g.source_len] = g.cross[j]
+            c[i, :, :s] = src.cross[j]
         self.bias[i, 0, 0, :] = NEG_INF
-        self.bias[i, 0, 0, : g.source_len] = g.bias
+        self.bias[i, 0, 0, :s] = src.bias
         self.mask[i, :] = 0
         self.input_ids[i, 0] = self.layout.bos_id
         self.positions[i, 0] = 0
         self.live[i, 0] = 1
         self.n_live += 1
-        self.source_lens[i] = g.source_len
+        self.source_lens[i] = s
         self.state.put(i, q)
 
     def _wasteful(self) -> bool:
@@ -286,7 +283,7 @@ class ActiveBatch:
         dead = int(used[0]) if used.size else p  # slots left of every live row
         return dead >= max(self.MIN_DEAD_SLOTS, self.MAX_DEAD_SLOT_SHARE * p)
 
-    def _rebuild(self, keep: list[int], add: list[Row]) -> None:
+    def _rebuild(self, keep: list[int], add: list[tuple[Row, EncodedSource]]) -> None:
         """Copy the kept rows (in order) and the new ones into fresh arrays: free slots dropped,
         leading self-attention slots no kept row uses trimmed, cross width = the longest source."""
         e = self.layout
@@ -299,7 +296,7 @@ class ActiveBatch:
         used = np.flatnonzero(mask.any(axis=0))
         first = int(used[0]) if used.size else mask.shape[1]  # leading slots no kept row uses
         p = mask.shape[1] - first
-        s = max([int(x) for x in self.source_lens[idx]] + [q.generation.source_len for q in add])
+        s = max([int(x) for x in self.source_lens[idx]] + [src.length for _, src in add])
         m = min(s, self.bias.shape[3])  # source slots carried over from the kept rows
         h, dh = e.n_heads, e.head_dim
         past = []
@@ -311,14 +308,13 @@ class ActiveBatch:
         for j, a in enumerate(self.cross_np):
             out = np.zeros((n, h, s, dh), e.kv_dtype)
             out[:k, :, :m] = a[idx, :, :m]
-            for r, q in enumerate(add):
-                g = q.generation
-                out[k + r, :, : g.source_len] = g.cross[j]
+            for r, (_, src) in enumerate(add):
+                out[k + r, :, : src.length] = src.cross[j]
             cross.append(out)
         bias = np.full((n, 1, 1, s), NEG_INF, e.bias_dtype)
         bias[:k, :, :, :m] = self.bias[idx, :, :, :m]
-        for r, q in enumerate(add):
-            bias[k + r, 0, 0, : q.generation.source_len] = q.generation.bias
+        for r, (_, src) in enumerate(add):
+            bias[k + r, 0, 0, : src.length] = src.bias
         self.bias = bias
         self.mask = np.concatenate([mask[:, first:], np.zeros((len(add), p), np.int64)])
         self.input_ids = np.concatenate([self.input_ids[idx], np.full((len(add), 1), e.bos_id, np.int64)])
@@ -326,6 +322,6 @@ class ActiveBatch:
         self.live = np.ones((n, 1), np.int64)
         self.new_slot = np.ones((n, 1), np.int64)
         self.n_live = n
-        self.source_lens = np.concatenate([self.source_lens[idx], [q.generation.source_len for q in add]]).astype(np.int64)
-        self.state.take(idx, add)
+        self.source_lens = np.concatenate([self.source_lens[idx], [src.length for _, src in add]]).astype(np.int64)
+        self.state.take(idx, [q for q, _ in add])
         self._set(past, cross)

@@ -165,6 +165,30 @@ class LoadedBundle:
         return name
 
 
+def _variant_files(manifest: Path, meta: dict) -> list[str]:
+    """The graph files bundle.json's variants name, encoder then decoder per variant; BundleError for a variant
+    without both, or whose cache layout (and, for an in-place one, its format version, io and fallback) is wrong."""
+    files = []
+    for name, v in meta["variants"].items():
+        if not isinstance(v, dict) or "encoder" not in v or "decoder" not in v:
+            raise BundleError(f"{manifest}: variant {name!r} must name its 'encoder' and 'decoder' files")
+        files += [v["encoder"], v["decoder"]]
+        layout = v.get("kv_cache", "concat")
+        if layout not in KV_CACHE_LAYOUTS:
+            raise BundleError(
+                f"{manifest}: variants.{name}.kv_cache must be one of {', '.join(KV_CACHE_LAYOUTS)}, not {layout!r}"
+            )
+        if layout == "in_place":
+            if meta["format_version"] < V2_FORMAT_VERSION:
+                raise BundleError(f"{manifest}: variant {name!r} has an in-place cache, which needs format_version 2")
+            if "decoder_v2" not in meta["io"]:
+                raise BundleError(f"{manifest}: variant {name!r} has an in-place cache but 'io' has no 'decoder_v2'")
+            fallback = v.get("fallback")
+            if fallback is not None and meta["variants"].get(fallback, {}).get("kv_cache", "concat") != "concat":
+                raise BundleError(f"{manifest}: variants.{name}.fallback {fallback!r} is not a v1 variant of this bundle")
+    return files
+
+
 def load_bundle(bundle_dir: str | Path, check_hashes: bool = True) -> LoadedBundle:
     """Read and validate `bundle_dir/bundle.json` and the files it lists; raises BundleError."""
     d = Path(bundle_dir)
@@ -198,24 +222,7 @@ def load_bundle(bundle_dir: str | Path, check_hashes: bool = True) -> LoadedBund
     files = meta["files"]
     if not isinstance(files, dict) or not files:
         raise BundleError(f"{manifest}: field 'files' must map file names to sha256")
-    referenced = [meta["tokenizers"].get("source"), meta["tokenizers"].get("target")]
-    for name, v in meta["variants"].items():
-        if not isinstance(v, dict) or "encoder" not in v or "decoder" not in v:
-            raise BundleError(f"{manifest}: variant {name!r} must name its 'encoder' and 'decoder' files")
-        referenced += [v["encoder"], v["decoder"]]
-        layout = v.get("kv_cache", "concat")
-        if layout not in KV_CACHE_LAYOUTS:
-            raise BundleError(
-                f"{manifest}: variants.{name}.kv_cache must be one of {', '.join(KV_CACHE_LAYOUTS)}, not {layout!r}"
-            )
-        if layout == "in_place":
-            if meta["format_version"] < V2_FORMAT_VERSION:
-                raise BundleError(f"{manifest}: variant {name!r} has an in-place cache, which needs format_version 2")
-            if "decoder_v2" not in meta["io"]:
-                raise BundleError(f"{manifest}: variant {name!r} has an in-place cache but 'io' has no 'decoder_v2'")
-            fallback = v.get("fallback")
-            if fallback is not None and meta["variants"].get(fallback, {}).get("kv_cache", "concat") != "concat":
-                raise BundleError(f"{manifest}: variants.{name}.fallback {fallback!r} is not a v1 variant of this bundle")
+    referenced = [meta["tokenizers"].get("source"), meta["tokenizers"].get("target"), *_variant_files(manifest, meta)]
     lexicon = meta.get("lexicon")
     if lexicon is not None:
         if not isinstance(lexicon, dict) or not isinstance(lexicon.get("file"), str) or not lexicon["file"]:

@@ -3,24 +3,29 @@
 Export proves parity on this loop, eval/bench/bulk generation use it, and the
 service's scheduler drives its continuous-batching primitives:
 
-    gens = engine.start([(source_ids, options), ...])  # encoder once for these sources
-    batch = engine.new_batch(); batch.add(gens)         # join at a step boundary (all their rows)
-    results = engine.step(batch)                        # ONE decoder call for all rows
+    batch = engine.new_batch()                                 # the served variant's kind of batch
+    gens, sources = engine.start([(source_ids, options), ...])  # encoder once for these sources
+    batch.add(gens, sources)                                   # join at a step boundary (all their rows)
+    results = engine.step(batch)                               # ONE decoder call for all rows
     batch.remove([r.generation for r in results if r.finish_reason])  # cancelled ones too
+
+(`engine.join(batch, items)` is `start` then `add`.) The batch calls are service/engine/contract.py's.
 
 Token choice, seeding and stopping are the decoding rooms' (service/engine/step.py's `choose_tokens`
 and the modules it calls): this module runs the graphs and keeps the batch, and calls it once per step for all rows.
 
 A request (a `Generation`) owns one batch row, or N: its beams (beam search,
 `best_of` without sampling) or its `best_of` samples. The encoder runs once per
-request; its cross-attention K/V are copied into each of its rows. Rows of beam
-search follow their beams: after each step `ActiveBatch.reorder` gathers their
-self-attention cache by parent (Whisper's rearrange_kv_cache). Rows that finish
-leave the batch at once, so a short request is never held by a long one.
+request; the batch copies its cross-attention K/V (an `EncodedSource`) into each of its rows. Rows of beam
+search follow their beams: after each step the batch gathers their self-attention cache by parent
+(Whisper's rearrange_kv_cache). Rows that finish leave the batch at once, so a short request is never
+held by a long one.
 
-The batch and its cache (layout, joins, compaction, beam reorder) are service/engine/batch.py's for a v1
-decoder (`kv_cache: "concat"`), and service/engine/slots.py's for a v2 one (`"in_place"`: each row's cache in
-a slot of the batch's buffers, which the fused decoder writes in place).
+The batch and its cache (layout, joins, compaction, beam reorder) are the batch contract's
+(service/engine/contract.py). The engine picks its kind once, when it loads the variant, from the variant's
+`kv_cache` (`BATCH_KINDS`): service/engine/batch.py's for a v1 decoder (`"concat"`), service/engine/slots.py's
+for a v2 one (`"in_place"`: each row's cache in a slot of the batch's buffers, which the fused decoder writes
+in place).
 """
 
 from __future__ import annotations
@@ -34,8 +39,9 @@ import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
-from service.engine.batch import ActiveBatch, CacheLayout
+from service.engine.batch import ActiveBatch
 from service.engine.bundle import BundleError, LoadedBundle
+from service.engine.contract import BufferPool, CacheLayout, DecodeBatch, DecoderSpec, EncodedSource, KernelsMissing
 from service.engine.names import (
     ATTENTION_MASK,
     DECODER,
@@ -44,7 +50,6 @@ from service.engine.names import (
     INPUT_IDS,
     LOGITS,
     NEXT_TOKEN,
-    decoder_v2_io,
     past_names,
     present_names,
 )
@@ -59,7 +64,7 @@ from service.engine.runtime import (
     providers,
     session_options,
 )
-from service.engine.slots import V2_DISABLED_OPTIMIZERS, SlotBatch
+from service.engine.slots import SlotBatch
 from service.engine.step import StepResult, choose_tokens
 from service.engine.stopping import Hypothesis
 
@@ -68,8 +73,8 @@ log = logging.getLogger("attnserve.engine")
 __all__ = ["DecodingOptions", "Engine", "EngineError", "Generation", "GenerationResult", "InputError", "StepResult"]
 
 
-class _NoKernels(Exception):
-    """A v2 decoder this ONNX Runtime cannot run (a contrib kernel missing on this provider); one line."""
+# the batch kind of each kv_cache layout (bundle.json `variants.<name>.kv_cache`): the engine picks one at load
+BATCH_KINDS: dict[str, type[DecodeBatch]] = {kind.KV_CACHE: kind for kind in (ActiveBatch, SlotBatch)}
 
 
 class EngineError(RuntimeError):
@@ -130,7 +135,7 @@ class Engine:
                 log.warning("loading CUDA libraries: %s", line)
         try:
             self._load(so, use_cuda)
-        except _NoKernels as e:
+        except KernelsMissing as e:
             fallback = bundle.fallback(self.variant)
             if variant != "auto" or not fallback:
                 raise BundleError(f"variant {self.variant!r} cannot run here: {e}") from None
@@ -158,23 +163,20 @@ class Engine:
         self.cross_names = past_names(self.n_layers, ENCODER)
         self.kv_dtype = _np_dtype(dec_inputs[self.past_names[0]].type)
         self.bias_dtype = _np_dtype(dec_inputs[ENCODER_ATTENTION_BIAS].type)
-        self.output_names = [LOGITS, *present_names(self.n_layers, DECODER)]
-        self.has_next_token = NEXT_TOKEN in {o.name for o in self.decoder.get_outputs()}
-        if self.has_next_token:
-            self.output_names.append(NEXT_TOKEN)
+        has_next_token = NEXT_TOKEN in {o.name for o in self.decoder.get_outputs()}
+        output_names = [LOGITS, *present_names(self.n_layers, DECODER), *([NEXT_TOKEN] if has_next_token else [])]
         self.encoder_output_names = [o.name for o in self.encoder.get_outputs()]
-        self.n_outputs = len(self.output_names)
-        self.cache_outputs = range(1, 1 + 2 * self.n_layers)  # the present self-attention cache among the outputs
-        # the decode step's one call: takes {name: OrtValues.input value}; returns the outputs
-        self.run_decoder = self.step_calls.run_with_values
-        if self.in_place:  # the v2 step: one call over the batch's bound buffers (service/engine/slots.py)
-            self.run_decoder = self.step_calls.run_with_binding
+        # the decode step's one call, the batch kind's own of the adapter's two (v1: {name: OrtValues.input value}
+        # in, the outputs back; v2: one call over the batch's bound buffers)
+        self.run_decoder = self.batch_kind.step_call(self.step_calls)
 
         self.vocab_size = int(bundle.config["tgt_vocab_size"])
         self.special_token_ids = frozenset(ids.values())
         self.layout = CacheLayout(
             self.n_layers, self.n_heads, self.head_dim, self.kv_dtype, self.bias_dtype, self.bos_id, self.vocab_size
         )
+        spec = (self.decoder, self.layout, self.max_target_len, self.device, self.step_calls, self.values)
+        self.decoder_spec = DecoderSpec(*spec, output_names, has_next_token)
 
     # ---- text -------------------------------------------------------------------------
     def encode_text(self, text: str) -> list[int]:
@@ -202,10 +204,11 @@ class Engine:
         return self.tgt_tokenizer.decode(list(ids), skip_special_tokens=True)
 
     # ---- continuous-batching primitives -----------------------------------------------
-    def start(self, items: list[tuple[list[int], DecodingOptions]]) -> list[Generation]:
-        """Run the encoder ONCE for these sources; return generations ready to join a batch."""
+    def start(self, items: list[tuple[list[int], DecodingOptions]]) -> tuple[list[Generation], list[EncodedSource]]:
+        """Run the encoder ONCE for these sources; return generations ready to join a batch, and each one's encoder
+        output (what `batch.add` takes with them). InputError, before the encoder runs, for a source it refuses."""
         if not items:
-            return []
+            return [], []
         for ids, opts in items:
             if not ids:
                 raise InputError("input has no tokens")
@@ -220,45 +223,38 @@ class Engine:
             input_ids[i, : len(ids)] = ids
             mask[i, : len(ids)] = 1
         bias, *kv = self.encoder.run(None, {INPUT_IDS: input_ids, ATTENTION_MASK: mask})  # [n,1,1,s], 2L x [n,H,s,Dh]
-        gens = []
+        gens, sources = [], []
         for i, (ids, opts) in enumerate(items):
             li = len(ids)
-            gen = new_generation(ids, opts, self.bundle.length_bound(li), self.eos_id, self.decode_ids)
-            gen.cross = [a[i, :, :li] for a in kv]  # shared by the request's rows: the encoder ran once
-            gen.bias = bias[i, 0, 0, :li]
-            gens.append(gen)
+            gens.append(new_generation(ids, opts, self.bundle.length_bound(li), self.eos_id, self.decode_ids))
+            sources.append(EncodedSource([a[i, :, :li] for a in kv], bias[i, 0, 0, :li]))  # shared by the request's rows
+        return gens, sources
+
+    def join(self, batch: DecodeBatch, items: list[tuple[list[int], DecodingOptions]]) -> list[Generation]:
+        """`start` these sources and add their rows to `batch`: their generations (nothing joins on InputError)."""
+        gens, sources = self.start(items)
+        batch.add(gens, sources)
         return gens
 
     def _load(self, so: ort.SessionOptions, use_cuda: bool) -> None:
-        """The variant's two sessions. A v2 decoder is loaded without SkipLayerNormFusion (its Add +
-        LayerNormalization measured faster) and checked against the inputs bundle.json records; one that
-        ONNX Runtime cannot run here raises _NoKernels (the caller falls back or stops)."""
+        """The variant's two sessions, and its batch kind, picked here once from the variant's `kv_cache`. The kind
+        says how its decoder is loaded (a v2 decoder without SkipLayerNormFusion: its Add + LayerNormalization
+        measured faster) and checked (a v2 one against the inputs bundle.json records); one that ONNX Runtime cannot
+        run here raises KernelsMissing (the caller falls back or stops)."""
         enc_path, dec_path = self.bundle.graph_paths(self.variant)
         self.kv_cache = self.bundle.kv_cache(self.variant)
-        self.in_place = self.kv_cache == "in_place"
-        self.slot_pool: list = []  # self-attention buffers of emptied v2 batches, for the next (service/engine/slots.py)
+        kind = BATCH_KINDS[self.kv_cache]
+        self.batch_kind = kind
+        self.buffer_pool = BufferPool()  # lent to every batch: self-attention buffers of emptied batches, for the next
         try:
             self.encoder = ort.InferenceSession(str(enc_path), so, providers=providers(use_cuda))
-            if self.in_place:
-                self.decoder = ort.InferenceSession(
-                    str(dec_path), so, providers=providers(use_cuda), disabled_optimizers=V2_DISABLED_OPTIMIZERS
-                )
-            else:
-                self.decoder = ort.InferenceSession(str(dec_path), so, providers=providers(use_cuda))
+            self.decoder = ort.InferenceSession(
+                str(dec_path), so, providers=providers(use_cuda), disabled_optimizers=kind.DISABLED_OPTIMIZERS
+            )
         except Exception as e:  # ONNX Runtime raises its own exception types; keep one line
             reason = str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__
-            if self.in_place:
-                raise _NoKernels(f"ONNX Runtime {ort.__version__} cannot load {dec_path.name}: {reason}") from None
-            raise BundleError(f"{dec_path.parent}: ONNX Runtime cannot load variant {self.variant!r}: {reason}") from None
-        if self.in_place:
-            recorded = [i["name"] for i in self.bundle.decoder_io(self.variant).get("inputs", [])]
-            needed = decoder_v2_io(self.bundle.n_layers)[0]
-            have = {i.name for i in self.decoder.get_inputs()}
-            missing = [name for name in dict.fromkeys([*recorded, *needed]) if name not in have]
-            if missing:
-                raise BundleError(f"{dec_path}: the v2 decoder lacks input(s) {', '.join(missing)} (bundle.json io.decoder_v2)")
-        if self.in_place and use_cuda and self.decoder.get_providers()[0] != "CUDAExecutionProvider":
-            raise _NoKernels(f"{dec_path.name} is not served by the CUDA provider here")
+            raise kind.load_error(dec_path, self.variant, reason) from None
+        kind.check_decoder(self.decoder, self.bundle, self.variant, use_cuda)
 
     @property
     def kv_cache_bytes_per_row(self) -> int:
@@ -267,31 +263,16 @@ class Engine:
         itemsize = np.dtype(self.kv_dtype).itemsize
         return 2 * self.n_layers * self.n_heads * self.max_target_len * self.head_dim * itemsize
 
-    def new_batch(self) -> ActiveBatch | SlotBatch:
-        if self.in_place:
-            return SlotBatch(
-                self.decoder, self.layout, self.max_target_len, self.device, self.run_decoder, self.slot_pool, self.step_calls
-            )
-        return ActiveBatch(self.layout, self.values, self.decoder.io_binding() if self.device != "cpu" else None)
+    def new_batch(self) -> DecodeBatch:
+        """An empty batch of the served variant's kind, lent the decoder, the engine's buffer pool and its step call."""
+        return self.batch_kind(self.decoder_spec, self.buffer_pool, self.run_decoder)
 
-    def run_step(self, batch: ActiveBatch) -> tuple[np.ndarray, np.ndarray | None]:
-        """ONE decoder call for every row of the batch: (logits [B, V] float32, in-graph argmax [B] or None)."""
-        if self.in_place:
-            return batch.run()
-        if self.device == "cpu":
-            outs = self.run_decoder(batch.step_inputs(), self.output_names, None)
-        else:  # device memory: IOBinding keeps the cache on the device between steps
-            binding = batch.bind_step_inputs()
-            binding.clear_binding_outputs()
-            for name in self.output_names:
-                binding.bind_output(name, self.device)
-            self.decoder.run_with_iobinding(binding)
-            outs = binding.get_outputs()
-        batch.keep_cache([outs[i] for i in self.cache_outputs])  # stays OrtValues: the next step's past
-        logits = outs[0].numpy()  # [B, V] float32
-        return logits, (outs[self.n_outputs - 1].numpy() if self.has_next_token else None)
+    def run_step(self, batch: DecodeBatch) -> tuple[np.ndarray, np.ndarray | None]:
+        """ONE decoder call for every row of the batch: (logits [B, V] float32, in-graph argmax [B] or None). The
+        batch's own `run`; a seam where a profiler or a test may wrap the step."""
+        return batch.run()
 
-    def step(self, batch: ActiveBatch) -> list[StepResult]:
+    def step(self, batch: DecodeBatch) -> list[StepResult]:
         """ONE decoder call for every row, then token choice for every row (service/engine/step.py);
         returns a StepResult per streaming generation and per generation that finished."""
         if not len(batch):
@@ -345,8 +326,7 @@ class Engine:
                     take.append(order[cursor])
                     rows += opts[order[cursor]].n_rows
                     cursor += 1
-                for i, g in zip(take, self.start([(items[i], opts[i]) for i in take])):
+                for i, g in zip(take, self.join(batch, [(items[i], opts[i]) for i in take])):
                     gens[i] = g
-                batch.add([gens[i] for i in take])
             self.step(batch)
         return [GenerationResult.of(g) for g in gens]

@@ -21,6 +21,7 @@ DECODER_ATTENTION_MASK = "decoder_attention_mask"
 ENCODER_ATTENTION_BIAS = "encoder_attention_bias"
 LOGITS = "logits"
 NEXT_TOKEN = "next_token"
+NEG_INF = -1e9  # the encoder_attention_bias value the graphs use for masked keys (never -inf)
 
 PAST = "past_key_values."  # a cache the decoder reads
 PRESENT = "present."  # a cache a graph writes: the encoder's cross K/V, the decoder's self K/V after its step

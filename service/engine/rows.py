@@ -130,16 +130,14 @@ class Row:
 @dataclass(eq=False)
 class Generation:
     """One request's decoding state: its rows, its search, and when done its ranked hypotheses.
-    Identity, not value, makes two generations different. `cross`/`bias` are the decode loop's
-    own per-request encoder state (the engine: numpy K/V and bias), shared by the rows."""
+    Identity, not value, makes two generations different. What its rows attend to (the encoder's output) is
+    not here: the batch its rows join takes it (service/engine/contract.py, `EncodedSource`)."""
 
     source_ids: list[int]
     options: DecodingOptions
     max_new_tokens: int  # options.max_new_tokens within the model's limit and the bundle's length bound
     seed: int | None  # a sampled request's seed (picked here if none was given)
     stopping: StoppingCriteria
-    cross: list = field(default_factory=list)
-    bias: object = None
     rows: list[Row] = field(default_factory=list)
     search: BeamSearch | None = None
     hypotheses: list[Hypothesis] = field(default_factory=list)  # ranked, best first, once finished

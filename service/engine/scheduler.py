@@ -14,7 +14,7 @@ ONNX Runtime. Each turn of its loop is one step boundary:
        take the same boundary in a batch of their own: they leave, join (a row
        per target) and run ONE decoder call over their given tokens.
 
-Requests are `Ticket`s. The event loop (HTTP handlers) or any thread (the
+Requests are `Ticket`s (service/engine/tickets.py). The event loop (HTTP handlers) or any thread (the
 in-process API) submits them; the engine thread appends events to a ticket
 and wakes its owner, once per step for all tickets of one event loop.
 Admission is bounded: queued + running requests never exceed
@@ -34,13 +34,16 @@ import collections
 import logging
 import threading
 import time
-from dataclasses import dataclass
 
 from service.engine.engine import DecodingOptions, Engine, Generation, InputError, StepResult
 from service.engine.runtime import ENGINE_THREAD_OS_NAME, name_os_thread
-from service.engine.scoring import FORCED_OPTIONS, ForcedBatch, TargetScore
-from service.errors import InvalidRequest, Overloaded, ServiceError, TimedOut, Unavailable, retry_after_s
+from service.engine.scoring import ForcedBatch
+from service.engine.tickets import Failed, Finished, ScoreTicket, TextShare, Ticket
+from service.errors import InvalidRequest, Overloaded, TimedOut, Unavailable, retry_after_s
 from service.metrics import ServiceMetrics
+
+# the tickets and their events live in service/engine/tickets.py; named here too, where the owners import them
+__all__ = ["Failed", "Finished", "Scheduler", "ScoreTicket", "TextShare", "Ticket", "check_rows"]
 
 log = logging.getLogger("attnserve.scheduler")
 
@@ -55,138 +58,6 @@ def check_rows(options: DecodingOptions, max_batch_size: int) -> None:
             f"the server's max_batch_size is {max_batch_size}",
             field="parameters",
         )
-
-
-@dataclass(frozen=True)
-class Finished:
-    """The last event of a ticket that completed."""
-
-    finish_reason: str
-
-
-@dataclass(frozen=True)
-class Failed:
-    """The last event of a ticket that ended with an error (timeout, shutdown, engine failure)."""
-
-    error: ServiceError
-
-
-class Ticket:
-    """One generation request as the scheduler sees it.
-
-    The engine thread appends `StepResult`s and finally a `Finished` or
-    `Failed`; the owner reads them with `wait_events` or `take_events` (asyncio) or
-    `next_events_blocking` (threads). `cancel()` asks the engine thread to
-    drop the row at the next step boundary.
-    """
-
-    def __init__(
-        self,
-        source_ids: list[int],
-        options: DecodingOptions,
-        deadline: float,
-        loop: asyncio.AbstractEventLoop | None,
-        ready: asyncio.Event | None = None,
-    ):
-        self.source_ids = source_ids
-        self.options = options
-        self.deadline = deadline  # time.perf_counter() value
-        self.loop = loop
-        self.generation: Generation | None = None
-        self.cancelled = False
-        self.done = False  # set by the engine thread with the last event
-        self.t_arrival = time.perf_counter()
-        self.t_admitted: float | None = None  # encoder call began
-        self.t_first_token: float | None = None
-        self.t_last_token: float | None = None
-        self.t_woken = 0.0  # when the engine last woke a streaming owner (the stream interval counts from it)
-        self.n_tokens = 0
-        self._events: collections.deque = collections.deque()
-        # an owner that reads the answer whole shares one `ready` among its tickets and is woken only when
-        # one ends (a wake-up is a task step on the event loop: one per token per request adds up under load)
-        self.streaming_owner = ready is None  # reads tokens as they come: woken per token (within the stream interval)
-        self._async_ready = (ready or asyncio.Event()) if loop is not None else None
-        self._thread_ready = threading.Event() if loop is None else None
-        # whether it counts toward `max_concurrent_requests` now: a long text's words past its chunk wait uncounted
-        # in their `TextShare` until one of the text's counted words finishes (`Scheduler.submit_many(chunk=...)`)
-        self.counted = True
-        self.share: TextShare | None = None
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-    def _wake(self) -> None:  # engine thread, threads-owned tickets only
-        self._thread_ready.set()
-
-    async def wait_events(self) -> list:
-        """Events so far, waiting for them; [] when `wake` woke it first. Cancel-safe."""
-        self._async_ready.clear()
-        if not self._events:
-            await self._async_ready.wait()
-        return self._drain()
-
-    def wake(self) -> None:
-        """Wake the owner's `wait_events` without an event (event-loop thread: the owner's own timer)."""
-        self._async_ready.set()
-
-    def take_events(self) -> list:
-        """Events so far, possibly none, without waiting (an owner waiting on the `ready` it shares)."""
-        return self._drain()
-
-    def next_events_blocking(self, timeout: float | None = None) -> list:
-        while True:
-            self._thread_ready.clear()
-            if self._events:
-                return self._drain()
-            if not self._thread_ready.wait(timeout):
-                return []
-
-    def _drain(self) -> list:
-        out = []
-        while self._events:
-            out.append(self._events.popleft())
-        return out
-
-    def timings(self) -> dict[str, float]:
-        """Seconds: total, queue, inference, per token (TGI's x-* headers, which send them in ms)."""
-        end = self.t_last_token or time.perf_counter()
-        admitted = self.t_admitted or end
-        inference = end - admitted
-        return {
-            "total": time.perf_counter() - self.t_arrival,
-            "queue": admitted - self.t_arrival,
-            "inference": inference,
-            "per_token": inference / self.n_tokens if self.n_tokens else 0.0,
-        }
-
-
-class ScoreTicket(Ticket):
-    """A scoring request (service/engine/scoring.py): one source and its targets' ids, without the end token. When it
-    ends with `Finished`, `scores` holds one TargetScore per target, in order."""
-
-    def __init__(
-        self,
-        source_ids: list[int],
-        targets: list[list[int]],
-        deadline: float,
-        loop: asyncio.AbstractEventLoop | None,
-        top_n_tokens: int = 0,
-    ):
-        super().__init__(source_ids, FORCED_OPTIONS, deadline, loop)
-        self.targets = [list(t) for t in targets]
-        self.top_n_tokens = top_n_tokens
-        self.scores: list[TargetScore | None] = [None] * len(self.targets)
-
-
-class TextShare:
-    """A long text's words that wait for their turn to count toward `max_concurrent_requests`: at most `chunk` of the
-    text's words count (queued or running) at once; the engine thread admits the next one when one of them finishes
-    and the bound has room. The words wait here, not in the queue, so they hold no slot of the bound."""
-
-    def __init__(self, tickets: list[Ticket], chunk: int):
-        self.held: collections.deque[Ticket] = collections.deque(tickets)
-        self.chunk = chunk
-        self.active = 0  # the text's words counted now (queued or running)
 
 
 class Scheduler:
@@ -460,13 +331,13 @@ class Scheduler:
         """The joining requests' encoder call (one for them all), then their rows join the batch."""
         t0 = time.perf_counter()
         try:
-            gens = self.engine.start([(t.source_ids, t.options) for t in joining])
+            gens, sources = self.engine.start([(t.source_ids, t.options) for t in joining])
         except InputError:  # the handlers validate first; find the request the engine still refuses
-            joining, gens = self._start_one_by_one(joining, touched)
+            joining, gens, sources = self._start_one_by_one(joining, touched)
         t1 = time.perf_counter()
         if joining:
             self.metrics.encoder_duration.observe(t1 - t0)
-            batch.add(gens)
+            batch.add(gens, sources)
             for t, gen in zip(joining, gens):
                 t.generation = gen
                 t.t_admitted = t0
@@ -576,17 +447,19 @@ class Scheduler:
             if share.held:
                 self._shares.append(share)
 
-    def _start_one_by_one(self, group: list[Ticket], touched: list[Ticket]) -> tuple[list[Ticket], list[Generation]]:
+    def _start_one_by_one(self, group: list[Ticket], touched: list[Ticket]) -> tuple[list[Ticket], list[Generation], list]:
         """engine.start per request, so one refused request fails alone (InvalidRequest), not its whole group."""
-        started, gens = [], []
+        started, gens, sources = [], [], []
         for t in group:
             try:
-                gens += self.engine.start([(t.source_ids, t.options)])
+                one, source = self.engine.start([(t.source_ids, t.options)])
+                gens += one
+                sources += source
                 started.append(t)
             except InputError as exc:
                 self._finish(t, Failed(InvalidRequest(str(exc))))
                 touched.append(t)
-        return started, gens
+        return started, gens, sources
 
     def _finish(self, t: Ticket, last: Finished | Failed | None) -> None:
         """Close a ticket (engine thread): its last event, and its slot back to the admission bound."""

@@ -1,10 +1,10 @@
 """Teacher forcing: the log-probabilities the served model gives answers it is handed (POST /score, `Generator.score`).
 
-A scoring row feeds its target's tokens instead of choosing them. It joins the engine's batch of the
-served variant like a generation's row (`engine.start`, then `batch.add`: either cache kind, the v1
-concat `ActiveBatch` or the v2 in-place `SlotBatch`), and each step runs the same decoder call
-(`engine.run_step`). The step at position k reads the log-probability of target token k from the
-step's logits, and the row then feeds that token, not a chosen one, through the batch's `follow`:
+A scoring row feeds its target's tokens instead of choosing them. It joins a batch of the engine's served
+variant like a generation's row (`engine.start`, then `batch.add`), and each step runs the same decoder call
+through the same batch contract (service/engine/contract.py: `batch.run`), whatever the cache kind. The step
+at position k reads the log-probability of target token k from the step's logits, and the row then feeds
+that token, not a chosen one, through the contract's teacher-forcing call, `batch.feed`:
 
     position 0: feed the start token  -> log p(t1)
     position 1: feed t1               -> log p(t2)
@@ -33,7 +33,6 @@ from service.engine.engine import Engine
 from service.engine.options import DecodingOptions
 from service.engine.processors import log_softmax, top_tokens
 from service.engine.rows import Generation, Row
-from service.engine.step import StepChoice
 
 
 @dataclass
@@ -103,8 +102,8 @@ class ForcedBatch:
         target: the encoder is batch-invariant, so each row's cross-attention state is the source's alone).
         Raises the engine's InputError (nothing joined) for a source it refuses."""
         items = [(t.source_ids, FORCED_OPTIONS) for t in jobs for _ in t.targets]
-        gens = iter(self.engine.start(items))
-        joined = []
+        joined, sources = self.engine.start(items)
+        gens = iter(joined)
         eos = self.engine.eos_id
         for t in jobs:
             self.left[t] = len(t.targets)
@@ -112,8 +111,7 @@ class ForcedBatch:
                 gen = next(gens)
                 score = TargetScore([*target, eos], top_tokens=[] if t.top_n_tokens else None)
                 self.rows[gen.rows[0]] = _Forced(t, k, score.token_ids, gen, score)
-                joined.append(gen)
-        self.batch.add(joined)
+        self.batch.add(joined, sources)
 
     def remove(self, jobs: list[ScoreJob]) -> None:
         """Drop the rows these jobs still have in the batch (cancelled, or past their deadline)."""
@@ -128,7 +126,7 @@ class ForcedBatch:
     def step(self) -> list[ScoreJob]:
         """ONE decoder call for every row; each row records its next target token's log-probability and feeds that
         token. Returns the jobs whose every target is now scored (their rows have left the batch)."""
-        logits, _ = self.engine.run_step(self.batch)
+        logits, _ = self.batch.run()
         raw = log_softmax(logits)  # [B, V] float64, over every row at once as a generation step computes it
         rows = self.batch.rows
         tokens = np.full(len(rows), self.engine.eos_id, dtype=np.int64)  # free slots feed anything valid
@@ -154,5 +152,5 @@ class ForcedBatch:
                     del self.left[t]
                     finished.append(t)
         self.batch.state.advance(tokens)
-        self.batch.follow(StepChoice(tokens, None, leaving, []))
+        self.batch.feed(tokens, leaving)
         return finished

@@ -24,19 +24,26 @@ changed, and only their first `positions` entries.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
 import numpy as np
 import onnxruntime as ort
 
+from service.engine.bundle import BundleError
+from service.engine.contract import BufferPool, DecodeBatch, DecoderSpec, EncodedSource, KernelsMissing
 from service.engine.names import (
     DECODER,
     ENCODER,
     ENCODER_ATTENTION_BIAS,
     INPUT_IDS,
     LOGITS,
+    NEG_INF,
     NEXT_TOKEN,
     PAST_LENGTHS,
     POSITION_IDS,
     TOTAL_SEQUENCE_LENGTH,
+    decoder_v2_io,
     past_names,
     present_names,
 )
@@ -44,58 +51,70 @@ from service.engine.rows import Generation, Row, RowState
 from service.engine.runtime import StepCalls
 from service.engine.step import StepChoice
 
-NEG_INF = -1e9  # the bias value the graphs use for masked keys (never -inf)
 # ONNX Runtime would fuse the v2 graph's Add + LayerNormalization into SkipLayerNormalization, whose CPU kernel
 # measured slower: sessions of a v2 decoder are made without that fusion
 V2_DISABLED_OPTIMIZERS = ["SkipLayerNormFusion"]
 CROSS_KEY_MULTIPLE = 4  # source axis rounded up to this (export/fused.py proves the invariance it buys)
 MIN_CAPACITY = 4
-POOLED_BUFFER_SETS = 1  # self-attention buffer sets an engine keeps from emptied batches
 
 
 def padded_source_len(n: int) -> int:
     return -(-n // CROSS_KEY_MULTIPLE) * CROSS_KEY_MULTIPLE
 
 
-class SlotBatch:
+class SlotBatch(DecodeBatch):
     """The rows decoding together over a v2 decoder, each in a slot of the batch's buffers (see the module
-    docstring). The same primitives as `ActiveBatch`: add/remove/free at step boundaries, `follow` a
-    step's choice; `run` makes the decoder call."""
+    docstring); the batch contract's v2 kind (service/engine/contract.py)."""
 
-    def __init__(
-        self,
-        session: ort.InferenceSession,
-        layout,
-        max_target_len: int,
-        device: str = "cpu",
-        run=None,
-        pool: list | None = None,
-        calls: StepCalls | None = None,
-    ):
-        """`run`: the session's `run_with_iobinding` through service/engine/runtime.py's adapter (the engine's
-        `run_decoder`, which a profiler may wrap).
-        `pool`: self-attention buffers that emptied batches gave back (the engine's), taken before allocating:
-        a batch that empties and fills again, or the next batch, reuses them instead of faulting in new pages."""
-        self.pool = pool if pool is not None else []
-        self.session = session
-        self.step_calls = calls or StepCalls(session)  # the engine's: `run` and the binding handle agree
-        self.run_binding = run or self.step_calls.run_with_binding
+    KV_CACHE = "in_place"
+    DISABLED_OPTIMIZERS = V2_DISABLED_OPTIMIZERS
+
+    def __init__(self, decoder: DecoderSpec, pool: BufferPool, run: Callable):
+        """`run`: the adapter's `run_with_binding` (the engine's `run_decoder`, which a profiler may wrap).
+        `pool`: the engine's self-attention buffers that emptied batches gave back, taken before allocating."""
+        self.pool = pool
+        self.session = decoder.session
+        self.step_calls = decoder.calls  # the engine's: `run` and the binding handle agree
+        self.run_binding = run
+        layout = decoder.layout
         self.layout = layout
-        self.max_len = int(max_target_len)
-        self.device = device
+        self.max_len = int(decoder.max_target_len)
+        self.device = decoder.device
         self.past_names = past_names(layout.n_layers, DECODER)
         self.present_names = present_names(layout.n_layers, DECODER)
         self.cross_names = past_names(layout.n_layers, ENCODER)
-        self.binding = session.io_binding()
-        self.has_next_token = NEXT_TOKEN in {o.name for o in session.get_outputs()}
+        self.binding = decoder.session.io_binding()
+        self.has_next_token = decoder.has_next_token
         self.total = np.array([self.max_len], np.int32)
         self._reset()
+
+    # ---- loading ------------------------------------------------------------------------------
+    @classmethod
+    def step_call(cls, calls: StepCalls) -> Callable:
+        return calls.run_with_binding  # one call over the batch's bound buffers
+
+    @classmethod
+    def load_error(cls, decoder_path: Path, variant: str, reason: str) -> Exception:
+        return KernelsMissing(f"ONNX Runtime {ort.__version__} cannot load {decoder_path.name}: {reason}")
+
+    @classmethod
+    def check_decoder(cls, session: ort.InferenceSession, bundle, variant: str, use_cuda: bool) -> None:
+        """The decoder has every input bundle.json records and the v2 contract names, and on a GPU runs there."""
+        recorded = [i["name"] for i in bundle.decoder_io(variant).get("inputs", [])]
+        needed = decoder_v2_io(bundle.n_layers)[0]
+        have = {i.name for i in session.get_inputs()}
+        missing = [name for name in dict.fromkeys([*recorded, *needed]) if name not in have]
+        dec_path = bundle.graph_paths(variant)[1]
+        if missing:
+            raise BundleError(f"{dec_path}: the v2 decoder lacks input(s) {', '.join(missing)} (bundle.json io.decoder_v2)")
+        if use_cuda and session.get_providers()[0] != "CUDAExecutionProvider":
+            raise KernelsMissing(f"{dec_path.name} is not served by the CUDA provider here")
 
     def _reset(self) -> None:
         """No rows: the buffers go back to the pool; the next rows to join allocate (or take them again)."""
         e = self.layout
         if getattr(self, "cache", None) and self.device == "cpu":
-            self.pool[:] = [self.cache, *self.pool][:POOLED_BUFFER_SETS]
+            self.pool.give(self.cache)
         self.state = RowState(e.vocab_size)
         self.capacity = 0
         self.width = 0
@@ -109,11 +128,11 @@ class SlotBatch:
         """(Re)allocate every buffer for `capacity` rows and source width `width`, keeping the first n rows."""
         e, n = self.layout, self.n
         h, dh = e.n_heads, e.head_dim
-        if not n and self.pool and capacity > self.capacity:  # no rows to keep: an emptied batch's buffers will do
-            fits = [i for i, c in enumerate(self.pool) if c[0].shape[0] >= capacity]
-            if fits:
-                self.cache = self.pool.pop(fits[0])
-                capacity = max(capacity, self.cache[0].shape[0])
+        if not n and capacity > self.capacity:  # no rows to keep: an emptied batch's buffers will do
+            pooled = self.pool.take(capacity)
+            if pooled is not None:
+                self.cache = pooled
+                capacity = max(capacity, pooled[0].shape[0])
         cache = []
         for old in self.cache or [None] * (2 * e.n_layers):
             rows = None if old is None else old.shape[0] if self.device == "cpu" else old.shape()[0]
@@ -224,58 +243,41 @@ class SlotBatch:
         return self.cache
 
     # ---- rows -----------------------------------------------------------------------------
-    @property
-    def rows(self) -> list[Row | None]:
-        return self.state.rows
-
-    def __len__(self) -> int:
-        return self.n_live
-
-    def add(self, gens: list[Generation]) -> None:
-        self.update(add=gens)
-
-    def remove(self, gens: list[Generation]) -> None:
-        self.update(remove=gens)
-
-    def update(self, remove: list[Generation] = (), add: list[Generation] = ()) -> None:
-        """Generations leave and join at a step boundary: joining rows take the lowest free slots, then new
+    def add(self, gens: Sequence[Generation], sources: Sequence[EncodedSource]) -> None:
+        """Generations join at a step boundary, all their rows: joining rows take the lowest free slots, then new
         slots after the last; the buffers grow (doubling) or widen only when they must."""
-        leaving = [q for g in remove for q in g.rows if q.slot >= 0]
-        if leaving:
-            self.free(leaving)
-        adding = [q for g in add for q in g.rows]
+        adding = [(q, src) for g, src in zip(gens, sources, strict=True) for q in g.rows]
         if not adding:
             return
         free = [i for i, q in enumerate(self.rows) if q is None]
         extra = len(adding) - len(free)
         need_n = self.n + max(0, extra)
-        width = padded_source_len(max([self.width] + [q.generation.source_len for q in adding]))
+        width = padded_source_len(max([self.width] + [src.length for _, src in adding]))
         if need_n > self.capacity or width > self.width:
             capacity = max(self.capacity, MIN_CAPACITY)
             while capacity < need_n:
                 capacity *= 2
             self._allocate(capacity, width)
         if extra > 0:
-            self.state.take(np.arange(self.n), adding[len(free) :])
+            self.state.take(np.arange(self.n), [q for q, _ in adding[len(free) :]])
             slots = free + list(range(self.n, need_n))
             self.n = need_n
-            for i, q in zip(slots[len(free) :], adding[len(free) :]):
-                self._write(i, q)
+            for i, (_, src) in zip(slots[len(free) :], adding[len(free) :]):
+                self._write(i, src)
             adding = adding[: len(free)]
-        for i, q in zip(free, adding):
+        for i, (q, src) in zip(free, adding):
             self.state.put(i, q)
-            self._write(i, q)
+            self._write(i, src)
 
-    def _write(self, i: int, q: Row) -> None:
-        """Slot i takes row q: its cross K/V and bias, the start token at position 0. The cache is not touched:
-        position 0 is written by the row's first step and nothing beyond its length is read."""
-        g = q.generation
-        s = g.source_len
+    def _write(self, i: int, src: EncodedSource) -> None:
+        """Slot i takes a row of source `src`: its cross K/V and bias, the start token at position 0. The cache is
+        not touched: position 0 is written by the row's first step and nothing beyond its length is read."""
+        s = src.length
         for j, c in enumerate(self.cross):
-            c[i, :, :s] = g.cross[j]
+            c[i, :, :s] = src.cross[j]
             c[i, :, s:] = 0
         self.bias[i, 0, 0, :] = NEG_INF
-        self.bias[i, 0, 0, :s] = g.bias
+        self.bias[i, 0, 0, :s] = src.bias
         self.input_ids[i, 0] = self.layout.bos_id
         self.positions[i, 0] = 0
         self.live[i, 0] = 1

@@ -58,9 +58,8 @@ def test_rows_joining_and_leaving_at_different_steps_change_nothing(cpu_engine):
     while pending or len(batch):
         if pending and step % 2 == 0:  # one new row every other step
             w = pending.pop(0)
-            (seq,) = cpu_engine.start([(cpu_engine.encode_text(w), greedy())])
+            (seq,) = cpu_engine.join(batch, [(cpu_engine.encode_text(w), greedy())])
             seqs[w] = seq
-            batch.add([seq])
         results = cpu_engine.step(batch)
         batch.remove([r.generation for r in results if r.finish_reason])
         step += 1
@@ -68,19 +67,22 @@ def test_rows_joining_and_leaving_at_different_steps_change_nothing(cpu_engine):
     assert {w: s.token_ids for w, s in seqs.items()} == alone
 
 
-def test_leaving_and_joining_in_one_update_changes_nothing(cpu_engine):
-    """update(remove=..., add=...) rebuilds the cache once; outputs equal decoding alone."""
+def test_leaving_and_joining_at_one_step_boundary_changes_nothing(cpu_engine):
+    """remove(...) then add(...) at one step boundary (the new rows take the freed slots or the cache is rebuilt
+    once); outputs equal decoding alone."""
     alone = {w: cpu_engine.generate([w], greedy())[0].token_ids for w in WORDS}
     batch, pending, seqs, finished = cpu_engine.new_batch(), list(WORDS), {}, []
     for _ in range(500):
-        joining = []
+        joining, sources = [], []
         if pending and (finished or not len(batch)):  # a new row takes each finished row's place
             for w in pending[: max(1, len(finished))]:
-                (q,) = cpu_engine.start([(cpu_engine.encode_text(w), greedy())])
+                (q,), source = cpu_engine.start([(cpu_engine.encode_text(w), greedy())])
                 seqs[w] = q
                 joining.append(q)
+                sources += source
             pending = pending[len(joining) :]
-        batch.update(remove=finished, add=joining)
+        batch.remove(finished)
+        batch.add(joining, sources)
         if not len(batch):
             break
         finished = [r.generation for r in cpu_engine.step(batch) if r.finish_reason]
@@ -92,15 +94,13 @@ def test_a_joining_row_takes_a_free_slot_in_place(cpu_engine):
     words = WORDS[:6]
     alone = {w: cpu_engine.generate([w], greedy())[0].token_ids for w in [*words, "zebra"]}
     batch = cpu_engine.new_batch()
-    seqs = dict(zip(words, cpu_engine.start([(cpu_engine.encode_text(w), greedy()) for w in words])))
-    batch.add(list(seqs.values()))
+    seqs = dict(zip(words, cpu_engine.join(batch, [(cpu_engine.encode_text(w), greedy()) for w in words])))
     cpu_engine.step(batch)
     cpu_engine.step(batch)
     past_before = batch.past[0]
     batch.remove([seqs["hello"]])  # 1 of 6 free: kept as a slot, no rebuild
     assert len(batch) == 5 and len(batch.rows) == 6 and batch.past[0] is past_before
-    (late,) = cpu_engine.start([(cpu_engine.encode_text("zebra"), greedy())])
-    batch.add([late])  # fills hello's slot in place
+    (late,) = cpu_engine.join(batch, [(cpu_engine.encode_text("zebra"), greedy())])  # fills hello's slot in place
     assert len(batch) == 6 and batch.rows.index(late.rows[0]) == words.index("hello") and batch.past[0] is past_before
     seqs.pop("hello")
     seqs["zebra"] = late
@@ -116,8 +116,7 @@ def test_free_slot_is_frozen_and_masked(engine):
     n = engine.max_target_len
     forced = DecodingOptions(max_new_tokens=n, min_new_tokens=n)
     batch = engine.new_batch()
-    seqs = engine.start([(engine.encode_text(w), forced) for w in WORDS[:5]])
-    batch.add(seqs)
+    seqs = engine.join(batch, [(engine.encode_text(w), forced) for w in WORDS[:5]])
     engine.step(batch)
     batch.remove(seqs[:1])  # 1 of 5 free: stays a slot
     slot = batch.rows.index(None)
@@ -132,14 +131,13 @@ def test_free_slot_is_frozen_and_masked(engine):
 
 def test_cache_stays_in_onnxruntime_values_between_steps(engine):
     batch = engine.new_batch()
-    first = engine.start([(engine.encode_text("hello"), greedy()), (engine.encode_text("characteristically"), greedy())])
-    batch.add(first)
+    first = engine.join(batch, [(engine.encode_text("hello"), greedy()), (engine.encode_text("characteristically"), greedy())])
     for expected_p in (1, 2, 3):
         engine.step(batch)
         # ONNX Runtime's values, never numpy arrays: the step's outputs feed the next step as they are
         assert all(type(v).__name__ == "OrtValue" and v.has_value() for v in batch.past)
         assert batch.past[0].shape() == [2, engine.n_heads, expected_p, engine.head_dim]
-    batch.add(engine.start([(engine.encode_text("a"), greedy())]))  # joins with left padding
+    engine.join(batch, [(engine.encode_text("a"), greedy())])  # joins with left padding
     assert batch.mask.shape == (3, 3) and batch.mask[2].sum() == 0
     engine.step(batch)
     assert batch.past[0].shape()[2] == 4
@@ -151,7 +149,7 @@ def test_cache_stays_in_onnxruntime_values_between_steps(engine):
 
 def test_streamed_deltas_concatenate_to_the_text(engine):
     batch = engine.new_batch()
-    batch.add(engine.start([(engine.encode_text(w), greedy()) for w in WORDS[:4]]))
+    engine.join(batch, [(engine.encode_text(w), greedy()) for w in WORDS[:4]])
     streamed = {}
     while len(batch):
         results = engine.step(batch)
@@ -319,6 +317,6 @@ def test_the_length_bound_stops_a_looping_request_and_min_new_tokens_lifts_it(en
     (r,) = engine.generate(["cat"], forced)
     assert len(r.token_ids) == engine.max_target_len
     never_ends = DecodingOptions(max_new_tokens=engine.max_target_len, min_new_tokens=1, repetition_penalty=1.0)
-    lifted, bounded = engine.start([(engine.encode_text("cat"), never_ends), (engine.encode_text("cat"), greedy())])
+    (lifted, bounded), _ = engine.start([(engine.encode_text("cat"), never_ends), (engine.encode_text("cat"), greedy())])
     assert lifted.max_new_tokens == engine.max_target_len  # min_new_tokens lifts the bound
     assert bounded.max_new_tokens == bound

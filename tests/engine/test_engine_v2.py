@@ -68,16 +68,14 @@ def test_joining_writes_a_slot_and_finishing_frees_it(v2):
     forced = DecodingOptions(max_new_tokens=20, min_new_tokens=20)
     alone = {w: v2.generate([w], forced)[0].token_ids for w in WORDS[:5]}
     batch = v2.new_batch()
-    gens = dict(zip(WORDS[:5], v2.start([(v2.encode_text(w), forced) for w in WORDS[:5]])))
-    batch.add(list(gens.values()))
+    gens = dict(zip(WORDS[:5], v2.join(batch, [(v2.encode_text(w), forced) for w in WORDS[:5]])))
     buffers = list(batch.past)
     v2.step(batch)
     v2.step(batch)
     assert batch.n == 5 and batch.positions[:5, 0].tolist() == [2] * 5
     batch.remove([gens.pop("hello")])  # slot 1 free
     assert len(batch) == 4 and batch.n == 5 and batch.positions[1, 0] == 0
-    (late,) = v2.start([(v2.encode_text("cat"), forced)])
-    batch.add([late])
+    (late,) = v2.join(batch, [(v2.encode_text("cat"), forced)])
     assert late.rows[0].slot == 1 and batch.positions[1, 0] == 0 and batch.n == 5
     v2.step(batch)
     assert batch.positions[:5, 0].tolist() == [3, 1, 3, 3, 3]  # each row its own past length
@@ -110,9 +108,9 @@ def test_greedy_and_sampled_rows_never_copy_their_cache_and_beams_copy_only_move
 
 def test_cross_keys_are_padded_to_a_multiple_of_four(v2):
     batch = v2.new_batch()
-    batch.add(v2.start([(v2.encode_text("a"), greedy())]))
+    v2.join(batch, [(v2.encode_text("a"), greedy())])
     assert batch.width == 4
-    batch.add(v2.start([(v2.encode_text("characteristically"), greedy())]))
+    v2.join(batch, [(v2.encode_text("characteristically"), greedy())])
     assert batch.width == 20 and batch.bias[0, 0, 0, 1:].max() == -1e9  # "a": one real key, the rest masked
 
 

@@ -1,0 +1,165 @@
+"""The batch contract (service/engine/contract.py): both cache kinds implement it, the engine picks one at load
+and drives either through the same calls, and over the same weights they give the same answers.
+
+The tiny bundle's fp32 weights are served both ways: its fp32 variant (v1, `kv_cache: "concat"`, ActiveBatch)
+and a float32 v2 decoder written from the same weights (`"in_place"`, SlotBatch; export/fused.py, what
+`attnserve-export add-variant` checks as the fp16 variant's twin). Real ONNX Runtime sessions throughout.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from service.engine.batch import ActiveBatch
+from service.engine.bundle import load_bundle
+from service.engine.contract import DecodeBatch
+from service.engine.engine import BATCH_KINDS, DecodingOptions, Engine
+from service.engine.processors import log_softmax
+from service.engine.scheduler import ScoreTicket
+from service.engine.scoring import ForcedBatch
+from service.engine.slots import SlotBatch
+from service.engine.step import choose_tokens
+
+WORDS = ["attention", "hello", "a", "phonetics", "zebra", "characteristically", "it", "onnx", "runtime", "cat"]
+TWIN = "fp32-v2"  # the float32 v2 decoder of the tiny bundle's own weights
+
+
+@pytest.fixture(scope="module")
+def engines(tiny_bundle_dir, tmp_path_factory) -> dict[str, Engine]:
+    """One engine per cache kind over the same float32 weights, keyed by kv_cache."""
+    from export.fused import V2_FALLBACK, write_decoder_v2
+    from training.weights import load_bundle_weights
+
+    out = tmp_path_factory.mktemp("contract") / "g2p-tiny"
+    shutil.copytree(tiny_bundle_dir, out)
+    config, state = load_bundle_weights(out)
+    path = out / "decoder_v2_fp32_twin.onnx"
+    write_decoder_v2(config, state, path)
+    meta = json.loads((out / "bundle.json").read_text())
+    meta["variants"][TWIN] = {
+        "encoder": meta["variants"]["fp32"]["encoder"],
+        "decoder": path.name,
+        "kv_cache": "in_place",
+        "fallback": V2_FALLBACK,
+    }
+    meta["files"][path.name] = hashlib.sha256(path.read_bytes()).hexdigest()
+    (out / "bundle.json").write_text(json.dumps(meta, indent=2) + "\n")
+    bundle = load_bundle(out)
+    both = {"concat": Engine(bundle, variant="fp32", provider="cpu", threads=1)}
+    both["in_place"] = Engine(bundle, variant=TWIN, provider="cpu", threads=1)
+    return both
+
+
+def test_each_kind_implements_the_contract_and_the_engine_picks_it_at_load(engines):
+    assert BATCH_KINDS == {"concat": ActiveBatch, "in_place": SlotBatch}
+    for kv_cache, engine in engines.items():
+        assert engine.kv_cache == kv_cache and engine.batch_kind is BATCH_KINDS[kv_cache]
+        batch = engine.new_batch()
+        assert isinstance(batch, DecodeBatch) and type(batch) is BATCH_KINDS[kv_cache] and len(batch) == 0
+    written_once = ("remove", "feed")  # the contract's own, for both kinds
+    assert not any(getattr(getattr(DecodeBatch, name), "__isabstractmethod__", False) for name in written_once)
+    for kind in (ActiveBatch, SlotBatch):
+        assert not kind.__abstractmethods__
+
+
+def contract_decode(engine: Engine, words: list[str], options: DecodingOptions) -> dict[str, tuple[list[int], list[float]]]:
+    """Decode `words` with the contract's calls only, a word joining every other step (different past and source
+    lengths in one batch): {word: (token ids, raw log-probabilities)}."""
+    batch = engine.new_batch()
+    pending, gens, step = list(words), {}, 0
+    while pending or len(batch):
+        if pending and step % 2 == 0:
+            w = pending.pop(0)
+            (gen,), sources = engine.start([(engine.encode_text(w), options)])
+            batch.add([gen], sources)
+            gens[w] = gen
+        logits, next_tokens = batch.run()
+        choice = choose_tokens(batch.state, logits, next_tokens, engine.eos_id, engine.decode_ids)
+        batch.follow(choice)
+        batch.remove([r.generation for r in choice.results if r.finish_reason])
+        step += 1
+        assert step < 1000
+    return {w: (list(g.token_ids), list(g.best.logprobs)) for w, g in gens.items()}
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        DecodingOptions(max_new_tokens=48, logprobs=True),
+        DecodingOptions(max_new_tokens=48, num_beams=4),
+        DecodingOptions(max_new_tokens=48, temperature=0.8, seed=11, logprobs=True),
+    ],
+    ids=["greedy", "beam4", "seeded"],
+)
+def test_both_kinds_give_the_same_answers_through_the_same_calls(engines, options):
+    """Greedy, beam 4 and seeded sampling: the same ids from either kind, and the same ids as decoding each word
+    alone; log-probabilities within float32 rounding (the v2 graph fuses its projections)."""
+    by_kind = {kind: contract_decode(engine, WORDS, options) for kind, engine in engines.items()}
+    for w in WORDS:
+        (ids_v1, lp_v1), (ids_v2, lp_v2) = by_kind["concat"][w], by_kind["in_place"][w]
+        assert ids_v1 == ids_v2, w
+        assert lp_v1 == pytest.approx(lp_v2, abs=1e-4), w
+    for kind, engine in engines.items():
+        alone = {w: r.token_ids for w, r in zip(WORDS, (engine.generate([w], options)[0] for w in WORDS))}
+        assert {w: ids for w, (ids, _) in by_kind[kind].items()} == alone, kind
+
+
+def test_both_kinds_score_given_tokens_alike(engines):
+    """Teacher forcing through the contract (`ForcedBatch`: `run`, then `feed`): either kind gives each target the
+    log-probabilities greedy generation gave its own answer, and the two kinds agree."""
+    scored = {}
+    for kind, engine in engines.items():
+        answers = engine.generate(WORDS, DecodingOptions(max_new_tokens=48, logprobs=True))
+        targets = [[r.token_ids, r.token_ids[:1]] for r in answers]
+        tickets = [ScoreTicket(engine.encode_text(w), t, np.inf, None) for w, t in zip(WORDS, targets)]
+        forced = ForcedBatch(engine)
+        forced.add(tickets[:4])
+        forced.step()
+        forced.add(tickets[4:])  # joining a running batch
+        while len(forced):
+            forced.step()
+        for t, r in zip(tickets, answers):
+            greedy = t.scores[0]
+            assert greedy.token_ids[:-1] == r.token_ids
+            assert greedy.logprobs[:-1] == pytest.approx(r.logprobs, abs=1e-5)
+        scored[kind] = [[s.logprobs for s in t.scores] for t in tickets]
+    for v1, v2 in zip(scored["concat"], scored["in_place"]):
+        for a, b in zip(v1, v2):
+            assert a == pytest.approx(b, abs=1e-4)
+
+
+def test_feed_gives_each_row_the_token_it_is_handed(engines):
+    """`feed` by hand: a row fed a word's greedy answer token by token reads, at each step, the logits greedy
+    decoding read there (whatever the kind)."""
+    for engine in engines.values():
+        (answer,) = engine.generate(["phonetics"], DecodingOptions(max_new_tokens=48, logprobs=True))
+        batch = engine.new_batch()
+        (gen,), sources = engine.start([(engine.encode_text("phonetics"), DecodingOptions(max_new_tokens=48))])
+        batch.add([gen], sources)
+        for k, token in enumerate(answer.token_ids):
+            logits, _ = batch.run()
+            assert float(log_softmax(logits)[0, token]) == pytest.approx(answer.logprobs[k], abs=1e-5)
+            batch.state.advance(np.array([token]))
+            batch.feed(np.array([token]), [] if k + 1 < len(answer.token_ids) else gen.rows)
+        assert len(batch) == 0
+
+
+def test_the_engine_lends_one_buffer_pool_and_no_batch_changes_the_engine(engines):
+    """A v2 batch that empties gives its buffers to the engine's pool (through the pool's calls), and the next
+    batch takes them; decoding sets no engine attribute, whatever the kind."""
+    for engine in engines.values():
+        before = dict(vars(engine))
+        pool = engine.buffer_pool
+        engine.generate(WORDS[:3], DecodingOptions(max_new_tokens=8))
+        assert vars(engine).keys() == before.keys() and all(vars(engine)[k] is v for k, v in before.items())
+        if engine.kv_cache == "in_place":
+            assert len(pool) == 1
+            batch = engine.new_batch()
+            assert batch.pool is pool
+            engine.join(batch, [(engine.encode_text("cat"), DecodingOptions(max_new_tokens=8))])
+            assert len(pool) == 0  # the emptied batch's buffers, taken instead of allocated
