@@ -1,4 +1,11 @@
-"""Load tester for TGI-style and OpenAI-style streaming servers (`attnserve-loadtest URL`); needs no torch."""
+"""Load tester for TGI-style and OpenAI-style streaming servers (`attnserve-loadtest URL`); needs no torch.
+
+Owns the command (cli.py), the HTTP client and its SSE parser, the runner, statistics, reports and
+comparisons, the server's samples, and the Locust file.
+
+May import `service.client` (the in-process target), `service.extras` and `training.data` (--input datasets),
+each inside the function that needs it, so the slim load-test image runs with loadtest/ alone.
+"""
 
 
 def main(argv: list[str] | None = None) -> int:

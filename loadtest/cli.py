@@ -252,7 +252,9 @@ async def run(args, levels: list[Level], inputs: list[str] | None, slo: dict, re
             )
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, dict, list[str] | None, str | None, dict | None]:
+    """The flags, checked (a bad one exits with argparse's usage error), and what they name loaded:
+    (args with its endpoint filled in, the SLO, the inputs and where they came from, the baseline results)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.requests is None and args.duration is None:
@@ -280,13 +282,14 @@ def main(argv: list[str] | None = None) -> int:
             baseline = json.loads(args.baseline.read_text())
         except (OSError, ValueError) as e:
             parser.error(f"--baseline {args.baseline}: {e}")
+    return args, slo, inputs, source, baseline
 
-    if args.rate:
-        levels = [Level("open", r) for r in args.rate]
-    else:
-        levels = [Level("closed", c) for c in (args.concurrency or [1, 4, 16, 64])]
-    out_dir = args.out or Path("loadtest-results") / datetime.now().strftime("%Y%m%d-%H%M%S")
-    result: dict = {
+
+def _new_result(
+    args: argparse.Namespace, argv: list[str] | None, levels: list[Level], slo: dict, inputs: list[str] | None, source: str | None
+) -> dict:
+    """results.json before any level has run: the tool, the command, the client host and the run's configuration."""
+    return {
         "tool": "attnserve-loadtest",
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": ["attnserve-loadtest", *(sys.argv[1:] if argv is None else argv)],
@@ -309,6 +312,11 @@ def main(argv: list[str] | None = None) -> int:
         },
         "levels": [],
     }
+
+
+def _run_levels(args: argparse.Namespace, levels: list[Level], inputs: list[str] | None, slo: dict, result: dict) -> int:
+    """Run every level into `result`; -> 0, 130 when interrupted (the finished levels are still reported),
+    1 when the server cannot be reached, 2 when it offers no samples and no --input was given (both: nothing to report)."""
     status = 0
     t0 = time.perf_counter()
     try:
@@ -323,7 +331,12 @@ def main(argv: list[str] | None = None) -> int:
         print("\ninterrupted: reporting the levels that finished", file=sys.stderr)
         status = 130
     result["wall_s"] = time.perf_counter() - t0
+    return status
 
+
+def _report(args: argparse.Namespace, result: dict, baseline: dict | None, out_dir: Path, status: int) -> int:
+    """The summary (and the comparison with the baseline) on stdout, the files in `out_dir`, the failures on stderr;
+    -> the exit status."""
     levels_done = result["levels"]
     print(report.summary_text(levels_done))
     failing = failed_levels(levels_done, args.max_error_rate)
@@ -351,3 +364,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no request succeeded; first errors: {samples}", file=sys.stderr)
         return 1
     return 1 if status == 0 and failing else status
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`attnserve-loadtest`: check the flags, run the levels, report; -> the exit status."""
+    args, slo, inputs, source, baseline = _parse_args(argv)
+    if args.rate:
+        levels = [Level("open", r) for r in args.rate]
+    else:
+        levels = [Level("closed", c) for c in (args.concurrency or [1, 4, 16, 64])]
+    out_dir = args.out or Path("loadtest-results") / datetime.now().strftime("%Y%m%d-%H%M%S")
+    result = _new_result(args, argv, levels, slo, inputs, source)
+    status = _run_levels(args, levels, inputs, slo, result)
+    if status in (1, 2):  # no server, or no inputs to send: nothing measured to report
+        return status
+    return _report(args, result, baseline, out_dir, status)

@@ -6,6 +6,9 @@ settings           the server's knobs (ATTNSERVE_*), with defaults read from the
 text/              reading text, the lexicon, and the request layer every front end shares
 engine/            bundle, ONNX Runtime sessions, decoding, the continuous-batching scheduler
 errors, metrics, version, extras   leaves any layer may import
+
+May import no torch, `training` or `export` (a serving install has none of them); below http/ no fastapi or
+starlette; no import cycles among the modules of any of its packages.
 """
 
 from service.extras import command

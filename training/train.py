@@ -1,4 +1,5 @@
-"""The training loop: one file, a dataclass config, no framework (after nanoGPT).
+"""The training loop: a dataclass config, no framework (after nanoGPT); the processes it runs in (DDP set-up,
+RNG states, signals, the run lock) are training/distributed.py.
 
 Writes the run directory of Contract 1:
     checkpoint.pt    latest state (model, optimizer, scheduler, data order, RNG, step): --resume
@@ -18,14 +19,11 @@ A first Ctrl-C (SIGINT) or SIGTERM finishes the current step and saves, so
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
 import random
-import signal
 import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -40,7 +38,7 @@ from tqdm import tqdm
 from training.config import ConfigError, ModelConfig, TrainConfig
 from training.data import Example, token_batches
 from training.decode import collate, evaluate_model
-from training.lock import RunLock, RunLocked
+from training.distributed import StopSignal, all_ranks_halt, dist_setup, rng_state, run_lock, set_rng_state
 from training.model import Transformer
 from training.run import load_run_tokenizers
 from training.tokenize import (
@@ -64,62 +62,6 @@ class StopRequested(KeyboardInterrupt):
 
 # on_step(step, this rank's loss, the unwrapped model): called on every rank after each optimizer step.
 StepHook = Callable[[int, float, "Transformer"], None]
-
-
-# ---- distributed, RNG and signals ------------------------------------------------------
-def dist_setup() -> tuple[int, int, torch.device]:
-    """(rank, world_size, device); initialises the process group under torchrun."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world > 1 and not dist.is_initialized():
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
-        dist.init_process_group(backend)
-    rank = dist.get_rank() if dist.is_initialized() else 0
-    if torch.cuda.is_available():
-        local = int(os.environ.get("LOCAL_RANK", "0"))
-        torch.cuda.set_device(local)
-        device = torch.device("cuda", local)
-    else:
-        device = torch.device("cpu")
-    return rank, world, device
-
-
-def rng_state(device: torch.device) -> dict:
-    """This process's RNG state (dropout draws from it), for an exact resume."""
-    state = {"torch": torch.get_rng_state(), "python": random.getstate()}
-    if device.type == "cuda":
-        state["cuda"] = torch.cuda.get_rng_state(device)
-    return state
-
-
-def set_rng_state(state: dict, device: torch.device) -> None:
-    torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
-    if device.type == "cuda" and "cuda" in state:
-        torch.cuda.set_rng_state(state["cuda"], device)
-
-
-class StopSignal:
-    """While active, a first SIGINT/SIGTERM only sets `requested` (the loop stops after the
-    current step and saves); a second one raises KeyboardInterrupt at once."""
-
-    def __init__(self) -> None:
-        self.requested = False
-        self._previous: dict[int, object] = {}
-
-    def __enter__(self) -> "StopSignal":
-        if threading.current_thread() is threading.main_thread():  # signals can only be caught there
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def _handle(self, signum, frame) -> None:
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-
-    def __exit__(self, *exc) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
 
 
 # ---- schedule, model selection, averaging and plots -------------------------------------
@@ -222,7 +164,7 @@ def train(cfg: TrainConfig, out_dir: Path, resume: bool = False, on_step: StepHo
     owns_group = int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized()
     rank, world, device = dist_setup()
     try:
-        with _run_lock(out_dir, rank, world):
+        with run_lock(out_dir, rank, world):
             return _train(cfg, out_dir, resume, on_step, rank, world, device)
     finally:
         if owns_group and dist.is_initialized():
@@ -271,28 +213,6 @@ def _train(cfg, out_dir: Path, resume: bool, on_step, rank: int, world: int, dev
 
 
 # ---- set-up ------------------------------------------------------------------------------
-@contextlib.contextmanager
-def _run_lock(out_dir: Path, rank: int, world: int):
-    """The run directory's lock (training/lock.py) for the whole run: rank 0 takes it for the job and tells
-    the other ranks whether it could, so a refused DDP job stops on every rank instead of hanging."""
-    lock = RunLock(out_dir) if rank == 0 else None
-    refusal: list[str | None] = [None]
-    if lock is not None:
-        try:
-            lock.acquire()
-        except RunLocked as e:
-            refusal = [str(e)]
-    if world > 1:
-        dist.broadcast_object_list(refusal, src=0)
-    if refusal[0] is not None:
-        raise RunLocked(refusal[0])
-    try:
-        yield
-    finally:
-        if lock is not None:
-            lock.release()
-
-
 def _load_checkpoint(out_dir: Path, resume: bool) -> dict | None:
     """checkpoint.pt to continue from with `resume`, else None; refuses to overwrite a run without it."""
     if resume:
@@ -550,7 +470,7 @@ def _loop(run: _Run, pairs: list[tuple[list[int], list[int]]], on_step: StepHook
                 if run.step % cfg.checkpoint_every == 0:
                     run.checkpoint()
                 out_of_time = bool(cfg.max_minutes) and (time.monotonic() - start_time) / 60 >= cfg.max_minutes
-                halt = _all_ranks_halt(run, out_of_time or stop_signal.requested)
+                halt = all_ranks_halt(out_of_time or stop_signal.requested, run.world, run.device)
                 if run.step >= cfg.max_steps or halt:
                     signalled = halt and not out_of_time
                     stop = True
@@ -619,15 +539,6 @@ def _log_step(run: _Run, loss: torch.Tensor, bar: tqdm, rate: _TokenRate) -> Non
         with open(run.out_dir / "train_log.jsonl", "a") as f:
             record = {"step": run.step, "loss": logged_loss.item(), "lr": lr, "tokens_per_s": tps}
             f.write(json.dumps(record) + "\n")
-
-
-def _all_ranks_halt(run: _Run, halt: bool) -> bool:
-    """Whether any rank wants to stop (time limit or signal), so every rank stops on the same step."""
-    if run.world == 1:
-        return halt
-    flag = torch.tensor([1 if halt else 0], device=run.device)
-    dist.all_reduce(flag)
-    return bool(flag.item())
 
 
 # ---- finish -----------------------------------------------------------------------------

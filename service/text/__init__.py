@@ -1,6 +1,10 @@
 """The text front end: reading input text into units, the lexicon, and the one request layer that
 both the HTTP routes and the in-process `Generator` call, so they answer alike by construction.
 
-May import `service.engine` and the top-level leaves of `service` (errors, metrics, version);
-never `service.settings` or `service.http`.
+Owns running text read as words (reader.py; its rules in tokens.py, spoken.py, words.py; characters in
+normalize.py, word tables in rules.py), the lexicon and its reload, the heteronym chooser (context.py),
+the output forms (forms.py, ipa.py), pronunciations, scoring and the request layer (requests.py).
+
+May import `service.engine` and the top-level leaves of `service` (errors, metrics, version, extras);
+never `service.settings`, `service.http`, fastapi or starlette (pyproject.toml's import-linter contracts).
 """

@@ -1,8 +1,8 @@
 """The reader's tables: what a TTS front end says for abbreviations, acronyms, symbols, units and the like (no code).
 
-Every rule of service/text/reader.py that names particular words reads them from here, so a reading is changed
-by editing a table, not the code. Keys are matched as documented above each table; expansions are lower-case
-words the lexicon (or the model) pronounces. docs/TEXT.md lists every table with examples.
+Every rule of the reader (service/text/reader.py, spoken.py, words.py) that names particular words reads them
+from here, so a reading is changed by editing a table, not the code. Keys are matched as documented above each
+table; expansions are lower-case words the lexicon (or the model) pronounces. docs/TEXT.md lists every table with examples.
 """
 
 from __future__ import annotations

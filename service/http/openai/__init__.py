@@ -5,5 +5,6 @@
     schemas.py      the request and response bodies (/docs)
     errors.py       OpenAI's error shape on /v1/*
 
-Imports service/http/ and what it imports; nothing imports it but the app factory.
+May import service/http/'s modules (errors, fields, schemas, state, dependencies, ...) and the layers below
+it, never the app factory (service/http/app.py), which alone imports it.
 """

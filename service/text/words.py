@@ -1,0 +1,160 @@
+"""Words read by their neighbours and by their case: abbreviations, Roman numerals, am/pm after a time, accented
+and dotted words, acronyms spelt or read as words (no torch).
+
+The words these rules name are tables in service/text/rules.py; service/text/reader.py's docstring lists the rules.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Container
+
+from num2words import num2words
+
+from service.text import rules
+from service.text.spoken import cardinal, spelled
+from service.text.tokens import Token, next_token, plain, prev_token
+
+_ROMAN = re.compile(r"M{0,3}(?:CM|CD|D?C{0,3})(?:XC|XL|L?X{0,3})(?:IX|IV|V?I{0,3})")
+_ROMAN_VALUES = {"I": 1, "V": 5, "X": 10, "L": 50, "C": 100, "D": 500, "M": 1000}
+_SENTENCE_ENDS = {".", "!", "?"}
+
+
+def _letters(word: str) -> str:
+    """A word spelt out: its letters' names (rules.LETTERS)."""
+    return " ".join(rules.LETTERS[c] for c in word.lower() if c in rules.LETTERS)
+
+
+def _is_name(t: Token | None) -> bool:
+    """A capitalised word: "Smith", "Main", "LOUIS"."""
+    return t is not None and t.kind == "word" and t.text[0].isupper()
+
+
+def _adjacent(a: Token, b: Token | None, text: str) -> bool:
+    """Whether only spaces stand between two tokens."""
+    return b is not None and not text[a.end : b.start].strip()
+
+
+def context_word(text: str, tokens: list[Token], i: int) -> list[tuple[str, str | None]] | None:
+    """A word read by its neighbours: an abbreviation, a Roman numeral, am/pm after a time, an accented word, a dotted
+    abbreviation; None: read by case (`case_word`)."""
+    t = tokens[i]
+    word = t.text
+    surface = text[t.start : t.end]
+    prev = prev_token(tokens, i)
+    if t.kind == "dotted":
+        lower = word.lower()
+        if lower in rules.DOTTED:
+            return plain(list(rules.DOTTED[lower]))
+        letters = lower.replace(".", "")
+        return [(letters, _letters(letters))]
+    accented = unicodedata.normalize("NFC", surface).lower()
+    if accented in rules.ACCENTED_WORDS:
+        return [(word.lower(), rules.ACCENTED_WORDS[accented])]
+    lower = word.lower()
+    if lower in rules.TIME_SUFFIXES and prev is not None and prev.kind in ("time", "number") and _adjacent(prev, t, text):
+        return [(lower, _letters(lower))]
+    abbreviation = _abbreviation(text, tokens, i)
+    if abbreviation is not None:
+        return plain(abbreviation)
+    if _ROMAN.fullmatch(word) and word.isupper():
+        numeral = _roman(word, prev if prev is not None and _adjacent(prev, t, text) else None)
+        if numeral is not None:
+            return plain(numeral)
+    return None
+
+
+def _abbreviation(text: str, tokens: list[Token], i: int) -> list[str] | None:
+    """An abbreviation of rules.ABBREVIATIONS read by its neighbours, its full stop taken; None: not one."""
+    t = tokens[i]
+    word = t.text
+    key = next((k for k in (word, word.capitalize(), word.lower()) if k in rules.ABBREVIATIONS), None)
+    if key is None or word not in (key, key.upper(), key.lower()):
+        return None
+    stop = next_token(tokens, i)
+    has_stop = stop is not None and stop.text == "." and stop.start == t.end
+    after = tokens[i + 2] if has_stop and i + 2 < len(tokens) else (None if has_stop else stop)
+    stop_counts = has_stop and after is not None  # a full stop that ends the text may end a sentence instead
+    written_as_title = word[0].isupper()
+    if key in rules.ABBREVIATIONS_NEED_STOP or not written_as_title:
+        if not stop_counts:
+            return None
+    if key in rules.ABBREVIATIONS_BEFORE_NUMBER_ONLY and not (after is not None and after.kind in ("number", "measure")):
+        return None
+    before_name, after_name, elsewhere = rules.ABBREVIATIONS[key]
+    prev = prev_token(tokens, i)
+    if _is_name(after) and _adjacent(stop if has_stop else t, after, text):
+        reading = before_name
+    elif prev is not None and (_is_name(prev) or prev.kind in ("number", "ordinal")) and _adjacent(prev, t, text):
+        reading = after_name
+    else:
+        reading = elsewhere
+    if has_stop and not (after is not None and after.kind == "word" and after.text[0].isupper() and reading == after_name):
+        stop.used_stop = True  # taken by the abbreviation (it still ends a sentence when a capital follows "Main St.")
+    return reading.split()
+
+
+def _roman(numeral: str, prev: Token | None) -> list[str] | None:
+    """A Roman numeral's reading by the word before it (rules.ROMAN_*); None: not a numeral here."""
+    if prev is None or prev.kind != "word":
+        return None
+    value = _roman_value(numeral)
+    name = prev.text.lower()
+    if name in rules.ROMAN_REGNAL_NAMES and prev.text[0].isupper():
+        return ["the", *spelled(num2words(value, lang="en", to="ordinal"))]
+    if name in rules.ROMAN_CARDINAL_AFTER:
+        return cardinal(value)
+    if prev.text[0].isupper() and len(numeral) >= 2 and set(numeral) <= set("IVX"):
+        return cardinal(value)
+    return None
+
+
+def _roman_value(numeral: str) -> int:
+    total = 0
+    for k, c in enumerate(numeral):
+        v = _ROMAN_VALUES[c]
+        total += -v if k + 1 < len(numeral) and _ROMAN_VALUES[numeral[k + 1]] > v else v
+    return total
+
+
+def all_caps_sentences(tokens: list[Token]) -> list[bool]:
+    """For each token, whether the sentence it stands in has two or more words and no small letter (a headline; one
+    word alone, "IT", is not a sentence in capitals)."""
+    out = [False] * len(tokens)
+    begin = 0
+    for i in range(len(tokens) + 1):
+        t = tokens[i] if i < len(tokens) else None
+        end_here = t is None or (t.kind == "other" and t.text in _SENTENCE_ENDS and not t.used_stop)
+        if not end_here:
+            continue
+        words = [t.text for t in tokens[begin:i] if t.kind in ("word", "dotted")]
+        caps = len(words) >= 2 and not any(c.islower() for w in words for c in w)
+        for k in range(begin, i):
+            out[k] = caps
+        begin = i + 1
+    return out
+
+
+def case_word(surface: str, word: str, sentence_in_capitals: bool, known: Container[str] | None) -> list[tuple[str, str | None]]:
+    """A word read by its case: an all-capital word is spelt when the dictionary does not know it and it is short, or
+    when it is a common word written as an acronym in a sentence not all in capitals; any other word is read as a
+    word (lower-cased)."""
+    lower = word.lower()
+    letters = word.replace("'", "")
+    if len(letters) < 2 or not word[0].isupper() or not letters.isalpha():
+        return [(lower, None)]
+    if letters.isupper():
+        if word in rules.WORD_ACRONYMS:
+            return [(lower, None)]
+        if word in rules.SPELLED_ACRONYMS:
+            return [(lower, None if sentence_in_capitals else _letters(word))]
+        if (known is None or lower not in known) and len(letters) <= rules.MAX_SPELLED_LETTERS and "'" not in word:
+            return [(lower, _letters(word))]
+        return [(lower, None)]
+    stem = word[:-1]
+    if word.endswith("s") and len(stem) >= 2 and stem.isupper() and len(stem) <= rules.MAX_SPELLED_LETTERS:
+        # a plural acronym, "GPUs": spelt, then the plural's Z
+        if stem not in rules.WORD_ACRONYMS and (known is None or (stem.lower() not in known and lower not in known)):
+            return [(lower, _letters(stem) + " Z")]
+    return [(lower, None)]
