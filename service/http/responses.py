@@ -6,11 +6,12 @@ Also the error responses every route documents in /docs.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import numpy as np
 import orjson
 from fastapi.responses import Response, StreamingResponse
+from starlette.requests import Request
 
 from service.engine.engine import Engine
 from service.engine.scheduler import Failed
@@ -28,7 +29,8 @@ from service.http.schemas import (
     WordDetails,
 )
 from service.metrics import ServiceMetrics
-from service.text.requests import Answer, CaughtUp, TextRequest
+from service.text.requests import TextRequest
+from service.text.units import Answer, CaughtUp
 
 ERROR_RESPONSES = {
     code: {"model": ErrorResponse, "description": text}
@@ -62,6 +64,20 @@ SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}  # x-acce
 def _json(obj: dict | list) -> bytes:
     """Compact JSON as bytes; orjson is several times faster than json here, where every token is an event."""
     return orjson.dumps(obj)
+
+
+async def client_gone(request: Request) -> None:
+    """Returns when the client of an ASGI request disconnects (its body has been read, so the next message is the
+    disconnect): what the request layer's `TextRequest.collect` waits on beside the engine."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+def disconnect_watch(request: Request) -> Callable[[], Awaitable[None]]:
+    """`client_gone` of this request, as the request layer takes it."""
+    return lambda: client_gone(request)
 
 
 def prefill(engine: Engine, decoder_input_details: bool) -> list[PrefillToken]:

@@ -26,7 +26,8 @@ from service.engine.scheduler import Failed, Finished, ScoreTicket
 from service.engine.scoring import TargetScore
 from service.engine.stopping import Hypothesis
 from service.errors import InvalidRequest
-from service.text.requests import TextFrontEnd, hypothesis_tokens, top_token_dicts
+from service.text.requests import TextFrontEnd
+from service.text.units import hypothesis_tokens, top_token_dicts
 
 
 @dataclass
