@@ -33,16 +33,17 @@ import random
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import orjson
 
 from service.engine.scheduler import Failed
 from service.errors import InvalidRequest, ServiceError
 from service.http import errors, fields
+from service.http.openai.choices import Choice, ChoiceText, TokenOut, answered_choices
 from service.http.openai.errors import OpenAIError, bad_request, from_error, param_names
 from service.http.openai.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
-from service.http.responses import disconnect_watch, warnings
+from service.http.responses import disconnect_watch
 from service.http.schemas import GenerateParameters, GenerateRequest
 from service.http.state import Service
 from service.text.requests import TextRequest
@@ -51,13 +52,8 @@ from service.text.validation import Limits, check_names, invalid, text_params
 
 log = logging.getLogger("attnserve.service")
 
-FINISH = {"eos_token": "stop", "stop_sequence": "stop", "length": "length"}
 KEEPALIVE = b": keep-alive\n\n"
 DONE = b"data: [DONE]\n\n"
-
-
-# names the number of skipped spans of the prompts' characters (`warnings_headers`); docs/OPENAI.md
-SKIPPED_HEADER = "x-attnserve-skipped-characters"
 
 
 def served_model_name(svc: Service) -> str:
@@ -324,128 +320,6 @@ def cancel_all(jobs: list[list[TextRequest]]) -> None:
             job.cancel()
 
 
-# ---- a choice's text, tokens and end ---------------------------------------------------------------
-@dataclass
-class TokenOut:
-    """A token as a choice shows it: its text, where it starts in the choice's text, its raw log-probability
-    (None for a lexicon answer's) and the step's most likely tokens [(text, logprob)] when asked for."""
-
-    text: str
-    offset: int
-    logprob: float | None
-    top: list[tuple[str, float]] | None
-
-
-@dataclass
-class ChoiceText:
-    """A choice's text as its tokens come, with OpenAI's stop rule: the text ends before the first stop
-    sequence. What may still begin one (the longest stop's length - 1 characters) is held back until the
-    next token, so a stream never sends text it would then have to take back."""
-
-    stop: tuple[str, ...]
-    text: str = ""
-    sent: int = 0
-    pending: list[TokenOut] = field(default_factory=list)
-    tokens: int = 0  # tokens read (end tokens included): the usage's completion tokens
-    finish_reason: str | None = None
-
-    def add(self, token: dict, top: list[dict] | None, finish: str | None) -> tuple[str, list[TokenOut], str | None]:
-        """One token (TGI's Token dict; `finish`: the TGI finish reason when it is the choice's last).
-        Returns the text now released, its tokens, and the OpenAI finish reason once the choice has ended."""
-        if self.finish_reason is not None:
-            return "", [], None
-        self.tokens += 1
-        start = len(self.text)
-        self.text += token["text"]
-        if not token["special"]:
-            self.pending.append(
-                TokenOut(token["text"], start, token["logprob"], [(t["text"], t["logprob"]) for t in top] if top else None)
-            )
-        cut = self._stop_at()
-        if cut is not None:
-            end, finish = cut, "stop"
-            self.text = self.text[:cut]
-        elif finish is not None:
-            end, finish = len(self.text), FINISH.get(finish, "stop")
-        else:
-            end = len(self.text) - max(0, max((len(s) for s in self.stop), default=1) - 1)
-        if finish is None and end <= self.sent:
-            return "", [], None
-        delta = self.text[self.sent : max(self.sent, end)]
-        self.sent = max(self.sent, end)
-        if finish is not None:
-            released, self.pending = [t for t in self.pending if t.offset < end], []
-        else:
-            released = [t for t in self.pending if t.offset + len(t.text) <= end]
-            self.pending = self.pending[len(released) :]
-        self.finish_reason = finish
-        return delta, released, finish
-
-    def _stop_at(self) -> int | None:
-        hits = [i for s in self.stop if (i := self.text.find(s, self.sent)) != -1]
-        return min(hits) if hits else None
-
-
-@dataclass
-class Choice:
-    index: int
-    text: str
-    tokens: list[TokenOut]
-    finish_reason: str
-    completion_tokens: int
-    warnings: list[dict] | None = None  # its prompt's skipped characters (running text); None: nothing skipped
-
-
-def answered_choices(job: TextRequest, k: int, base: int, stop: tuple[str, ...]) -> list[Choice]:
-    """The first k answers of a finished request as choices base, base + 1, ... Running text (several units)
-    has one answer: its words' best answers joined by the word separator."""
-    if len(job.units) == 1:
-        answers, top = job.answers(job.units[0])
-        candidates = [(a.tokens, top if j == 0 else None, a.finish_reason) for j, a in enumerate(answers[:k])]
-    else:
-        tokens, tops, finish = [], [], "eos_token"
-        for i, u in enumerate(job.units):
-            answers, top = job.answers(u)
-            tokens += [job.separated(t, i, j) for j, t in enumerate(answers[0].tokens)]
-            tops += top if top is not None else [None] * len(answers[0].tokens)
-            finish = answers[0].finish_reason
-        candidates = [(tokens, tops, finish)]
-    out = []
-    for j, (tokens, top, finish) in enumerate(candidates):
-        text = ChoiceText(stop)
-        shown: list[TokenOut] = []
-        for t, (token, step_top) in enumerate(zip(tokens, top or [None] * len(tokens))):
-            _, released, ended = text.add(token, step_top, finish if t == len(tokens) - 1 else None)
-            shown += released
-            if ended:
-                break
-        if text.finish_reason is None:  # no tokens at all
-            text.finish_reason = FINISH.get(finish, "stop")
-        out.append(Choice(base + j, text.text, shown, text.finish_reason, text.tokens, skipped_warnings(job)))
-    return out
-
-
-def skipped_warnings(job: TextRequest) -> list[dict] | None:
-    """The prompt's characters that running text skipped, as the TGI routes' `details.warnings`; None when none were."""
-    return [w.model_dump() for w in warnings(job)] if job.skipped else None
-
-
-def warnings_headers(jobs: list[list[TextRequest]]) -> dict[str, str]:
-    """`x-attnserve-skipped-characters`: how many spans of the prompts' characters were skipped (each prompt read
-    once), known at admission, so a stream has it too; {} when none were. The spans themselves are each choice's
-    `warnings` in a whole answer."""
-    n = sum(len(row[0].skipped) for row in jobs if row)
-    return {SKIPPED_HEADER: str(n)} if n else {}
-
-
-def with_warnings(choice: dict, c: Choice) -> dict:
-    """A choice object with the extension field `warnings` when its prompt had characters skipped (otherwise as
-    OpenAI's, unchanged)."""
-    if c.warnings:
-        choice["warnings"] = c.warnings
-    return choice
-
-
 # ---- answering ------------------------------------------------------------------------------------
 @dataclass
 class Answer:
@@ -595,23 +469,7 @@ def _event(obj: dict) -> bytes:
     return b"data: " + orjson.dumps(obj) + b"\n\n"
 
 
-# ---- the two shapes ---------------------------------------------------------------------------------
-def completion_logprobs(tokens: list[TokenOut], with_top: bool) -> dict:
-    return {
-        "tokens": [t.text for t in tokens],
-        "token_logprobs": [t.logprob for t in tokens],
-        "top_logprobs": [dict(t.top or []) for t in tokens] if with_top else None,
-        "text_offset": [t.offset for t in tokens],
-    }
-
-
-def chat_logprobs(tokens: list[TokenOut]) -> dict:
-    def entry(text: str, logprob: float | None) -> dict:
-        return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
-
-    return {"content": [{**entry(t.text, t.logprob), "top_logprobs": [entry(x, lp) for x, lp in t.top or []]} for t in tokens]}
-
-
+# ---- the requests ----------------------------------------------------------------------------------
 def completion_request(svc: Service, body: CompletionRequest) -> Plan:
     """/v1/completions' checks (besides the schema's) and its plan."""
     unknown_fields(body, "/v1/completions")
@@ -679,64 +537,3 @@ def chat_request(svc: Service, body: ChatCompletionRequest) -> Plan:
         logprobs=("top_logprobs", (body.top_logprobs or 0) if body.logprobs else None),
         input_param="messages",
     )
-
-
-def completion_body(answer: Answer, planned: Plan) -> dict:
-    return {
-        "id": answer.id,
-        "object": "text_completion",
-        "created": answer.created,
-        "model": answer.model,
-        "choices": [
-            with_warnings(
-                {
-                    "index": c.index,
-                    "text": c.text,
-                    "logprobs": completion_logprobs(c.tokens, bool(planned.logprobs)) if planned.logprobs is not None else None,
-                    "finish_reason": c.finish_reason,
-                },
-                c,
-            )
-            for c in answer.choices
-        ],
-        "usage": answer.usage(),
-    }
-
-
-def chat_body(answer: Answer, planned: Plan) -> dict:
-    return {
-        "id": answer.id,
-        "object": "chat.completion",
-        "created": answer.created,
-        "model": answer.model,
-        "choices": [
-            with_warnings(
-                {
-                    "index": c.index,
-                    "message": {"role": "assistant", "content": c.text},
-                    "logprobs": chat_logprobs(c.tokens) if planned.logprobs is not None else None,
-                    "finish_reason": c.finish_reason,
-                },
-                c,
-            )
-            for c in answer.choices
-        ],
-        "usage": answer.usage(),
-    }
-
-
-def completion_chunk_renderer(planned: Plan) -> Render:
-    def render(index: int, text: str, tokens: list[TokenOut], finish: str | None, first: bool) -> dict:
-        logprobs = completion_logprobs(tokens, bool(planned.logprobs)) if planned.logprobs is not None else None
-        return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}
-
-    return render
-
-
-def chat_chunk_renderer(planned: Plan) -> Render:
-    def render(index: int, text: str, tokens: list[TokenOut], finish: str | None, first: bool) -> dict:
-        delta = {"role": "assistant", "content": text} if first else {"content": text}
-        logprobs = chat_logprobs(tokens) if planned.logprobs is not None else None
-        return {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
-
-    return render
