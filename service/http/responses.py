@@ -29,6 +29,7 @@ from service.http.schemas import (
     WordDetails,
 )
 from service.metrics import ServiceMetrics
+from service.text import units as text_units
 from service.text.requests import TextRequest
 from service.text.units import Answer, CaughtUp
 
@@ -64,6 +65,11 @@ SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}  # x-acce
 def _json(obj: dict | list) -> bytes:
     """Compact JSON as bytes; orjson is several times faster than json here, where every token is an event."""
     return orjson.dumps(obj)
+
+
+def wire_tokens(tokens: list[text_units.Token]) -> list[Token]:
+    """The request layer's tokens as TGI's Token objects."""
+    return [Token(id=t.id, text=t.text, logprob=t.logprob, special=t.special) for t in tokens]
 
 
 async def client_gone(request: Request) -> None:
@@ -111,7 +117,7 @@ def generate_response(job: TextRequest) -> GenerateResponse:
                 generated_tokens=a.generated_tokens,
                 seed=a.seed,
                 prefill=fed,
-                tokens=[Token(**t) for t in a.tokens],
+                tokens=wire_tokens(a.tokens),
                 score=a.score,
                 source=a.source,
                 index=a.index,
@@ -124,7 +130,7 @@ def generate_response(job: TextRequest) -> GenerateResponse:
         top = None
         if all(t is not None for t in tops):  # each step's alternatives carry the separator its token carries
             top = [[job.separated(alt, k, j) for alt in step] for k, t in enumerate(tops) for j, step in enumerate(t)]
-        logprobs = [t["logprob"] for t in tokens]
+        logprobs = [t.logprob for t in tokens]
         score = float(np.mean(logprobs)) if logprobs and None not in logprobs else None
         source = "lexicon" if all(b.source in ("lexicon", "punctuation", "context") for b in bests) else "model"
         others = None
@@ -133,7 +139,7 @@ def generate_response(job: TextRequest) -> GenerateResponse:
         generated_tokens=sum(b.generated_tokens for b in bests),
         seed=job.seed,
         prefill=fed,
-        tokens=[Token(**t) for t in tokens],
+        tokens=wire_tokens(tokens),
         top_tokens=top,
         best_of_sequences=others if job.options.n_best > 1 and others is not None else None,
         score=score,

@@ -73,13 +73,14 @@ from service.text.units import (
     CaughtUp,
     StreamToken,
     TextParams,
+    Token,
     Unit,
     hypothesis_tokens,
     is_mark,
     lexicon_answer,
     lexicon_answers,
-    token_dict,
-    top_token_dicts,
+    step_token,
+    top_tokens,
 )
 from service.text.validation import ValidRequest
 
@@ -270,7 +271,7 @@ class TextFrontEnd:
     def punctuation_answer(self, mark: str) -> Answer:
         """A kept mark of punctuation as an answer: one token whose text is the mark. No target token spells it, so
         the token carries the target vocabulary's unknown id; it has no end token and no log-probability."""
-        token = {"id": self.engine.tgt_tokenizer.token_to_id("<unk>"), "text": mark, "logprob": None, "special": False}
+        token = Token(self.engine.tgt_tokenizer.token_to_id("<unk>"), mark, None, False)
         return Answer(mark, [token], "eos_token", 1, None, "punctuation")
 
     def read_words(self, text: str, truncate: int | None, punctuation: bool = False) -> tuple[list[Word], list[Skipped]]:
@@ -351,7 +352,7 @@ class TextRequest:
         text = self.reader.join(texts) if self.reader is not None else texts[0]
         return self.inputs + text if self.params.return_full_text else text
 
-    def answers(self, u: Unit) -> tuple[list[Answer], list[list[dict]] | None]:
+    def answers(self, u: Unit) -> tuple[list[Answer], list[list[Token] | None] | None]:
         """A finished unit's answers, best first (the lexicon's, then the model's beams that differ from
         them, n_best in all), and the model's top tokens per step when asked for; in the request's form."""
         answers, top = self.own_answers(u)
@@ -360,7 +361,7 @@ class TextRequest:
         written = [dataclasses.replace(a, text=self.form.text(a.token_ids), tokens=self.form.tokens(a.tokens)) for a in answers]
         return written, self.form.top(top)
 
-    def own_answers(self, u: Unit) -> tuple[list[Answer], list[list[dict]] | None]:
+    def own_answers(self, u: Unit) -> tuple[list[Answer], list[list[Token] | None] | None]:
         """`answers` in the model's own form."""
         if u.ticket is None:
             return u.known, None
@@ -368,10 +369,10 @@ class TextRequest:
         best = gen.hypotheses[0]
         top = None
         if gen.streams:  # one row, decided token by token: the step results are its tokens
-            tokens = [token_dict(r) for r in u.results]
+            tokens = [step_token(r) for r in u.results]
             if self.options.top_n_tokens:
                 ids = [r.token_id for r in u.results]
-                top = [top_token_dicts(self.engine, r.top_tokens, ids[:k]) for k, r in enumerate(u.results)]
+                top = [top_tokens(self.engine, r.top_tokens, ids[:k]) for k, r in enumerate(u.results)]
         else:
             tokens = hypothesis_tokens(self.engine, best)
         scored = bool(best.logprobs) or best.eos_logprob is not None
@@ -397,12 +398,12 @@ class TextRequest:
         taken = [a.token_ids for a in u.known]
         return (u.known + [a for a in model if a.token_ids not in taken])[: self.options.n_best], None
 
-    def separated(self, token: dict, unit: int, position: int) -> dict:
+    def separated(self, token: Token, unit: int, position: int) -> Token:
         """A token of running text: the first token of every word after the first carries the separator
         in front of its text, so the tokens' texts concatenate to generated_text."""
         if unit == 0 or position != 0 or self.reader is None:
             return token
-        return {**token, "text": self.reader.separator + token["text"]}
+        return token.with_text(self.reader.separator + token.text)
 
     def n_tokens(self) -> int:
         """Tokens of the answer (x-generated-tokens)."""
@@ -517,11 +518,11 @@ class TextRequest:
                         top = None
                         if ev.top_tokens is not None:
                             prefix = [r.token_id for r in u.results[:-1]]
-                            top = top_token_dicts(self.engine, ev.top_tokens, prefix)
+                            top = top_tokens(self.engine, ev.top_tokens, prefix)
                         ready = (
-                            [(token_dict(ev), top, ev.finish_reason)]
+                            [(step_token(ev), top, ev.finish_reason)]
                             if written is None
-                            else written.push(token_dict(ev), top, ev.finish_reason)
+                            else written.push(step_token(ev), top, ev.finish_reason)
                         )
                         for token, top, reason in ready:
                             if top is not None:

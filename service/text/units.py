@@ -23,15 +23,33 @@ class CaughtUp:
 CAUGHT_UP = CaughtUp()
 
 
-def token_dict(r: StepResult) -> dict:
-    """A streamed token as TGI's Token object."""
-    return {"id": r.token_id, "text": r.text, "logprob": r.logprob, "special": r.special}
+@dataclass(frozen=True, slots=True)
+class Token:
+    """One token of an answer: its id, the text it adds to the answer (the difference of successive decodes), its
+    raw log-probability (None for a lexicon answer's) and whether it is special (the end token, whose text is '').
+    service/http/ writes it as TGI's Token object (or OpenAI's); in process it reads as one too (`t["text"]`)."""
+
+    id: int
+    text: str
+    logprob: float | None
+    special: bool
+
+    def __getitem__(self, name: str) -> object:
+        return getattr(self, name)
+
+    def with_text(self, text: str) -> Token:
+        return Token(self.id, text, self.logprob, self.special)
 
 
-def top_token_dicts(engine: Engine, top: list[tuple[int, float]] | None, prefix: Sequence[int] = ()) -> list[dict] | None:
-    """A step's most likely tokens as TGI's Token objects. Each one's text follows the rule of a generated token's:
-    the text it adds to the output after `prefix` (the ids chosen before this step), the difference of successive
-    decodes; so the chosen token's entry has the generated token's text (" IH1" after a first phoneme, not "IH1")."""
+def step_token(r: StepResult) -> Token:
+    """A streamed token."""
+    return Token(r.token_id, r.text, r.logprob, r.special)
+
+
+def top_tokens(engine: Engine, top: list[tuple[int, float]] | None, prefix: Sequence[int] = ()) -> list[Token] | None:
+    """A step's most likely tokens. Each one's text follows the rule of a generated token's: the text it adds to the
+    output after `prefix` (the ids chosen before this step), the difference of successive decodes; so the chosen
+    token's entry has the generated token's text (" IH1" after a first phoneme, not "IH1")."""
     if top is None:
         return None
     before = engine.decode_ids(prefix)
@@ -39,20 +57,20 @@ def top_token_dicts(engine: Engine, top: list[tuple[int, float]] | None, prefix:
     for i, lp in top:
         special = i in engine.special_token_ids
         text = "" if special else engine.decode_ids([*prefix, i])[len(before) :]
-        out.append({"id": i, "text": text, "logprob": lp, "special": special})
+        out.append(Token(i, text, lp, special))
     return out
 
 
-def hypothesis_tokens(engine: Engine, h: Hypothesis) -> list[dict]:
-    """A finished hypothesis' tokens, TGI's way: each token's text is the difference of successive
-    decodes (so they concatenate to the text), the end token last with text ''."""
+def hypothesis_tokens(engine: Engine, h: Hypothesis) -> list[Token]:
+    """A finished hypothesis' tokens: each token's text is the difference of successive decodes (so they
+    concatenate to the text), the end token last with text ''."""
     out, prev = [], ""
     for k, (tok, lp) in enumerate(zip(h.token_ids, h.logprobs or [None] * len(h.token_ids))):
         text = engine.decode_ids(h.token_ids[: k + 1])
-        out.append({"id": tok, "text": text[len(prev) :], "logprob": lp, "special": False})
+        out.append(Token(tok, text[len(prev) :], lp, False))
         prev = text
     if h.finish_reason == "eos_token":
-        out.append({"id": engine.eos_id, "text": "", "logprob": h.eos_logprob, "special": True})
+        out.append(Token(engine.eos_id, "", h.eos_logprob, True))
     return out
 
 
@@ -75,11 +93,10 @@ class TextParams:
 
 @dataclass
 class Answer:
-    """One answer of a unit: its text, its tokens as TGI's Token dicts (the end token last when it
-    ended), and where it came from."""
+    """One answer of a unit: its text, its tokens (the end token last when it ended), and where it came from."""
 
     text: str
-    tokens: list[dict]
+    tokens: list[Token]
     finish_reason: str
     generated_tokens: int
     score: float | None
@@ -91,7 +108,7 @@ class Answer:
 
     @property
     def token_ids(self) -> list[int]:
-        return [t["id"] for t in self.tokens if not t["special"]]
+        return [t.id for t in self.tokens if not t.special]
 
 
 @dataclass(eq=False)
@@ -111,8 +128,8 @@ class Unit:
 class StreamToken:
     """One token of a stream, in text order; `last`: the text's last token."""
 
-    token: dict
-    top_tokens: list[dict] | None
+    token: Token
+    top_tokens: list[Token] | None
     finish_reason: str | None
     last: bool
 

@@ -117,6 +117,12 @@ class Limits:
         field = "parameters.top_n_tokens"
         self.at_most(field, top_n_tokens, self.max_top_n_tokens, names.get(field))
 
+    def score_top_n_tokens(self, n: int) -> None:
+        """POST /score's `top_n_tokens` within `max_top_n_tokens`."""
+        if self.max_top_n_tokens is not None and n > self.max_top_n_tokens:
+            limit = self.max_top_n_tokens
+            raise invalid("parameters.top_n_tokens", f"parameters.top_n_tokens: at most {limit} (max_top_n_tokens)")
+
     def rows(self, options: DecodingOptions) -> None:
         """The batch rows a request needs (beams, best_of samples) within a batch (the scheduler's rule, `check_rows`)."""
         check_rows(options, self.max_batch_size)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from service.http.responses import warnings
 from service.text.requests import TextRequest
+from service.text.units import Token
 
 FINISH = {"eos_token": "stop", "stop_sequence": "stop", "length": "length"}
 
@@ -39,18 +40,16 @@ class ChoiceText:
     tokens: int = 0  # tokens read (end tokens included): the usage's completion tokens
     finish_reason: str | None = None
 
-    def add(self, token: dict, top: list[dict] | None, finish: str | None) -> tuple[str, list[TokenOut], str | None]:
-        """One token (TGI's Token dict; `finish`: the TGI finish reason when it is the choice's last).
+    def add(self, token: Token, top: list[Token] | None, finish: str | None) -> tuple[str, list[TokenOut], str | None]:
+        """One token (the request layer's; `finish`: the TGI finish reason when it is the choice's last).
         Returns the text now released, its tokens, and the OpenAI finish reason once the choice has ended."""
         if self.finish_reason is not None:
             return "", [], None
         self.tokens += 1
         start = len(self.text)
-        self.text += token["text"]
-        if not token["special"]:
-            self.pending.append(
-                TokenOut(token["text"], start, token["logprob"], [(t["text"], t["logprob"]) for t in top] if top else None)
-            )
+        self.text += token.text
+        if not token.special:
+            self.pending.append(TokenOut(token.text, start, token.logprob, [(t.text, t.logprob) for t in top] if top else None))
         cut = self._stop_at()
         if cut is not None:
             end, finish = cut, "stop"
