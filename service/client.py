@@ -17,6 +17,10 @@ answer with the token ids of a lexicon one.
 
 Calls may come from several threads at once: they share one running batch,
 exactly as concurrent HTTP requests do.
+
+A request is checked by the HTTP routes' validator (service/text/validation.py): a refusal is an
+`InputError` whose `field` names the part at fault as the HTTP routes' errors do
+(`parameters.temperature`, `inputs`), and a misspelt keyword an `UnknownOption` ("did you mean").
 """
 
 from __future__ import annotations

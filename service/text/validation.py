@@ -109,9 +109,12 @@ class Limits:
         if value is not None and limit is not None and value > limit:
             raise invalid(field, f"{name or field} must be at most {limit} on this server{setting}, got {value}")
 
-    def n_best(self, best_of: int | None, num_beams: int | None, top_n_tokens: int | None, names: Mapping[str, str] = {}) -> None:  # noqa: B006 (read only)
+    def n_best(
+        self, best_of: int | None, num_beams: int | None, top_n_tokens: int | None, names: Mapping[str, str] | None = None
+    ) -> None:
         """The bounds on n-best and alternatives (the engine checks the values themselves); `names`: how the front end
         calls `parameters.best_of`, `parameters.num_beams` and `parameters.top_n_tokens` (default: so)."""
+        names = names or {}
         for field, value in (("parameters.best_of", best_of), ("parameters.num_beams", num_beams)):
             self.at_most(field, value, self.max_best_of, names.get(field))
         field = "parameters.top_n_tokens"
