@@ -23,7 +23,7 @@ from service.http import errors
 from service.http.dependencies import GENERATION_GUARDS, ServiceDep, authorize
 from service.http.openai import choices, shapes
 from service.http.openai import completions as c
-from service.http.openai.errors import OpenAIError, OpenAIErrorShape, from_error
+from service.http.openai.errors import OpenAIError, OpenAIErrorShape, from_error, param_names
 from service.http.openai.schemas import (
     ChatCompletionRequest,
     ChatCompletionResponse,
@@ -71,7 +71,7 @@ class OpenAIRoute(APIRoute):
             try:
                 return await handler(request)
             except (OpenAIError, errors.APIError, ServiceError, RequestValidationError) as e:
-                err = from_error(e, "messages" if path == CHAT else "prompt")
+                err = from_error(e, param_names("messages" if path == CHAT else "prompt"))
             except StarletteHTTPException as e:  # FastAPI's own refusals (a body it cannot parse)
                 detail = e.detail if isinstance(e.detail, str) else "invalid request"
                 if e.status_code == 400 and detail == "There was an error parsing the body":  # not UTF-8, nested too deep
