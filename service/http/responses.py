@@ -67,6 +67,11 @@ def _json(obj: dict | list) -> bytes:
     return orjson.dumps(obj)
 
 
+def token_object(t: text_units.Token) -> dict:
+    """A token as TGI's Token object, for orjson (which writes a dict several times faster than a dataclass)."""
+    return {"id": t.id, "text": t.text, "logprob": t.logprob, "special": t.special}
+
+
 def wire_tokens(tokens: list[text_units.Token]) -> list[Token]:
     """The request layer's tokens as TGI's Token objects."""
     return [Token(id=t.id, text=t.text, logprob=t.logprob, special=t.special) for t in tokens]
@@ -241,10 +246,18 @@ async def sse_events(job: TextRequest, route: str, metrics: ServiceMetrics, keep
                 return
             index += 1
             if not item.last:  # the common event, from pre-encoded parts: the bytes orjson gives the whole dict
-                top = b"null" if item.top_tokens is None else _json(item.top_tokens)
-                gathered.append(b'data:{"index":%d,"token":%b,"top_tokens":%b%b' % (index, _json(item.token), top, _EVENT_END))
+                top = b"null" if item.top_tokens is None else _json([token_object(t) for t in item.top_tokens])
+                token = _json(token_object(item.token))
+                gathered.append(b'data:{"index":%d,"token":%b,"top_tokens":%b%b' % (index, token, top, _EVENT_END))
                 continue
-            event = {"index": index, "token": item.token, "top_tokens": item.top_tokens, "generated_text": None, "details": None}
+            top_tokens = None if item.top_tokens is None else [token_object(t) for t in item.top_tokens]
+            event = {
+                "index": index,
+                "token": token_object(item.token),
+                "top_tokens": top_tokens,
+                "generated_text": None,
+                "details": None,
+            }
             if item.last:
                 event["generated_text"] = job.generated_text()
                 if job.params.details:

@@ -23,7 +23,7 @@ class CaughtUp:
 CAUGHT_UP = CaughtUp()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: made per generated token, and a frozen dataclass's __init__ costs ~4x
 class Token:
     """One token of an answer: its id, the text it adds to the answer (the difference of successive decodes), its
     raw log-probability (None for a lexicon answer's) and whether it is special (the end token, whose text is '').
