@@ -77,6 +77,11 @@ def wire_tokens(tokens: list[text_units.Token]) -> list[Token]:
     return [Token(id=t.id, text=t.text, logprob=t.logprob, special=t.special) for t in tokens]
 
 
+def wire_steps(steps: list[list[text_units.Token] | None] | None) -> list[list[Token] | None] | None:
+    """Each step's alternatives (`top_n_tokens`) as TGI's Token objects."""
+    return None if steps is None else [None if step is None else wire_tokens(step) for step in steps]
+
+
 async def client_gone(request: Request) -> None:
     """Returns when the client of an ASGI request disconnects (its body has been read, so the next message is the
     disconnect): what the request layer's `TextRequest.collect` waits on beside the engine."""
@@ -145,7 +150,7 @@ def generate_response(job: TextRequest) -> GenerateResponse:
         seed=job.seed,
         prefill=fed,
         tokens=wire_tokens(tokens),
-        top_tokens=top,
+        top_tokens=wire_steps(top),
         best_of_sequences=others if job.options.n_best > 1 and others is not None else None,
         score=score,
         source=source,

@@ -15,7 +15,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.http.dependencies import GENERATION_GUARDS, ServiceDep
-from service.http.responses import ERROR_RESPONSES, wire_tokens
+from service.http.responses import ERROR_RESPONSES, wire_steps, wire_tokens
 from service.http.schemas import Token
 from service.text.scoring import admit_scores
 
@@ -91,7 +91,7 @@ async def score(svc: ServiceDep, body: ScoreRequest) -> ScoreResponse:
                 total=r.total,
                 score=r.score,
                 tokens=wire_tokens(r.tokens),
-                top_tokens=None if r.top_tokens is None else [None if s is None else wire_tokens(s) for s in r.top_tokens],
+                top_tokens=wire_steps(r.top_tokens),
             )
             for r in results
         ],
