@@ -17,11 +17,16 @@ answer with the token ids of a lexicon one.
 
 Calls may come from several threads at once: they share one running batch,
 exactly as concurrent HTTP requests do.
+
+A request is checked by the HTTP routes' validator (service/text/validation.py): a refusal is an
+`InputError` whose `field` names the part at fault as the HTTP routes' errors do
+(`parameters.temperature`, `inputs`), and a misspelt keyword an `UnknownOption` ("did you mean").
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,15 +35,24 @@ import numpy as np
 
 from service.engine.bundle import load_bundle
 from service.engine.engine import DecodingOptions, Engine, GenerationResult, InputError, StepResult
-from service.engine.scheduler import Failed, Finished, Scheduler, Ticket, check_rows
+from service.engine.scheduler import Failed, Finished, Ticket
 from service.errors import InvalidRequest, ServiceError
-from service.metrics import ServiceMetrics
 from service.text.lexicon import Lexicon
 from service.text.pronunciations import check_pronunciations
 from service.text.reader import WORD_SEPARATOR, Skipped
-from service.text.requests import TextFrontEnd, TextParams, TextRequest
+from service.text.requests import TextRequest
 from service.text.samples import sample_inputs
 from service.text.scoring import ScoredTarget, admit_scores
+from service.text.stack import build_stack
+from service.text.units import TextParams
+from service.text.validation import Limits, check_names, decoding_options, validate
+
+OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(DecodingOptions))
+
+
+class UnknownOption(InputError, TypeError):
+    """A keyword parameter that looks like a misspelling of an option's name ("did you mean"); a TypeError, as Python
+    calls an unexpected keyword argument."""
 
 
 class GenerationError(RuntimeError):
@@ -110,18 +124,22 @@ class Generator:
         # the bundle's lexicon with an operator's file on top (LexiconError on a bad line), for generate_text_many
         eng = self.engine
         self.lexicon = Lexicon.load(eng.bundle, lexicon_file, eng.src_tokenizer, eng.tgt_tokenizer)
-        self.metrics = ServiceMetrics(self.engine.bundle.model_id)
         self.max_batch_size = max_batch_size
-        self.scheduler = Scheduler(
+        # the HTTP service's stack (service/text/stack.py): the same scheduler, request layer (words, lexicon
+        # answers, merging) and validator; no bound but the batch's rows, as in-process callers wait instead of
+        # being refused. `context`: heteronyms chosen by their sentence where the bundle has a context component
+        stack = build_stack(
             self.engine,
-            self.metrics,
-            max_batch_size=max_batch_size,
-            max_concurrent_requests=1 << 30,  # in-process callers wait instead of being refused
+            Limits(max_batch_size=max_batch_size),
+            lexicon=self.lexicon,
+            max_concurrent_requests=1 << 30,
             request_timeout_s=request_timeout_s,
+            context=context,
         )
-        # the request layer the HTTP routes use too: the same words, lexicon answers and merging
-        # `context`: heteronyms chosen by their sentence where the bundle has a context component (False: as without)
-        self.text = TextFrontEnd(self.engine, self.scheduler, lexicon=self.lexicon, context=context)
+        self.metrics = stack.metrics
+        self.scheduler = stack.scheduler
+        self.text = stack.text
+        self.limits = stack.limits
         self.reader = self.text.reader
         self.scheduler.start()
 
@@ -135,15 +153,20 @@ class Generator:
         self.close()
 
     def options(self, **params: object) -> DecodingOptions:
+        """`DecodingOptions` of keyword parameters through the one validator (service/text/validation.py): InputError
+        (its `field` as the HTTP routes' errors name it, `parameters.temperature`) for a value the engine cannot
+        honour, or a request wider than a batch; `UnknownOption` (a TypeError too) for a misspelt name."""
         params.setdefault("max_new_tokens", self.engine.max_target_len)
         if "stop" in params and params["stop"] is not None:
             params["stop"] = tuple(params["stop"])
-        options = DecodingOptions(**params)
         try:
-            check_rows(options, self.max_batch_size)
+            check_names([k for k in params if k not in OPTION_NAMES], OPTION_NAMES)
         except InvalidRequest as e:
-            raise InputError(e.reason) from None
-        return options
+            raise UnknownOption(e.message, f"parameters.{e.field}") from None
+        try:
+            return decoding_options(params, self.limits)
+        except InvalidRequest as e:
+            raise InputError(e.reason, e.field) from None
 
     def submit(self, text: str | list[int], options: DecodingOptions) -> Ticket:
         ids = self.engine.encode_text(text) if isinstance(text, str) else list(text)
@@ -227,7 +250,7 @@ class Generator:
             if pronunciations:
                 check_pronunciations(pronunciations, self.engine.tgt_tokenizer)
         except InvalidRequest as e:
-            raise InputError(e.message) from None
+            raise InputError(e.message, e.field) from None
         window = window or 4 * self.max_batch_size
         pending: collections.deque[TextRequest | InputError] = collections.deque()
         source = iter(texts)
@@ -239,10 +262,10 @@ class Generator:
                     if text is None:
                         exhausted = True
                         break
-                    try:
-                        pending.append(self.text.admit(text, asked, options))
+                    try:  # the one validator, as the HTTP routes' requests
+                        pending.append(self.text.admit(validate(self.text, text, asked, options)))
                     except InvalidRequest as e:
-                        pending.append(InputError(e.reason))
+                        pending.append(InputError(e.reason, e.field))
                 if not pending:
                     return
                 job = pending.popleft()
@@ -256,7 +279,7 @@ class Generator:
         try:
             job.wait()
         except InvalidRequest as e:  # a word the engine refused
-            return InputError(e.reason)
+            return InputError(e.reason, e.field)
         except ServiceError as e:
             raise GenerationError(e.message) from None
         answers = [[TextAnswer(a.text, a.score, a.source) for a in job.answers(u)[0]] for u in job.units]

@@ -22,13 +22,17 @@ class ServiceError(Exception):
 
 
 class InvalidRequest(ServiceError):
-    """Input or parameters the server cannot run; `field` (`inputs`, `parameters`) prefixes the message."""
+    """Input or parameters the server cannot run. `field` names the part of the request at fault, as a path in
+    the TGI body (`inputs`, `parameters.best_of`, `parameters` for the parameters together, `targets`): a front
+    end maps it to its own names (OpenAI's `param`) without reading the message. It prefixes the message
+    (`inputs: ...`) unless `message` gives the whole text."""
 
     error_type = "validation"
 
-    def __init__(self, reason: str, field: str | None = None):
-        super().__init__(f"{field}: {reason}" if field else reason)
+    def __init__(self, reason: str, field: str | None = None, *, message: str | None = None):
+        super().__init__(message if message is not None else f"{field}: {reason}" if field else reason)
         self.reason = reason  # the message without its field
+        self.field = field
 
 
 class Overloaded(ServiceError):

@@ -17,7 +17,13 @@ import numpy as np
 
 
 class InputError(ValueError):
-    """A request the engine cannot honour; the message says what to fix."""
+    """A request the engine cannot honour; the message says what to fix. `field`: the option at fault, when one is
+    (`temperature`); the one validator (service/text/validation.py) names it as a path in a request,
+    `parameters.temperature`."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.field = field
 
 
 def _is_int(x: object) -> bool:
@@ -53,36 +59,40 @@ class DecodingOptions:
 
     def __post_init__(self) -> None:
         if not _is_int(self.max_new_tokens) or self.max_new_tokens < 1:
-            raise InputError(f"max_new_tokens must be a positive integer, got {self.max_new_tokens!r}")
+            raise InputError(f"max_new_tokens must be a positive integer, got {self.max_new_tokens!r}", "max_new_tokens")
         if self.temperature is not None and not self.temperature > 0:
-            raise InputError(f"temperature must be > 0, got {self.temperature!r}")
+            raise InputError(f"temperature must be > 0, got {self.temperature!r}", "temperature")
         if self.top_k is not None and (not _is_int(self.top_k) or self.top_k < 0):
-            raise InputError(f"top_k must be a non-negative integer (0 = off), got {self.top_k!r}")
+            raise InputError(f"top_k must be a non-negative integer (0 = off), got {self.top_k!r}", "top_k")
         if self.top_p is not None and not 0 < self.top_p <= 1:
-            raise InputError(f"top_p must be in (0, 1], got {self.top_p!r}")
+            raise InputError(f"top_p must be in (0, 1], got {self.top_p!r}", "top_p")
         if self.typical_p is not None and not 0 < self.typical_p <= 1:
-            raise InputError(f"typical_p must be in (0, 1], got {self.typical_p!r}")
+            raise InputError(f"typical_p must be in (0, 1], got {self.typical_p!r}", "typical_p")
         if self.repetition_penalty is not None and not self.repetition_penalty > 0:
-            raise InputError(f"repetition_penalty must be > 0, got {self.repetition_penalty!r}")
+            raise InputError(f"repetition_penalty must be > 0, got {self.repetition_penalty!r}", "repetition_penalty")
         if self.frequency_penalty is not None and not -2.0 <= self.frequency_penalty <= 2.0:
-            raise InputError(f"frequency_penalty must be between -2 and 2, got {self.frequency_penalty!r}")
+            raise InputError(f"frequency_penalty must be between -2 and 2, got {self.frequency_penalty!r}", "frequency_penalty")
         if self.presence_penalty is not None and not -2.0 <= self.presence_penalty <= 2.0:
-            raise InputError(f"presence_penalty must be between -2 and 2, got {self.presence_penalty!r}")
+            raise InputError(f"presence_penalty must be between -2 and 2, got {self.presence_penalty!r}", "presence_penalty")
         if self.seed is not None and (not _is_int(self.seed) or self.seed < 0):
-            raise InputError(f"seed must be a non-negative integer, got {self.seed!r}")
+            raise InputError(f"seed must be a non-negative integer, got {self.seed!r}", "seed")
         if not _is_int(self.min_new_tokens) or not 0 <= self.min_new_tokens <= self.max_new_tokens:
-            raise InputError(f"min_new_tokens must be between 0 and max_new_tokens, got {self.min_new_tokens!r}")
+            raise InputError(
+                f"min_new_tokens must be between 0 and max_new_tokens, got {self.min_new_tokens!r}", "min_new_tokens"
+            )
         if isinstance(self.stop, str) or not all(isinstance(s, str) and s for s in self.stop):
-            raise InputError("stop must be a list of non-empty strings")
+            raise InputError("stop must be a list of non-empty strings", "stop")
         object.__setattr__(self, "stop", tuple(self.stop))
         if not _is_int(self.best_of) or self.best_of < 1:
-            raise InputError(f"best_of must be a positive integer, got {self.best_of!r}")
+            raise InputError(f"best_of must be a positive integer, got {self.best_of!r}", "best_of")
         if self.num_beams is not None and (not _is_int(self.num_beams) or self.num_beams < 1):
-            raise InputError(f"num_beams must be a positive integer, got {self.num_beams!r}")
+            raise InputError(f"num_beams must be a positive integer, got {self.num_beams!r}", "num_beams")
         if self.num_beams is not None and self.num_beams > 1 and self.sampling:
-            raise InputError("num_beams is beam search, which does not sample: drop num_beams, or the sampling parameters")
+            raise InputError(
+                "num_beams is beam search, which does not sample: drop num_beams, or the sampling parameters", "num_beams"
+            )
         if not _is_int(self.top_n_tokens) or self.top_n_tokens < 0:
-            raise InputError(f"top_n_tokens must be a non-negative integer, got {self.top_n_tokens!r}")
+            raise InputError(f"top_n_tokens must be a non-negative integer, got {self.top_n_tokens!r}", "top_n_tokens")
 
     @cached_property  # read every step for every row: computed once (the options are frozen)
     def sampling(self) -> bool:

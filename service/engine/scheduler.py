@@ -50,8 +50,9 @@ log = logging.getLogger("attnserve.scheduler")
 
 def check_rows(options: DecodingOptions, max_batch_size: int) -> None:
     """InvalidRequest when a request needs more batch rows (beams, best_of samples) than a batch holds: it could
-    never join. The one check of rows against the batch size: the HTTP validator, the in-process API and
-    `Scheduler.submit_many` call it."""
+    never join. The one check of rows against the batch size: the one validator (service/text/validation.py
+    `Limits.rows`, which every front end's requests meet) calls it, and `Scheduler.submit_many` keeps it as its
+    own invariant for options made without the validator."""
     if options.n_rows > max_batch_size:
         raise InvalidRequest(
             f"this request needs {options.n_rows} batch rows (best_of/num_beams); "

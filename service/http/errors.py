@@ -32,14 +32,18 @@ MAX_BODY_BYTES = 256 * 1024  # a G2P word is ~20 bytes; a generous ceiling for a
 
 
 class APIError(Exception):
-    """An error answered to the client as `{"error", "error_type"}` with `status`."""
+    """An error answered to the client as `{"error", "error_type"}` with `status`. `field`: the part of the request
+    at fault (`service.errors.InvalidRequest.field`), which OpenAI's shape names as `param`; not in this shape's body."""
 
-    def __init__(self, status: int, error_type: str, message: str, headers: dict[str, str] | None = None):
+    def __init__(
+        self, status: int, error_type: str, message: str, headers: dict[str, str] | None = None, field: str | None = None
+    ):
         super().__init__(message)
         self.status = status
         self.error_type = error_type
         self.message = message
         self.headers = headers or {}
+        self.field = field
 
 
 STATUS = {"validation": 422, "overloaded": 429, "draining": 503, "unavailable": 503, "timeout": 504}
@@ -48,11 +52,11 @@ STATUS = {"validation": 422, "overloaded": 429, "draining": 503, "unavailable": 
 def api_error(e: ServiceError) -> APIError:
     """An engine or text outcome as the client gets it: its status code, and Retry-After when overloaded."""
     headers = {"Retry-After": str(e.retry_after_s)} if isinstance(e, Overloaded) else None
-    return APIError(STATUS.get(e.error_type, 500), e.error_type, e.message, headers)
+    return APIError(STATUS.get(e.error_type, 500), e.error_type, e.message, headers, getattr(e, "field", None))
 
 
-def validation(message: str) -> APIError:
-    return APIError(422, "validation", message)
+def validation(message: str, field: str | None = None) -> APIError:
+    return APIError(422, "validation", message, field=field)
 
 
 def overloaded(retry_after_s: int) -> APIError:

@@ -9,50 +9,27 @@ into something a user can see:
   with "did you mean `alphabet`?". Close means: the same name once case, hyphens and camelCase are
   normalised, or a `difflib` similarity ratio of at least `CLOSE_RATIO` (one or two letters wrong in
   a name of eight). Names that vendors really use and that happen to be close to one of ours
-  (`min_new_tokens`, `min_tokens`) are in `VENDOR_FIELDS` and stay ignored;
+  (`min_new_tokens`, `min_tokens`) are in `VENDOR_FIELDS` and stay ignored. The rule (`close_match`) is the
+  one validator's (service/text/validation.py), which the in-process client's keyword arguments meet too;
 - every other ignored field is named in the response header `x-attnserve-ignored-fields` (comma-separated,
   `parameters.` in front of a field inside TGI's `parameters`) and logged once per name (INFO).
 """
 
 from __future__ import annotations
 
-import difflib
 import logging
-import re
 import threading
-from collections.abc import Collection, Iterable
+from collections.abc import Iterable
 from urllib.parse import quote
 
 log = logging.getLogger("attnserve.service")
 
 HEADER = "x-attnserve-ignored-fields"
-CLOSE_RATIO = 0.85
-# fields other servers define whose names are close to one of this server's: a client that sends them means them
-VENDOR_FIELDS = frozenset(
-    {"min_new_tokens", "min_tokens", "max_length", "min_length", "top_a", "min_p", "stop_token_ids", "stop_sequences"}
-)
 MAX_SHOWN = 32  # names in the header; a body with more unknown fields shows the first ones
 MAX_LOGGED = 1024  # distinct names logged once each; past that, no more lines (a bound on what is kept)
 
 _logged: set[str] = set()
 _logged_lock = threading.Lock()
-_CAMEL = re.compile(r"(?<=[a-z0-9])([A-Z])")
-
-
-def normalise(name: str) -> str:
-    """`maxNewTokens`, `Max-New-Tokens` -> `max_new_tokens`."""
-    return _CAMEL.sub(r"_\1", name).replace("-", "_").lower()
-
-
-def close_match(name: str, known: Collection[str]) -> str | None:
-    """The known name `name` looks like a misspelling of; None when it is not close to any (or is a vendor's)."""
-    norm = normalise(name)
-    if norm in VENDOR_FIELDS:
-        return None
-    if norm in known:
-        return norm
-    found = difflib.get_close_matches(norm, known, n=1, cutoff=CLOSE_RATIO)
-    return found[0] if found else None
 
 
 def header_value(names: Iterable[str]) -> str:

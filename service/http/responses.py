@@ -6,11 +6,12 @@ Also the error responses every route documents in /docs.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import numpy as np
 import orjson
 from fastapi.responses import Response, StreamingResponse
+from starlette.requests import Request
 
 from service.engine.engine import Engine
 from service.engine.scheduler import Failed
@@ -28,7 +29,9 @@ from service.http.schemas import (
     WordDetails,
 )
 from service.metrics import ServiceMetrics
-from service.text.requests import Answer, CaughtUp, TextRequest
+from service.text import units as text_units
+from service.text.requests import TextRequest
+from service.text.units import Answer, CaughtUp
 
 ERROR_RESPONSES = {
     code: {"model": ErrorResponse, "description": text}
@@ -64,6 +67,35 @@ def _json(obj: dict | list) -> bytes:
     return orjson.dumps(obj)
 
 
+def token_object(t: text_units.Token) -> dict:
+    """A token as TGI's Token object, for orjson (which writes a dict several times faster than a dataclass)."""
+    return {"id": t.id, "text": t.text, "logprob": t.logprob, "special": t.special}
+
+
+def wire_tokens(tokens: list[text_units.Token]) -> list[Token]:
+    """The request layer's tokens as TGI's Token objects."""
+    return [Token(id=t.id, text=t.text, logprob=t.logprob, special=t.special) for t in tokens]
+
+
+def wire_steps(steps: list[list[text_units.Token] | None] | None) -> list[list[Token] | None] | None:
+    """Each step's alternatives (`top_n_tokens`) as TGI's Token objects."""
+    return None if steps is None else [None if step is None else wire_tokens(step) for step in steps]
+
+
+async def client_gone(request: Request) -> None:
+    """Returns when the client of an ASGI request disconnects (its body has been read, so the next message is the
+    disconnect): what the request layer's `TextRequest.collect` waits on beside the engine."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+def disconnect_watch(request: Request) -> Callable[[], Awaitable[None]]:
+    """`client_gone` of this request, as the request layer takes it."""
+    return lambda: client_gone(request)
+
+
 def prefill(engine: Engine, decoder_input_details: bool) -> list[PrefillToken]:
     """decoder_input_details: what the decoder was fed before the first generated token (the start token)."""
     return [PrefillToken(id=engine.bos_id, text="", logprob=None)] if decoder_input_details else []
@@ -95,7 +127,7 @@ def generate_response(job: TextRequest) -> GenerateResponse:
                 generated_tokens=a.generated_tokens,
                 seed=a.seed,
                 prefill=fed,
-                tokens=[Token(**t) for t in a.tokens],
+                tokens=wire_tokens(a.tokens),
                 score=a.score,
                 source=a.source,
                 index=a.index,
@@ -108,7 +140,7 @@ def generate_response(job: TextRequest) -> GenerateResponse:
         top = None
         if all(t is not None for t in tops):  # each step's alternatives carry the separator its token carries
             top = [[job.separated(alt, k, j) for alt in step] for k, t in enumerate(tops) for j, step in enumerate(t)]
-        logprobs = [t["logprob"] for t in tokens]
+        logprobs = [t.logprob for t in tokens]
         score = float(np.mean(logprobs)) if logprobs and None not in logprobs else None
         source = "lexicon" if all(b.source in ("lexicon", "punctuation", "context") for b in bests) else "model"
         others = None
@@ -117,8 +149,8 @@ def generate_response(job: TextRequest) -> GenerateResponse:
         generated_tokens=sum(b.generated_tokens for b in bests),
         seed=job.seed,
         prefill=fed,
-        tokens=[Token(**t) for t in tokens],
-        top_tokens=top,
+        tokens=wire_tokens(tokens),
+        top_tokens=wire_steps(top),
         best_of_sequences=others if job.options.n_best > 1 and others is not None else None,
         score=score,
         source=source,
@@ -219,10 +251,18 @@ async def sse_events(job: TextRequest, route: str, metrics: ServiceMetrics, keep
                 return
             index += 1
             if not item.last:  # the common event, from pre-encoded parts: the bytes orjson gives the whole dict
-                top = b"null" if item.top_tokens is None else _json(item.top_tokens)
-                gathered.append(b'data:{"index":%d,"token":%b,"top_tokens":%b%b' % (index, _json(item.token), top, _EVENT_END))
+                top = b"null" if item.top_tokens is None else _json([token_object(t) for t in item.top_tokens])
+                token = _json(token_object(item.token))
+                gathered.append(b'data:{"index":%d,"token":%b,"top_tokens":%b%b' % (index, token, top, _EVENT_END))
                 continue
-            event = {"index": index, "token": item.token, "top_tokens": item.top_tokens, "generated_text": None, "details": None}
+            top_tokens = None if item.top_tokens is None else [token_object(t) for t in item.top_tokens]
+            event = {
+                "index": index,
+                "token": token_object(item.token),
+                "top_tokens": top_tokens,
+                "generated_text": None,
+                "details": None,
+            }
             if item.last:
                 event["generated_text"] = job.generated_text()
                 if job.params.details:

@@ -4,7 +4,7 @@ What the real clients send (huggingface_hub 0.x sends every parameter, most as
 null; 2.x only what was set) must validate: null means unset, and TGI's
 parameters this server does not implement are accepted while unset and refused
 with a 422 naming them when set to something it cannot honour
-(service/http/validation.py). Unknown extra fields are ignored, as TGI does, but kept
+(service/text/validation.py, the one validator). Unknown extra fields are ignored, as TGI does, but kept
 (`extra="allow"`) so that a misspelt one is refused and the others are named in a
 response header (service/http/fields.py).
 
@@ -108,7 +108,7 @@ class GenerateParameters(BaseModel):
         description="Extension: false reads a heteronym as the lexicon's first entry, whatever its sentence (default: on "
         "where the bundle has a context component and the server has not turned it off).",
     )
-    # TGI parameters accepted for compatibility; a value other than "unset" is refused (service/http/validation.py).
+    # TGI parameters accepted for compatibility; a value other than "unset" is refused (service/text/validation.py).
     watermark: bool | None = Field(False, description="Only false (or null) is supported.")
     grammar: dict[str, Any] | None = Field(None, description="Only null is supported.")
     adapter_id: str | None = Field(None, description="Only null is supported.")

@@ -10,13 +10,13 @@ import asyncio
 from service.engine.bundle import load_bundle
 from service.engine.engine import DecodingOptions, Engine
 from service.engine.explain import Explainer
-from service.engine.scheduler import Scheduler
 from service.http.schemas import GenerateParameters, GenerateRequest
-from service.http.validation import Validator, check_field_names
-from service.metrics import ServiceMetrics
+from service.http.validation import check_field_names
 from service.settings import ConfigError, Settings
 from service.text.lexicon import Lexicon
-from service.text.requests import TextFrontEnd, TextParams, TextRequest
+from service.text.requests import TextRequest
+from service.text.stack import build_stack
+from service.text.validation import Limits, ValidRequest, text_params, validate
 
 SSE_KEEPALIVE_S = 15.0  # a comment line this often on a quiet stream keeps proxies from closing it
 
@@ -53,39 +53,38 @@ def warm_up(engine: Engine) -> None:
 
 
 class Service:
-    """Everything the routes share: settings, engine, validator, scheduler, metrics, explainer, and the
-    readiness and drain flags. `loop` is the event loop the scheduler wakes (set by the lifespan)."""
+    """Everything the routes share: settings, the service stack (engine, scheduler, request layer, validator:
+    service/text/stack.py), metrics, explainer, and the readiness and drain flags. `loop` is the event loop the
+    scheduler wakes (set by the lifespan)."""
 
     def __init__(self, settings: Settings, engine: Engine, keepalive_s: float = SSE_KEEPALIVE_S, lexicon: Lexicon | None = None):
         self.settings = settings
         self.engine = engine
         self.keepalive_s = keepalive_s
         self.max_input_tokens, self.max_new_tokens = resolve_limits(settings, engine)
-        self.validator = Validator(
-            self.max_new_tokens,
+        self.limits = Limits(
+            max_new_tokens=self.max_new_tokens,
             max_best_of=settings.max_best_of,
             max_top_n_tokens=settings.max_top_n_tokens,
             max_batch_size=settings.max_batch_size,
+            max_concurrent_requests=settings.max_concurrent_requests,
         )
-        self.metrics = ServiceMetrics(engine.bundle.model_id)
-        self.scheduler = Scheduler(
+        stack = build_stack(
             engine,
-            self.metrics,
-            max_batch_size=settings.max_batch_size,
+            self.limits,
+            lexicon=lexicon,
             max_concurrent_requests=settings.max_concurrent_requests,
             request_timeout_s=settings.request_timeout_s,
             stream_interval_s=settings.stream_interval_ms / 1000,
-        )
-        # the request layer (service/text/requests.py): inputs -> words, the lexicon's answers, the engine's tickets
-        self.text = TextFrontEnd(
-            engine,
-            self.scheduler,
-            lexicon=lexicon,
             max_input_tokens=self.max_input_tokens,
             max_chars=settings.max_text_chars,
             max_words=settings.max_words,
             context=settings.context,
         )
+        self.metrics = stack.metrics
+        self.scheduler = stack.scheduler
+        self.text = stack.text  # the request layer (service/text/requests.py)
+        self.validator = stack.validator
         self.lexicon = lexicon
         self.reader = self.text.reader  # None: inputs are read whole
         self.ready = False
@@ -97,29 +96,16 @@ class Service:
         """Answer later requests from `lexicon` (the operator's file read again); on the event loop's thread."""
         self.lexicon = self.text.lexicon = lexicon
 
-    def admit(self, body: GenerateRequest, stream: bool) -> TextRequest:
-        """Validate a generation request, answer what the lexicon knows and queue the rest for the engine
-        (service/text/requests.py). Raises APIError 422, or the text layer's and the scheduler's ServiceErrors
-        (422, 429, 503), which the app's handlers and the fast path answer alike."""
+    def validate(self, body: GenerateRequest, stream: bool) -> ValidRequest:
+        """A TGI body through the one validator (service/text/validation.py): its unknown fields, its parameters, its
+        input. Raises InvalidRequest (422) naming the field at fault."""
         p = body.parameters or GenerateParameters()
         check_field_names(body)
         self.validator.check_supported(p)
-        return self.text.admit(
-            body.inputs, text_params(p), lambda: self.validator.options(p, stream), stream=stream, loop=self.loop
-        )
+        return validate(self.text, body.inputs, text_params(p), lambda: self.validator.options(p, stream))
 
-
-def text_params(p: GenerateParameters) -> TextParams:
-    """What the request layer reads of TGI's parameters beside the decoding options."""
-    return TextParams(
-        truncate=p.truncate,
-        lexicon=p.lexicon is not False,
-        context=p.context is not False,
-        details=bool(p.details),
-        decoder_input_details=bool(p.decoder_input_details),
-        return_full_text=bool(p.return_full_text),
-        punctuation=bool(p.punctuation),
-        alphabet=p.alphabet or "arpabet",
-        stress=p.stress is not False,
-        pronunciations=p.pronunciations,
-    )
+    def admit(self, body: GenerateRequest, stream: bool) -> TextRequest:
+        """Validate a generation request, answer what the lexicon knows and queue the rest for the engine
+        (service/text/requests.py). Raises the validator's InvalidRequest (422), or the scheduler's ServiceErrors
+        (429, 503), which the app's handlers and the fast path answer alike."""
+        return self.text.admit(self.validate(body, stream), stream=stream, loop=self.loop)

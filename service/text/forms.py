@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from tokenizers import Tokenizer
 
 from service.text import ipa
+from service.text.units import Token
 
 ALPHABETS = ("arpabet", "ipa")
 
@@ -57,19 +58,19 @@ class OutputForm:
             return ipa.phone_symbol(phone) if ipa.is_arpabet(phone) else ""
         return ("" if first else " ") + (phone if self.stress else ipa.strip_stress(phone))
 
-    def tokens(self, tokens: list[dict]) -> list[dict]:
-        """One word's TGI Token dicts with their texts in this form (special tokens keep '')."""
-        texts = iter(self.texts([t["id"] for t in tokens if not t["special"]]))
-        return [t if t["special"] else {**t, "text": next(texts)} for t in tokens]
+    def tokens(self, tokens: list[Token]) -> list[Token]:
+        """One word's tokens with their texts in this form (special tokens keep '')."""
+        texts = iter(self.texts([t.id for t in tokens if not t.special]))
+        return [t if t.special else t.with_text(next(texts)) for t in tokens]
 
-    def top(self, steps: list[list[dict]] | None, offset: int = 0) -> list[list[dict]] | None:
+    def top(self, steps: list[list[Token]] | None, offset: int = 0) -> list[list[Token]] | None:
         """top_n_tokens alternatives per step (steps `offset`, `offset + 1`, ... of a word), texts in this form."""
         if steps is None:
             return None
         return [None if step is None else self.alternatives(step, offset + k) for k, step in enumerate(steps)]
 
-    def alternatives(self, step: list[dict], position: int) -> list[dict]:
-        return [t if t["special"] else {**t, "text": self.alone(t["id"], position == 0)} for t in step]
+    def alternatives(self, step: list[Token], position: int) -> list[Token]:
+        return [t if t.special else t.with_text(self.alone(t.id, position == 0)) for t in step]
 
 
 class FormUnsupported(ValueError):
@@ -93,34 +94,37 @@ def output_form(alphabet: str, stress: bool, tgt_tokenizer: Tokenizer, special_i
     return OutputForm(alphabet, stress, tuple(vocab))
 
 
+Pending = tuple[Token, list[Token] | None, str | None]  # a token, its step's alternatives, its finish reason
+
+
 class FormStream:
     """One word's streamed tokens in a form: `push` gives back the tokens that can be sent now, their texts
     rewritten (all at once at the word's end when the form waits for it)."""
 
     def __init__(self, form: OutputForm):
         self.form = form
-        self.held: list[tuple[dict, list[dict] | None, str | None]] = []
+        self.held: list[Pending] = []
         self.sent = 0  # the word's (non-special) tokens sent so far
 
-    def push(self, token: dict, top: list[dict] | None, finish: str | None) -> list[tuple[dict, list[dict] | None, str | None]]:
+    def push(self, token: Token, top: list[Token] | None, finish: str | None) -> list[Pending]:
         self.held.append((token, top, finish))
         if not self.form.incremental and finish is None:
             return []
         if self.form.incremental:
             (token, top, finish), self.held = self.held[0], []
-            if token["special"]:
+            if token.special:
                 return [(token, self.alternatives(top), finish)]
-            text = self.form.alone(token["id"], self.sent == 0)
-            out = [({**token, "text": text}, self.alternatives(top), finish)]
+            text = self.form.alone(token.id, self.sent == 0)
+            out = [(token.with_text(text), self.alternatives(top), finish)]
             self.sent += 1
             return out
         tokens = self.form.tokens([t for t, _, _ in self.held])
         out = []
         for t, (_, step, reason) in zip(tokens, self.held):
             out.append((t, self.alternatives(step), reason))
-            self.sent += not t["special"]
+            self.sent += not t.special
         self.held = []
         return out
 
-    def alternatives(self, step: list[dict] | None) -> list[dict] | None:
+    def alternatives(self, step: list[Token] | None) -> list[Token] | None:
         return None if step is None else self.form.alternatives(step, self.sent)

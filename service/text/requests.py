@@ -4,16 +4,19 @@ Every front end calls it: the HTTP routes (service/http/) and the in-process `Ge
 (service/client.py, `attnserve-generate`), so they answer alike by construction:
 
     front = TextFrontEnd(engine, scheduler, lexicon=..., max_input_tokens=...)   # once
-    job = front.admit(inputs, TextParams(...), options, loop=loop, stream=False)  # read, look up, queue (in chunks)
-    await job.collect(request)    # an event loop's owner: every unit finished (False: the client went away)
+    valid = validate(front, inputs, TextParams(...), options)  # read and check (service/text/validation.py)
+    job = front.admit(valid, loop=loop, stream=False)  # look up, queue (in chunks)
+    await job.collect(client_gone)  # an event loop's owner: every unit finished (False: the client went away)
     job.wait()                    # a thread's owner: every unit finished
     job.answers(unit)             # a finished unit's answers, best first: the lexicon's, then the model's
     job.stream_items(keepalive_s) # a stream: tokens in text order, as they come
 
-`options` are the engine's `DecodingOptions`, checked by the caller (the HTTP validator, or
-`Generator.options`); `TextParams` say the rest: truncation, whether the lexicon may answer,
-and which details are asked for. Refusals are `service.errors.InvalidRequest` (what to fix)
-and the scheduler's `Overloaded` / `Unavailable`; HTTP maps them to status codes.
+`validate` (service/text/validation.py, the one validator every front end calls) reads the input
+and checks the engine's `DecodingOptions`; `TextParams` say the rest: truncation, whether the lexicon
+may answer, and which details are asked for. Refusals are `service.errors.InvalidRequest` (what to
+fix, and its `field`) and the scheduler's `Overloaded` / `Unavailable`; HTTP maps them to status codes.
+What this layer gives back are domain objects (units, answers, stream tokens: service/text/units.py);
+service/http/ alone writes them in a wire format.
 
 Units. A word-level bundle (`bundle.json` `word_level_source`) reads running text word by
 word (service/text/reader.py): each word is a unit. Any other bundle reads its input whole: one unit.
@@ -50,148 +53,36 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Protocol
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from tokenizers import Tokenizer
 
 from service.engine.bundle import LoadedBundle
-from service.engine.engine import DecodingOptions, Engine, InputError, StepResult
+from service.engine.engine import DecodingOptions, Engine, InputError
 from service.engine.options import request_seed
 from service.engine.scheduler import Failed, Finished, Scheduler, Ticket
-from service.engine.stopping import Hypothesis, StoppingCriteria
 from service.errors import InvalidRequest
 from service.text.context import ContextChooser, rank_by_context
 from service.text.forms import FormStream, FormUnsupported, OutputForm, output_form
 from service.text.lexicon import Lexicon
-from service.text.pronunciations import check_pronunciations
+from service.text.pronunciations import Pronunciations
 from service.text.reader import MAX_TEXT_CHARS, MAX_WORDS, Skipped, TextError, TextReader, Word
-
-
-class CaughtUp:
-    """Yielded by a request's `stream_items` when it has given every token made so far: what follows waits for
-    the engine, so a writer sends what it has gathered (several tokens' events in one write)."""
-
-
-CAUGHT_UP = CaughtUp()
-
-
-def token_dict(r: StepResult) -> dict:
-    """A streamed token as TGI's Token object."""
-    return {"id": r.token_id, "text": r.text, "logprob": r.logprob, "special": r.special}
-
-
-def top_token_dicts(engine: Engine, top: list[tuple[int, float]] | None, prefix: Sequence[int] = ()) -> list[dict] | None:
-    """A step's most likely tokens as TGI's Token objects. Each one's text follows the rule of a generated token's:
-    the text it adds to the output after `prefix` (the ids chosen before this step), the difference of successive
-    decodes; so the chosen token's entry has the generated token's text (" IH1" after a first phoneme, not "IH1")."""
-    if top is None:
-        return None
-    before = engine.decode_ids(prefix)
-    out = []
-    for i, lp in top:
-        special = i in engine.special_token_ids
-        text = "" if special else engine.decode_ids([*prefix, i])[len(before) :]
-        out.append({"id": i, "text": text, "logprob": lp, "special": special})
-    return out
-
-
-def hypothesis_tokens(engine: Engine, h: Hypothesis) -> list[dict]:
-    """A finished hypothesis' tokens, TGI's way: each token's text is the difference of successive
-    decodes (so they concatenate to the text), the end token last with text ''."""
-    out, prev = [], ""
-    for k, (tok, lp) in enumerate(zip(h.token_ids, h.logprobs or [None] * len(h.token_ids))):
-        text = engine.decode_ids(h.token_ids[: k + 1])
-        out.append({"id": tok, "text": text[len(prev) :], "logprob": lp, "special": False})
-        prev = text
-    if h.finish_reason == "eos_token":
-        out.append({"id": engine.eos_id, "text": "", "logprob": h.eos_logprob, "special": True})
-    return out
-
-
-@dataclass(frozen=True)
-class TextParams:
-    """What a request asks of the text layer beside its decoding options (TGI's parameters of the same names)."""
-
-    truncate: int | None = None  # keep the input's last `truncate` source tokens
-    lexicon: bool = True  # False: the model answers every unit
-    details: bool = False
-    decoder_input_details: bool = False  # asks for the model's own prefill: the model answers
-    return_full_text: bool = False  # generated_text starts with the input
-    punctuation: bool = False  # running text: sentence and phrase punctuation kept as its own units between words
-    # output form and per-request pronunciations (service/text/forms.py, service/text/pronunciations.py)
-    alphabet: str = "arpabet"  # or "ipa"
-    stress: bool = True  # False: no stress digits (ARPAbet) or marks (IPA)
-    pronunciations: Mapping[str, str] | None = None  # word -> phones, this request only
-    context: bool = True  # False: a heteronym reads as the lexicon's first entry, whatever the sentence
-
-
-@dataclass
-class Answer:
-    """One answer of a unit: its text, its tokens as TGI's Token dicts (the end token last when it
-    ended), and where it came from."""
-
-    text: str
-    tokens: list[dict]
-    finish_reason: str
-    generated_tokens: int
-    score: float | None
-    source: str  # "model", "lexicon", "punctuation" (a mark kept between words) or "context" (a lexicon answer
-    # the sentence chose: service/text/context.py)
-    index: int | None = None  # which sampled candidate it was (best_of with sampling)
-    seed: int | None = None
-    candidates: list[tuple[str, float]] | None = None  # "context": the pronunciations it chose among, with probabilities
-
-    @property
-    def token_ids(self) -> list[int]:
-        return [t["id"] for t in self.tokens if not t["special"]]
-
-
-@dataclass(eq=False)
-class Unit:
-    """What one answer is asked for: a word of running text, or the whole input."""
-
-    text: str  # what is looked up and encoded: the word as read, or the input
-    word: Word | None  # word-level bundles: the word, its span in the request's `inputs`
-    source_ids: list[int]
-    known: list[Answer]  # the lexicon's answers, best first (at most n_best); [] when it does not answer
-    ticket: Ticket | None = None  # the engine's, when the model answers (or fills best_of)
-    results: list[StepResult] = field(default_factory=list)
-    finished: Finished | None = None
-
-
-@dataclass(frozen=True)
-class StreamToken:
-    """One token of a stream, in text order; `last`: the text's last token."""
-
-    token: dict
-    top_tokens: list[dict] | None
-    finish_reason: str | None
-    last: bool
-
-
-def lexicon_answers(params: TextParams, options: DecodingOptions) -> bool:
-    """Whether the lexicon may answer this request (see the module's docstring)."""
-    return params.lexicon and not options.sampling and not options.top_n_tokens and not params.decoder_input_details
-
-
-def lexicon_answer(engine: Engine, ids: tuple[int, ...], max_new_tokens: int, stop: tuple[str, ...] = ()) -> Answer:
-    """A lexicon entry as an answer: its target ids with logprob null and the end token, cut at max_new_tokens,
-    or after the first stop sequence it completes, token by token as the model's answer would be
-    (the shared StoppingCriteria: the stop sequence is kept, the finish reason is `stop_sequence`)."""
-    cut = len(ids) > max_new_tokens
-    h = Hypothesis(list(ids[:max_new_tokens]), [], "length" if cut else "eos_token")
-    if stop:
-        stopping, old = StoppingCriteria(max_new_tokens, tuple(stop)), ""
-        for k in range(1, len(h.token_ids) + 1):
-            new = engine.decode_ids(h.token_ids[:k])
-            if stopping(k, old, new) == (True, "stop_sequence"):
-                h.token_ids, h.finish_reason = h.token_ids[:k], "stop_sequence"
-                break
-            old = new
-    h.text = engine.decode_ids(h.token_ids)
-    return Answer(h.text, hypothesis_tokens(engine, h), h.finish_reason, h.generated_tokens, None, "lexicon")
+from service.text.units import (
+    CAUGHT_UP,
+    Answer,
+    CaughtUp,
+    StreamToken,
+    TextParams,
+    Token,
+    Unit,
+    hypothesis_tokens,
+    is_mark,
+    lexicon_answer,
+    lexicon_answers,
+    step_token,
+    top_tokens,
+)
+from service.text.validation import ValidRequest
 
 
 def word_reader(
@@ -237,49 +128,19 @@ class TextFrontEnd:
         self._fixed: dict[str, tuple[int, ...]] = {}  # fixed readings' target ids (`fixed_ids`)
         self._forms: dict[tuple[str, bool], OutputForm | None] = {}
 
-    def admit(
-        self,
-        inputs: str,
-        params: TextParams,
-        options: DecodingOptions | Callable[[], DecodingOptions],
-        *,
-        stream: bool = False,
-        loop: asyncio.AbstractEventLoop | None = None,
-    ) -> TextRequest:
-        """Read `inputs` into units, answer what the lexicon knows and queue the rest on the engine (in chunks).
-        `options`: the decoding options, or what checks and makes them (called once the input is read, so a
-        request wrong in both is told about its input first). `loop`: the event loop of an asyncio owner (None:
-        a thread waits with `wait`); `stream`: the owner reads tokens as they come. Raises InvalidRequest (what
-        to fix), or the scheduler's Overloaded / Unavailable."""
-        t_arrival = time.perf_counter()
-        form = self.output_form(params)
-        units, skipped = self.read(inputs, params.truncate, params.punctuation)
-        if callable(options):
-            options = options()
+    def admit(self, valid: ValidRequest, *, stream: bool = False, loop: asyncio.AbstractEventLoop | None = None) -> TextRequest:
+        """Answer what the lexicon knows of a validated request (service/text/validation.py `validate`) and queue
+        the rest on the engine (in chunks). `loop`: the event loop of an asyncio owner (None: a thread waits with
+        `wait`); `stream`: the owner reads tokens as they come. Raises the scheduler's Overloaded / Unavailable
+        (InvalidRequest only for what the engine itself refuses)."""
+        inputs, params, options, units = valid.inputs, valid.params, valid.options, valid.units
         if options.sampling and options.seed is None:
             # one seed for every word, picked here (the engine's rule) and reported back: the same request reproduces
             options = dataclasses.replace(options, seed=request_seed(options))
-        if params.pronunciations:
-            units = self.pronounce(inputs, units, params.pronunciations, options)
+        if valid.pronunciations is not None:
+            units = self.pronounce(inputs, units, valid.pronunciations, options)
         if lexicon_answers(params, options):
-            chooser = self.context if params.context else None
-            for u in units:
-                if u.known:  # a mark of punctuation, or the request's own pronunciation
-                    continue
-                candidates = None
-                if u.word is not None and u.word.pronunciation is not None:  # the reader's rules fixed it (letters spelt)
-                    found = [self.fixed_ids(u.word.pronunciation)]
-                elif self.lexicon is not None:
-                    entries = self.lexicon.lookup(u.text)
-                    if chooser is not None and u.word is not None and chooser.covers(u.text.lower()):
-                        # a heteronym: its sentence orders the lexicon's pronunciations (service/text/context.py)
-                        entries, candidates = rank_by_context(chooser, u.text.lower(), entries, inputs, u.word.start, u.word.end)
-                    found = [a.ids for a in entries[: options.n_best]]
-                else:
-                    continue
-                u.known = [lexicon_answer(self.engine, ids, options.max_new_tokens, options.stop) for ids in found]
-                if candidates is not None and u.known:
-                    u.known[0].source, u.known[0].candidates = "context", candidates
+            self.answer_known(inputs, units, params, options)
         to_model = [u for u in units if len(u.known) < options.n_best and not is_mark(u)]
         # an asyncio owner that reads its answer whole is woken once per ending ticket, on one event
         ready = asyncio.Event() if loop is not None and not stream else None
@@ -290,9 +151,31 @@ class TextFrontEnd:
             tickets = self.scheduler.submit_many(requests, loop, ready, chunk=self.scheduler.text_chunk)
             for u, t in zip(to_model, tickets):
                 u.ticket = t
-        job = TextRequest(self.engine, self.reader, inputs, params, options, units, t_arrival, ready, form)
-        job.skipped = skipped
+        job = TextRequest(self.engine, self.reader, inputs, params, options, units, valid.t_arrival, ready, valid.form)
+        job.skipped = valid.skipped
         return job
+
+    def answer_known(self, inputs: str, units: list[Unit], params: TextParams, options: DecodingOptions) -> None:
+        """Give the units the lexicon knows their answers (at most n_best each): a reading the reader's rules fixed,
+        or the lexicon's entries, a heteronym's ordered by its sentence."""
+        chooser = self.context if params.context else None
+        for u in units:
+            if u.known:  # a mark of punctuation, or the request's own pronunciation
+                continue
+            candidates = None
+            if u.word is not None and u.word.pronunciation is not None:  # the reader's rules fixed it (letters spelt)
+                found = [self.fixed_ids(u.word.pronunciation)]
+            elif self.lexicon is not None:
+                entries = self.lexicon.lookup(u.text)
+                if chooser is not None and u.word is not None and chooser.covers(u.text.lower()):
+                    # a heteronym: its sentence orders the lexicon's pronunciations (service/text/context.py)
+                    entries, candidates = rank_by_context(chooser, u.text.lower(), entries, inputs, u.word.start, u.word.end)
+                found = [a.ids for a in entries[: options.n_best]]
+            else:
+                continue
+            u.known = [lexicon_answer(self.engine, ids, options.max_new_tokens, options.stop) for ids in found]
+            if candidates is not None and u.known:
+                u.known[0].source, u.known[0].candidates = "context", candidates
 
     def fixed_ids(self, pronunciation: str) -> tuple[int, ...]:
         """The target ids of a reading the reader's rules fixed (its phonemes are in the target vocabulary)."""
@@ -317,10 +200,9 @@ class TextFrontEnd:
                 raise InvalidRequest(str(e), field="parameters.alphabet") from None
         return self._forms[key]
 
-    def pronounce(self, inputs: str, units: list[Unit], entries: Mapping[str, str], options: DecodingOptions) -> list[Unit]:
-        """Give the words a request's pronunciations name their answer (service/text/pronunciations.py); the words that
-        share the span of a matching key (an acronym read letter by letter) become one. InvalidRequest for a bad entry."""
-        found = check_pronunciations(entries, self.engine.tgt_tokenizer)
+    def pronounce(self, inputs: str, units: list[Unit], found: Pronunciations, options: DecodingOptions) -> list[Unit]:
+        """Give the words a request's pronunciations (checked: service/text/pronunciations.py) name their answer; the
+        words that share the span of a matching key (an acronym read letter by letter) become one."""
         out: list[Unit] = []
         k = 0
         while k < len(units):
@@ -389,7 +271,7 @@ class TextFrontEnd:
     def punctuation_answer(self, mark: str) -> Answer:
         """A kept mark of punctuation as an answer: one token whose text is the mark. No target token spells it, so
         the token carries the target vocabulary's unknown id; it has no end token and no log-probability."""
-        token = {"id": self.engine.tgt_tokenizer.token_to_id("<unk>"), "text": mark, "logprob": None, "special": False}
+        token = Token(self.engine.tgt_tokenizer.token_to_id("<unk>"), mark, None, False)
         return Answer(mark, [token], "eos_token", 1, None, "punctuation")
 
     def read_words(self, text: str, truncate: int | None, punctuation: bool = False) -> tuple[list[Word], list[Skipped]]:
@@ -470,7 +352,7 @@ class TextRequest:
         text = self.reader.join(texts) if self.reader is not None else texts[0]
         return self.inputs + text if self.params.return_full_text else text
 
-    def answers(self, u: Unit) -> tuple[list[Answer], list[list[dict]] | None]:
+    def answers(self, u: Unit) -> tuple[list[Answer], list[list[Token] | None] | None]:
         """A finished unit's answers, best first (the lexicon's, then the model's beams that differ from
         them, n_best in all), and the model's top tokens per step when asked for; in the request's form."""
         answers, top = self.own_answers(u)
@@ -479,7 +361,7 @@ class TextRequest:
         written = [dataclasses.replace(a, text=self.form.text(a.token_ids), tokens=self.form.tokens(a.tokens)) for a in answers]
         return written, self.form.top(top)
 
-    def own_answers(self, u: Unit) -> tuple[list[Answer], list[list[dict]] | None]:
+    def own_answers(self, u: Unit) -> tuple[list[Answer], list[list[Token] | None] | None]:
         """`answers` in the model's own form."""
         if u.ticket is None:
             return u.known, None
@@ -487,10 +369,10 @@ class TextRequest:
         best = gen.hypotheses[0]
         top = None
         if gen.streams:  # one row, decided token by token: the step results are its tokens
-            tokens = [token_dict(r) for r in u.results]
+            tokens = [step_token(r) for r in u.results]
             if self.options.top_n_tokens:
                 ids = [r.token_id for r in u.results]
-                top = [top_token_dicts(self.engine, r.top_tokens, ids[:k]) for k, r in enumerate(u.results)]
+                top = [top_tokens(self.engine, r.top_tokens, ids[:k]) for k, r in enumerate(u.results)]
         else:
             tokens = hypothesis_tokens(self.engine, best)
         scored = bool(best.logprobs) or best.eos_logprob is not None
@@ -516,12 +398,12 @@ class TextRequest:
         taken = [a.token_ids for a in u.known]
         return (u.known + [a for a in model if a.token_ids not in taken])[: self.options.n_best], None
 
-    def separated(self, token: dict, unit: int, position: int) -> dict:
+    def separated(self, token: Token, unit: int, position: int) -> Token:
         """A token of running text: the first token of every word after the first carries the separator
         in front of its text, so the tokens' texts concatenate to generated_text."""
         if unit == 0 or position != 0 or self.reader is None:
             return token
-        return {**token, "text": self.reader.separator + token["text"]}
+        return token.with_text(self.reader.separator + token.text)
 
     def n_tokens(self) -> int:
         """Tokens of the answer (x-generated-tokens)."""
@@ -546,17 +428,17 @@ class TextRequest:
         }
 
     # ---- waiting for the engine -------------------------------------------------------------------
-    async def collect(self, request: Receiver) -> bool:
+    async def collect(self, client_gone: Callable[[], Awaitable[None]]) -> bool:
         """Wait until every unit the model answers has finished: True; False when the client went away
-        first (its rows are then cancelled). `request`: what tells a disconnect (its `receive()` gives
-        `http.disconnect`, the body having been read). Raises the ServiceError of a unit that failed
-        (timeout, shutdown), the other units cancelled."""
+        first (its rows are then cancelled). `client_gone()`: what returns when the client has gone (the front
+        end knows its protocol: service/http/responses.py `client_gone`). Raises the ServiceError of a unit that
+        failed (timeout, shutdown), the other units cancelled."""
         waiting = [u for u in self.units if u.ticket is not None]
         if not waiting:
             return True
         # one task (the disconnect watch) and one event per request, not a task per word: each is event-loop CPU
         ready = self.ready
-        gone = asyncio.ensure_future(_client_gone(request))
+        gone = asyncio.ensure_future(client_gone())
         gone.add_done_callback(lambda _: ready.set())
         ok = False
         try:
@@ -636,11 +518,11 @@ class TextRequest:
                         top = None
                         if ev.top_tokens is not None:
                             prefix = [r.token_id for r in u.results[:-1]]
-                            top = top_token_dicts(self.engine, ev.top_tokens, prefix)
+                            top = top_tokens(self.engine, ev.top_tokens, prefix)
                         ready = (
-                            [(token_dict(ev), top, ev.finish_reason)]
+                            [(step_token(ev), top, ev.finish_reason)]
                             if written is None
-                            else written.push(token_dict(ev), top, ev.finish_reason)
+                            else written.push(step_token(ev), top, ev.finish_reason)
                         )
                         for token, top, reason in ready:
                             if top is not None:
@@ -657,11 +539,6 @@ class TextRequest:
             timer = check_quiet = None
 
 
-def is_mark(u: Unit) -> bool:
-    """Whether a unit is a mark of punctuation kept between words (`punctuation: true`): answered by itself."""
-    return u.word is not None and u.word.punctuation
-
-
 def _take(u: Unit, events: list) -> bool:
     """Take a unit's step results: whether it has finished; raises its ServiceError if it failed."""
     for ev in events:
@@ -672,17 +549,3 @@ def _take(u: Unit, events: list) -> bool:
             return True
         u.results.append(ev)
     return u.finished is not None
-
-
-class Receiver(Protocol):
-    """What `collect` watches for the client going away: an ASGI request's `receive`."""
-
-    async def receive(self) -> dict: ...
-
-
-async def _client_gone(request: Receiver) -> None:
-    """Returns when the client disconnects (the body has been read, so the next message is the disconnect)."""
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return

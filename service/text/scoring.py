@@ -26,7 +26,8 @@ from service.engine.scheduler import Failed, Finished, ScoreTicket
 from service.engine.scoring import TargetScore
 from service.engine.stopping import Hypothesis
 from service.errors import InvalidRequest
-from service.text.requests import TextFrontEnd, hypothesis_tokens, top_token_dicts
+from service.text.requests import TextFrontEnd
+from service.text.units import Token, hypothesis_tokens, top_tokens
 
 
 @dataclass
@@ -36,8 +37,8 @@ class ScoredTarget:
     target: str  # as given
     total: float  # its log-probability: the sum over its tokens, the end token included
     score: float  # the n-best ranking rule: the mean log-probability of its tokens, the end token included
-    tokens: list[dict]  # TGI's Token objects (id, text, logprob, special), the end token last
-    top_tokens: list[list[dict]] | None = None  # per token: the top_n_tokens most likely at that position
+    tokens: list[Token]  # the end token last
+    top_tokens: list[list[Token]] | None = None  # per token: the top_n_tokens most likely at that position
 
 
 def target_ids(engine: Engine, targets: Sequence[str]) -> list[list[int]]:
@@ -141,5 +142,5 @@ def scored(engine: Engine, text: str, s: TargetScore) -> ScoredTarget:
     h = Hypothesis(ids, s.logprobs[:-1], "eos_token", s.logprobs[-1])
     top = None
     if s.top_tokens is not None:
-        top = [top_token_dicts(engine, t, ids[:k]) for k, t in enumerate(s.top_tokens)]
+        top = [top_tokens(engine, t, ids[:k]) for k, t in enumerate(s.top_tokens)]
     return ScoredTarget(text, s.total, s.score, hypothesis_tokens(engine, h), top)

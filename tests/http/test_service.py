@@ -548,11 +548,11 @@ def test_stream_interval_writes_a_streams_events_together_and_changes_none_of_th
 def test_repeated_parameters_share_their_checked_options_and_bad_ones_are_refused_each_time():
     """The validator keeps the DecodingOptions of parameter sets it has seen: the same set gives the same
     (frozen) options; any field that differs gives its own; a refused set is refused again, not remembered."""
-    from service.http import errors
+    from service.errors import InvalidRequest
     from service.http.schemas import GenerateParameters
-    from service.http.validation import Validator
+    from service.text.validation import Limits, Validator
 
-    v = Validator(max_new_tokens=16, max_best_of=2)
+    v = Validator(Limits(max_new_tokens=16, max_best_of=2, max_top_n_tokens=5))
     greedy = v.options(GenerateParameters(max_new_tokens=8), stream=False)
     assert v.options(GenerateParameters(max_new_tokens=8), stream=False) is greedy
     assert greedy.max_new_tokens == 8 and not greedy.logprobs and not greedy.sampling
@@ -564,7 +564,7 @@ def test_repeated_parameters_share_their_checked_options_and_bad_ones_are_refuse
     assert sampled.sampling and sampled.seed == 3
     assert v.options(GenerateParameters(max_new_tokens=8, do_sample=True, seed=4), stream=False).seed == 4
     for _ in range(2):
-        with pytest.raises(errors.APIError, match="best_of must be at most 2"):
+        with pytest.raises(InvalidRequest, match="best_of must be at most 2"):
             v.options(GenerateParameters(best_of=3), stream=False)
-        with pytest.raises(errors.APIError, match="max_new_tokens must be between 1 and 16"):
+        with pytest.raises(InvalidRequest, match="max_new_tokens must be between 1 and 16"):
             v.options(GenerateParameters(max_new_tokens=17), stream=False)

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import orjson
 
 from service.http.responses import LastChunk, sse_events
-from service.text.requests import CAUGHT_UP, StreamToken
+from service.text.units import CAUGHT_UP, StreamToken, Token
 
 
 class FakeJob:
@@ -42,7 +42,11 @@ def body(job) -> list[bytes]:
 
 
 def expected_event(index, item, job):
-    event = {"index": index, "token": item.token, "top_tokens": item.top_tokens, "generated_text": None, "details": None}
+    def wire(t):  # TGI's Token object
+        return {"id": t.id, "text": t.text, "logprob": t.logprob, "special": t.special}
+
+    top = None if item.top_tokens is None else [wire(t) for t in item.top_tokens]
+    event = {"index": index, "token": wire(item.token), "top_tokens": top, "generated_text": None, "details": None}
     if item.last:
         event["generated_text"] = job.generated_text()
         if job.params.details:
@@ -52,11 +56,11 @@ def expected_event(index, item, job):
 
 def test_token_events_are_the_bytes_of_the_whole_event():
     tokens = [
-        {"id": 7, "text": "HH", "logprob": -0.25, "special": False},
-        {"id": 12, "text": ' "É\\ü', "logprob": None, "special": False},  # quotes, a backslash, non-ASCII
-        {"id": 2, "text": "", "logprob": -1e-07, "special": True},
+        Token(7, "HH", -0.25, False),
+        Token(12, ' "É\\ü', None, False),  # quotes, a backslash, non-ASCII
+        Token(2, "", -1e-07, True),
     ]
-    top = [[{"id": 7, "text": "HH", "logprob": -0.25, "special": False}], None, None]
+    top = [[Token(7, "HH", -0.25, False)], None, None]
     for details in (False, True):
         items = [StreamToken(t, tt, "eos_token" if i == 2 else None, i == 2) for i, (t, tt) in enumerate(zip(tokens, top))]
         job = FakeJob([items[0], CAUGHT_UP, items[1], items[2]], details)

@@ -33,29 +33,27 @@ import random
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import orjson
 
 from service.engine.scheduler import Failed
-from service.errors import ServiceError
+from service.errors import InvalidRequest, ServiceError
 from service.http import errors, fields
-from service.http.openai.errors import OpenAIError, bad_request, from_error
+from service.http.openai.choices import Choice, ChoiceText, TokenOut, answered_choices
+from service.http.openai.errors import OpenAIError, bad_request, from_error, param_names
 from service.http.openai.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
-from service.http.responses import warnings
+from service.http.responses import disconnect_watch
 from service.http.schemas import GenerateParameters, GenerateRequest
 from service.http.state import Service
-from service.text.requests import StreamToken, TextRequest
+from service.text.requests import TextRequest
+from service.text.units import StreamToken, lexicon_answers
+from service.text.validation import Limits, check_names, invalid, text_params
 
 log = logging.getLogger("attnserve.service")
 
-FINISH = {"eos_token": "stop", "stop_sequence": "stop", "length": "length"}
 KEEPALIVE = b": keep-alive\n\n"
 DONE = b"data: [DONE]\n\n"
-
-
-# names the number of skipped spans of the prompts' characters (`warnings_headers`); docs/OPENAI.md
-SKIPPED_HEADER = "x-attnserve-skipped-characters"
 
 
 def served_model_name(svc: Service) -> str:
@@ -77,6 +75,7 @@ class Plan:
     logprobs: int | None  # None: none asked; k: each token's and the k most likely at each step
     include_usage: bool
     input_param: str  # the field the prompt came in: "prompt" or "messages"
+    params: dict[str, str]  # the shared layers' fields as this request's OpenAI params (errors.param_names)
 
     @property
     def n_requests(self) -> int:
@@ -89,10 +88,10 @@ def unknown_fields(body: SamplingFields, route: str) -> None:
     (service/http/fields.py)."""
     if not body.model_extra:
         return
-    for name in body.model_extra:
-        meant = fields.close_match(name, type(body).model_fields)
-        if meant is not None:
-            raise bad_request(name, f"unknown field `{name}`: did you mean `{meant}`?")
+    try:
+        check_names(body.model_extra, type(body).model_fields)
+    except InvalidRequest as e:  # a field of OpenAI's body: its name is its param
+        raise bad_request(e.field, e.message) from None
     log.debug("ignored unknown fields on %s: %s", route, ", ".join(sorted(body.model_extra)))
     fields.log_once(body.model_extra, route)
 
@@ -126,78 +125,77 @@ def plan(
 ) -> Plan:
     """Check the parameters against the server's limits (400s naming the field) and build the requests' parameters.
     `max_tokens`, `logprobs`: (the field's name in this route, its value)."""
-    check_limits(svc, body, prompts, max_tokens=max_tokens, best_of=best_of, logprobs=logprobs, input_param=input_param)
+    # OpenAI's own fields (n, stream_options) are their own params
+    params = param_names(input_param, max_new_tokens=max_tokens[0], top_n_tokens=logprobs[0]) | OWN_PARAMS
+    check_model(svc, body.model)
+    check_prompts(prompts, input_param)
+    try:
+        check_limits(svc.limits, body, max_tokens=max_tokens, best_of=best_of, logprobs=logprobs)
+    except InvalidRequest as e:
+        raise from_error(e, params) from None
     n = body.n or 1
     stream = bool(body.stream)
     sampling, beam, ranked = decoding_kind(body, n, best_of, stream)
     seed = (body.seed if body.seed is not None else secrets.randbits(63)) if sampling else None
     max_value, lp_value = max_tokens[1], logprobs[1]
 
-    def params(seed_j: int | None, tgi_best_of: int | None) -> GenerateParameters:
+    def request(seed_j: int | None, tgi_best_of: int | None) -> GenerateParameters:
         return request_parameters(body, sampling, max_value, lp_value, seed_j, tgi_best_of)
 
     if beam:
-        requests, per_request = [params(None, max(n, best_of or 1))], n
+        requests, per_request = [request(None, max(n, best_of or 1))], n
     elif ranked:
-        requests, per_request = [params(seed, best_of)], n
+        requests, per_request = [request(seed, best_of)], n
     elif sampling:
-        requests, per_request = [params(seed + j, None) for j in range(n)], 1
+        requests, per_request = [request(seed + j, None) for j in range(n)], 1
     else:
-        requests, per_request = [params(None, None)], 1
-    planned = Plan(
-        prompts,
-        n,
-        requests,
-        per_request,
-        stream,
-        tuple(body.stop or ()),
-        lp_value,
-        bool(body.stream_options and body.stream_options.include_usage),
-        input_param,
-    )
-    limit = svc.scheduler.max_concurrent_requests
-    if planned.n_requests > limit:
-        raise bad_request(
+        requests, per_request = [request(None, None)], 1
+    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+    stop = tuple(body.stop or ())
+    planned = Plan(prompts, n, requests, per_request, stream, stop, lp_value, include_usage, input_param, params)
+    try:
+        svc.limits.requests(
+            planned.n_requests,
             input_param if len(prompts) > 1 else "n",
-            f"{len(prompts)} prompt(s) x {len(requests)} request(s) each = {planned.n_requests} requests, and this server runs "
-            f"at most {limit} at once (max_concurrent_requests); send fewer prompts per request",
+            lambda limit: (
+                f"{len(prompts)} prompt(s) x {len(requests)} request(s) each = {planned.n_requests} requests, and "
+                f"this server runs at most {limit} at once (max_concurrent_requests); send fewer prompts per request"
+            ),
         )
+    except InvalidRequest as e:  # a field of OpenAI's body: its name is its param
+        raise bad_request(e.field, e.message) from None
     return planned
 
 
+OWN_PARAMS = {"n": "n", "stream_options": "stream_options"}
+
+
+def check_prompts(prompts: list[str], input_param: str) -> None:
+    for i, p in enumerate(prompts):
+        if not p.strip():
+            raise bad_request(input_param if len(prompts) == 1 else f"{input_param}.{i}", "the prompt is empty: send some text")
+
+
 def check_limits(
-    svc: Service,
+    limits: Limits,
     body: SamplingFields,
-    prompts: list[str],
     *,
     max_tokens: tuple[str, int | None],
     best_of: int | None,
     logprobs: tuple[str, int | None],
-    input_param: str,
 ) -> None:
-    """The model, the prompts and every bound of this server's settings; a 400 naming the field breaks one."""
-    settings = svc.settings
-    check_model(svc, body.model)
-    for i, p in enumerate(prompts):
-        if not p.strip():
-            raise bad_request(input_param if len(prompts) == 1 else f"{input_param}.{i}", "the prompt is empty: send some text")
+    """Every bound of this server's settings (`Limits`, the one place they are compared), in OpenAI's names; an
+    InvalidRequest naming the field (as a path in TGI's body; `n` and `stream_options` are OpenAI's own) breaks one."""
     max_name, max_value = max_tokens
-    if max_value is not None and max_value > svc.max_new_tokens:
-        raise bad_request(max_name, f"{max_name} must be at most {svc.max_new_tokens} on this server, got {max_value}")
+    limits.at_most("parameters.max_new_tokens", max_value, limits.max_new_tokens, max_name)
     n = body.n or 1
-    if n > settings.max_best_of:
-        raise bad_request("n", f"n must be at most {settings.max_best_of} on this server (max_best_of), got {n}")
+    limits.at_most("n", n, limits.max_best_of, setting=" (max_best_of)")
     if best_of is not None and best_of < n:
-        raise bad_request("best_of", f"best_of must be at least n ({n}), got {best_of}")
-    if best_of is not None and best_of > settings.max_best_of:
-        raise bad_request("best_of", f"best_of must be at most {settings.max_best_of} on this server, got {best_of}")
-    if body.num_beams is not None and body.num_beams > settings.max_best_of:
-        raise bad_request("num_beams", f"num_beams must be at most {settings.max_best_of} on this server, got {body.num_beams}")
-    lp_name, lp_value = logprobs
-    if lp_value is not None and lp_value > settings.max_top_n_tokens:
-        raise bad_request(lp_name, f"{lp_name} must be at most {settings.max_top_n_tokens} on this server, got {lp_value}")
+        raise invalid("parameters.best_of", f"best_of must be at least n ({n}), got {best_of}")
+    names = {"parameters.best_of": "best_of", "parameters.num_beams": "num_beams", "parameters.top_n_tokens": logprobs[0]}
+    limits.n_best(best_of, body.num_beams, logprobs[1], names)
     if body.stream_options is not None and not body.stream:
-        raise bad_request("stream_options", "stream_options is only allowed with stream: true")
+        raise invalid("stream_options", "stream_options is only allowed with stream: true")
 
 
 def decoding_kind(body: SamplingFields, n: int, best_of: int | None, stream: bool) -> tuple[bool, bool, bool]:
@@ -281,7 +279,7 @@ def admit(svc: Service, planned: Plan) -> list[list[TextRequest]]:
         # the slots this request held (a long text's words waiting for their chunk hold none)
         held = sum(u.ticket is not None and u.ticket.counted for done in jobs for job in done for u in job.units)
         cancel_all([*jobs, row])
-        err = from_error(e, planned.input_param)
+        err = from_error(e, planned.params)
         limit = svc.scheduler.max_concurrent_requests
         if err.status == 429 and held + model_units(svc, planned, planned.prompts[len(jobs) :]) > limit:
             raise bad_request(
@@ -296,20 +294,23 @@ def admit(svc: Service, planned: Plan) -> list[list[TextRequest]]:
 def model_units(svc: Service, planned: Plan, prompts: list[str]) -> int:
     """The requests of `prompts` that need the engine (running text: one with a word the lexicon cannot answer;
     inputs read whole: every one): how many slots of the server's `max_concurrent_requests` they need at least, as
-    running text is admitted in chunks."""
+    running text is admitted in chunks. The lexicon's part is the request layer's own rule (`lexicon_answers`)."""
     total = 0
-    for prompt in prompts:
-        for p in planned.parameters:
-            if svc.reader is None:
-                total += 1
-                continue
-            lexicon = svc.lexicon if p.lexicon is not False and not p.do_sample and not p.top_n_tokens else None
-            n_best = p.best_of or 1
+    for p in planned.parameters:
+        if svc.reader is None:
+            total += len(prompts)
+            continue
+        try:
+            options = svc.validator.options(p, planned.stream)
+        except InvalidRequest:  # refused: the validator says so when it is admitted
+            continue
+        lexicon = svc.lexicon if lexicon_answers(text_params(p), options) else None
+        for prompt in prompts:
             try:
                 words = svc.reader.words(prompt)
             except Exception:  # unreadable: the request layer says so when it is admitted
                 words = []
-            total += any(lexicon is None or len(lexicon.lookup(w.text)) < n_best for w in words)
+            total += any(lexicon is None or len(lexicon.lookup(w.text)) < options.n_best for w in words)
     return total
 
 
@@ -317,128 +318,6 @@ def cancel_all(jobs: list[list[TextRequest]]) -> None:
     for row in jobs:
         for job in row:
             job.cancel()
-
-
-# ---- a choice's text, tokens and end ---------------------------------------------------------------
-@dataclass
-class TokenOut:
-    """A token as a choice shows it: its text, where it starts in the choice's text, its raw log-probability
-    (None for a lexicon answer's) and the step's most likely tokens [(text, logprob)] when asked for."""
-
-    text: str
-    offset: int
-    logprob: float | None
-    top: list[tuple[str, float]] | None
-
-
-@dataclass
-class ChoiceText:
-    """A choice's text as its tokens come, with OpenAI's stop rule: the text ends before the first stop
-    sequence. What may still begin one (the longest stop's length - 1 characters) is held back until the
-    next token, so a stream never sends text it would then have to take back."""
-
-    stop: tuple[str, ...]
-    text: str = ""
-    sent: int = 0
-    pending: list[TokenOut] = field(default_factory=list)
-    tokens: int = 0  # tokens read (end tokens included): the usage's completion tokens
-    finish_reason: str | None = None
-
-    def add(self, token: dict, top: list[dict] | None, finish: str | None) -> tuple[str, list[TokenOut], str | None]:
-        """One token (TGI's Token dict; `finish`: the TGI finish reason when it is the choice's last).
-        Returns the text now released, its tokens, and the OpenAI finish reason once the choice has ended."""
-        if self.finish_reason is not None:
-            return "", [], None
-        self.tokens += 1
-        start = len(self.text)
-        self.text += token["text"]
-        if not token["special"]:
-            self.pending.append(
-                TokenOut(token["text"], start, token["logprob"], [(t["text"], t["logprob"]) for t in top] if top else None)
-            )
-        cut = self._stop_at()
-        if cut is not None:
-            end, finish = cut, "stop"
-            self.text = self.text[:cut]
-        elif finish is not None:
-            end, finish = len(self.text), FINISH.get(finish, "stop")
-        else:
-            end = len(self.text) - max(0, max((len(s) for s in self.stop), default=1) - 1)
-        if finish is None and end <= self.sent:
-            return "", [], None
-        delta = self.text[self.sent : max(self.sent, end)]
-        self.sent = max(self.sent, end)
-        if finish is not None:
-            released, self.pending = [t for t in self.pending if t.offset < end], []
-        else:
-            released = [t for t in self.pending if t.offset + len(t.text) <= end]
-            self.pending = self.pending[len(released) :]
-        self.finish_reason = finish
-        return delta, released, finish
-
-    def _stop_at(self) -> int | None:
-        hits = [i for s in self.stop if (i := self.text.find(s, self.sent)) != -1]
-        return min(hits) if hits else None
-
-
-@dataclass
-class Choice:
-    index: int
-    text: str
-    tokens: list[TokenOut]
-    finish_reason: str
-    completion_tokens: int
-    warnings: list[dict] | None = None  # its prompt's skipped characters (running text); None: nothing skipped
-
-
-def answered_choices(job: TextRequest, k: int, base: int, stop: tuple[str, ...]) -> list[Choice]:
-    """The first k answers of a finished request as choices base, base + 1, ... Running text (several units)
-    has one answer: its words' best answers joined by the word separator."""
-    if len(job.units) == 1:
-        answers, top = job.answers(job.units[0])
-        candidates = [(a.tokens, top if j == 0 else None, a.finish_reason) for j, a in enumerate(answers[:k])]
-    else:
-        tokens, tops, finish = [], [], "eos_token"
-        for i, u in enumerate(job.units):
-            answers, top = job.answers(u)
-            tokens += [job.separated(t, i, j) for j, t in enumerate(answers[0].tokens)]
-            tops += top if top is not None else [None] * len(answers[0].tokens)
-            finish = answers[0].finish_reason
-        candidates = [(tokens, tops, finish)]
-    out = []
-    for j, (tokens, top, finish) in enumerate(candidates):
-        text = ChoiceText(stop)
-        shown: list[TokenOut] = []
-        for t, (token, step_top) in enumerate(zip(tokens, top or [None] * len(tokens))):
-            _, released, ended = text.add(token, step_top, finish if t == len(tokens) - 1 else None)
-            shown += released
-            if ended:
-                break
-        if text.finish_reason is None:  # no tokens at all
-            text.finish_reason = FINISH.get(finish, "stop")
-        out.append(Choice(base + j, text.text, shown, text.finish_reason, text.tokens, skipped_warnings(job)))
-    return out
-
-
-def skipped_warnings(job: TextRequest) -> list[dict] | None:
-    """The prompt's characters that running text skipped, as the TGI routes' `details.warnings`; None when none were."""
-    return [w.model_dump() for w in warnings(job)] if job.skipped else None
-
-
-def warnings_headers(jobs: list[list[TextRequest]]) -> dict[str, str]:
-    """`x-attnserve-skipped-characters`: how many spans of the prompts' characters were skipped (each prompt read
-    once), known at admission, so a stream has it too; {} when none were. The spans themselves are each choice's
-    `warnings` in a whole answer."""
-    n = sum(len(row[0].skipped) for row in jobs if row)
-    return {SKIPPED_HEADER: str(n)} if n else {}
-
-
-def with_warnings(choice: dict, c: Choice) -> dict:
-    """A choice object with the extension field `warnings` when its prompt had characters skipped (otherwise as
-    OpenAI's, unchanged)."""
-    if c.warnings:
-        choice["warnings"] = c.warnings
-    return choice
 
 
 # ---- answering ------------------------------------------------------------------------------------
@@ -469,10 +348,10 @@ async def answer_whole(svc: Service, request, planned: Plan, jobs: list[list[Tex
     try:
         for row in jobs:
             for job in row:
-                if not await job.collect(request):
+                if not await job.collect(disconnect_watch(request)):
                     return None
     except (errors.APIError, ServiceError) as e:
-        raise from_error(e, planned.input_param) from None
+        raise from_error(e, planned.params) from None
     finally:
         cancel_all(jobs)  # after a failure or a disconnect: the others' rows leave the batch (finished ones: nothing)
     choices = []
@@ -522,7 +401,7 @@ async def stream_answer(
         svc.metrics.request_duration.observe(time.perf_counter() - t_arrival)
         yield DONE
     except (errors.APIError, ServiceError, OpenAIError) as e:
-        err = from_error(e, planned.input_param)
+        err = from_error(e, planned.params)
         outcome = err.outcome
         yield _event(err.body())
     finally:
@@ -590,23 +469,7 @@ def _event(obj: dict) -> bytes:
     return b"data: " + orjson.dumps(obj) + b"\n\n"
 
 
-# ---- the two shapes ---------------------------------------------------------------------------------
-def completion_logprobs(tokens: list[TokenOut], with_top: bool) -> dict:
-    return {
-        "tokens": [t.text for t in tokens],
-        "token_logprobs": [t.logprob for t in tokens],
-        "top_logprobs": [dict(t.top or []) for t in tokens] if with_top else None,
-        "text_offset": [t.offset for t in tokens],
-    }
-
-
-def chat_logprobs(tokens: list[TokenOut]) -> dict:
-    def entry(text: str, logprob: float | None) -> dict:
-        return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
-
-    return {"content": [{**entry(t.text, t.logprob), "top_logprobs": [entry(x, lp) for x, lp in t.top or []]} for t in tokens]}
-
-
+# ---- the requests ----------------------------------------------------------------------------------
 def completion_request(svc: Service, body: CompletionRequest) -> Plan:
     """/v1/completions' checks (besides the schema's) and its plan."""
     unknown_fields(body, "/v1/completions")
@@ -674,64 +537,3 @@ def chat_request(svc: Service, body: ChatCompletionRequest) -> Plan:
         logprobs=("top_logprobs", (body.top_logprobs or 0) if body.logprobs else None),
         input_param="messages",
     )
-
-
-def completion_body(answer: Answer, planned: Plan) -> dict:
-    return {
-        "id": answer.id,
-        "object": "text_completion",
-        "created": answer.created,
-        "model": answer.model,
-        "choices": [
-            with_warnings(
-                {
-                    "index": c.index,
-                    "text": c.text,
-                    "logprobs": completion_logprobs(c.tokens, bool(planned.logprobs)) if planned.logprobs is not None else None,
-                    "finish_reason": c.finish_reason,
-                },
-                c,
-            )
-            for c in answer.choices
-        ],
-        "usage": answer.usage(),
-    }
-
-
-def chat_body(answer: Answer, planned: Plan) -> dict:
-    return {
-        "id": answer.id,
-        "object": "chat.completion",
-        "created": answer.created,
-        "model": answer.model,
-        "choices": [
-            with_warnings(
-                {
-                    "index": c.index,
-                    "message": {"role": "assistant", "content": c.text},
-                    "logprobs": chat_logprobs(c.tokens) if planned.logprobs is not None else None,
-                    "finish_reason": c.finish_reason,
-                },
-                c,
-            )
-            for c in answer.choices
-        ],
-        "usage": answer.usage(),
-    }
-
-
-def completion_chunk_renderer(planned: Plan) -> Render:
-    def render(index: int, text: str, tokens: list[TokenOut], finish: str | None, first: bool) -> dict:
-        logprobs = completion_logprobs(tokens, bool(planned.logprobs)) if planned.logprobs is not None else None
-        return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}
-
-    return render
-
-
-def chat_chunk_renderer(planned: Plan) -> Render:
-    def render(index: int, text: str, tokens: list[TokenOut], finish: str | None, first: bool) -> dict:
-        delta = {"role": "assistant", "content": text} if first else {"content": text}
-        logprobs = chat_logprobs(tokens) if planned.logprobs is not None else None
-        return {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
-
-    return render

@@ -12,7 +12,7 @@ not change; `type` is the one OpenAI's clients expect for the status. Three ways
 
 from __future__ import annotations
 
-import re
+from collections.abc import Mapping
 
 import orjson
 from fastapi.exceptions import RequestValidationError
@@ -77,15 +77,30 @@ def bad_request(param: str | None, message: str) -> OpenAIError:
     return OpenAIError(400, message, param=param)
 
 
-# the shared layers name the TGI field at fault first ("inputs: ...", "parameters.best_of must ...")
-_FIELD = re.compile(r"^(inputs|parameters(?:\.(\w+))?)\b")
-TGI_TO_OPENAI = {"max_new_tokens": "max_tokens", "top_n_tokens": "logprobs", "best_of": "best_of", "num_beams": "num_beams"}
-TGI_TO_OPENAI |= {name: name for name in ("alphabet", "stress", "pronunciations")}  # extra body fields of the same names
+# The shared layers name the field at fault as a path in TGI's body (`InvalidRequest.field`, `APIError.field`);
+# OpenAI's `param` is the field its body sent for it. A field not in the table has no OpenAI counterpart: param null.
+PARAMS: Mapping[str, str] = {
+    "parameters.max_new_tokens": "max_tokens",
+    "parameters.top_n_tokens": "logprobs",
+    "parameters.best_of": "best_of",
+    "parameters.num_beams": "num_beams",
+    # extra body fields of the same names
+    "parameters.alphabet": "alphabet",
+    "parameters.stress": "stress",
+    "parameters.pronunciations": "pronunciations",
+}
 
 
-def from_error(err: Exception, input_param: str = "prompt") -> OpenAIError:
+def param_names(input_param: str = "prompt", **sent_as: str) -> dict[str, str]:
+    """The table of one request: `inputs` is the field its text came in (`prompt`, `messages`); `sent_as` names the
+    fields this request sent under another of OpenAI's names (`max_completion_tokens`, `top_logprobs`), by their TGI
+    name (`max_new_tokens`, `top_n_tokens`)."""
+    return {**PARAMS, "inputs": input_param, **{f"parameters.{k}": v for k, v in sent_as.items()}}
+
+
+def from_error(err: Exception, params: Mapping[str, str] = PARAMS) -> OpenAIError:
     """What the shared layers raise, in OpenAI's shape: `APIError` and `ServiceError` keep their status (422: 400),
-    Retry-After and error_type (as `code`); `input_param` names the field a refused input came from."""
+    Retry-After and error_type (as `code`); a refusal's field becomes `param` through `params` (`param_names`)."""
     if isinstance(err, OpenAIError):
         return err
     if isinstance(err, RequestValidationError):
@@ -95,10 +110,7 @@ def from_error(err: Exception, input_param: str = "prompt") -> OpenAIError:
     if not isinstance(err, errors.APIError):
         raise TypeError(f"not an API error: {type(err).__name__}")
     status = 400 if err.status == 422 else err.status
-    param = None
-    m = _FIELD.match(err.message)
-    if status == 400 and m:
-        param = input_param if m.group(1) == "inputs" else TGI_TO_OPENAI.get(m.group(2) or "")
+    param = params.get(err.field) if status == 400 and err.field is not None else None
     return OpenAIError(status, err.message, param=param, outcome=err.error_type, headers=err.headers)
 
 

@@ -21,8 +21,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from service.errors import ServiceError
 from service.http import errors
 from service.http.dependencies import GENERATION_GUARDS, ServiceDep, authorize
+from service.http.openai import choices, shapes
 from service.http.openai import completions as c
-from service.http.openai.errors import OpenAIError, OpenAIErrorShape, from_error
+from service.http.openai.errors import OpenAIError, OpenAIErrorShape, from_error, param_names
 from service.http.openai.schemas import (
     ChatCompletionRequest,
     ChatCompletionResponse,
@@ -70,7 +71,7 @@ class OpenAIRoute(APIRoute):
             try:
                 return await handler(request)
             except (OpenAIError, errors.APIError, ServiceError, RequestValidationError) as e:
-                err = from_error(e, "messages" if path == CHAT else "prompt")
+                err = from_error(e, param_names("messages" if path == CHAT else "prompt"))
             except StarletteHTTPException as e:  # FastAPI's own refusals (a body it cannot parse)
                 detail = e.detail if isinstance(e.detail, str) else "invalid request"
                 if e.status_code == 400 and detail == "There was an error parsing the body":  # not UTF-8, nested too deep
@@ -104,7 +105,15 @@ def json_answer(body: dict, headers: dict[str, str] | None = None) -> Response:
 async def completions(svc: ServiceDep, request: Request, body: CompletionRequest) -> Response:
     planned = c.completion_request(svc, body)
     return await answer(
-        svc, request, planned, COMPLETIONS, "cmpl", "text_completion", c.completion_body, c.completion_chunk_renderer, body
+        svc,
+        request,
+        planned,
+        COMPLETIONS,
+        "cmpl",
+        "text_completion",
+        shapes.completion_body,
+        shapes.completion_chunk_renderer,
+        body,
     )
 
 
@@ -118,7 +127,7 @@ async def completions(svc: ServiceDep, request: Request, body: CompletionRequest
 async def chat_completions(svc: ServiceDep, request: Request, body: ChatCompletionRequest) -> Response:
     planned = c.chat_request(svc, body)
     return await answer(
-        svc, request, planned, CHAT, "chatcmpl", "chat.completion.chunk", c.chat_body, c.chat_chunk_renderer, body
+        svc, request, planned, CHAT, "chatcmpl", "chat.completion.chunk", shapes.chat_body, shapes.chat_chunk_renderer, body
     )
 
 
@@ -128,7 +137,7 @@ async def answer(
     """Admit a planned completion and answer it, whole or streamed; `sent`: the request body (its ignored fields are
     named in a response header)."""
     jobs = c.admit(svc, planned)
-    ignored = (c.ignored_headers(sent) if sent is not None else {}) | c.warnings_headers(jobs)
+    ignored = (c.ignored_headers(sent) if sent is not None else {}) | choices.warnings_headers(jobs)
     if planned.stream:
         envelope = {
             "id": c.new_id(prefix),

@@ -13,12 +13,15 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.engine.explain import DeadlinePassed
+from service.errors import InvalidRequest
 from service.http import errors
 from service.http.dependencies import GENERATION_GUARDS, ServiceDep
 from service.http.explain_schemas import ExplainResponse, explanation_response
 from service.http.responses import ERROR_RESPONSES
 from service.http.schemas import ErrorResponse, GenerateParameters, GenerateRequest
-from service.http.validation import ValidRequest, check_field_names
+from service.http.validation import check_field_names
+from service.text.units import TextParams
+from service.text.validation import ValidRequest, validate
 
 ROUTE = "/explain"
 STATIC_DIR = Path(__file__).resolve().parents[1] / "static"
@@ -56,18 +59,18 @@ async def explain(svc: ServiceDep, body: GenerateRequest) -> ExplainResponse:
     deadline = t_arrival + settings.request_timeout_s
     explainer.in_flight += 1
     try:
-        x = await asyncio.to_thread(explainer.explain, valid.source_ids, valid.options, deadline)
+        x = await asyncio.to_thread(explainer.explain, valid.units[0].source_ids, valid.options, deadline)
     except DeadlinePassed:
         raise errors.timeout(settings.request_timeout_s) from None
     finally:
         explainer.in_flight -= 1
     m = svc.metrics
-    m.input_tokens.observe(len(valid.source_ids))
+    m.input_tokens.observe(len(valid.units[0].source_ids))
     m.generated_tokens.observe(len(x.token_ids))
     m.generated_tokens_total.inc(len(x.token_ids))
     m.request_done(ROUTE, "success")
     m.request_duration.observe(time.perf_counter() - t_arrival)
-    prefix = body.inputs if valid.parameters.return_full_text else ""
+    prefix = body.inputs if valid.params.return_full_text else ""
     return explanation_response(x, svc.engine, explainer.graph, prefix)
 
 
@@ -93,15 +96,18 @@ def static_files() -> StaticFiles:
 
 
 def explain_request(svc, body: GenerateRequest) -> ValidRequest:
-    """/generate's validation, for one answer: the input is read as /generate reads it (same messages; a
-    word-level bundle explains one word); best_of and num_beams are refused."""
+    """/generate's validation (the one validator), for one answer: the input is read as /generate reads it (same
+    messages; a word-level bundle explains one word); best_of and num_beams are refused."""
     params = body.parameters or GenerateParameters()
     check_field_names(body)
     svc.validator.check_supported(params)
-    units = svc.text.units(body.inputs, params.truncate)
-    if len(units) != 1:
-        raise errors.validation(f"inputs: /explain shows one word's attention; this text has {len(units)} words")
-    valid = ValidRequest(units[0].source_ids, svc.validator.options(params, False), params)
+
+    def one_word(units: list) -> None:
+        if len(units) != 1:
+            raise InvalidRequest(f"/explain shows one word's attention; this text has {len(units)} words", "inputs")
+
+    read = TextParams(truncate=params.truncate, return_full_text=bool(params.return_full_text))
+    valid = validate(svc.text, body.inputs, read, lambda: svc.validator.options(params, False), one_word)
     if not valid.options.streams:
-        raise errors.validation("parameters: /explain decodes one answer; best_of and num_beams are for /generate")
+        raise InvalidRequest("/explain decodes one answer; best_of and num_beams are for /generate", "parameters")
     return valid

@@ -17,6 +17,7 @@ from service.http.responses import (
     SSE_HEADERS,
     SSE_RESPONSE,
     SSEResponse,
+    disconnect_watch,
     generate_response,
     json_response,
     sse_events,
@@ -64,7 +65,7 @@ async def compat(svc: ServiceDep, request: Request, body: CompatGenerateRequest)
 async def generate_once(svc: Service, request: Request, body: GenerateRequest, route: str, as_list: bool = False) -> Response:
     """Admit, wait for every token, answer GenerateResponse (TGI's `/` answers a one-element list of it)."""
     job = svc.admit(body, stream=False)
-    if not await job.collect(request):
+    if not await job.collect(disconnect_watch(request)):
         svc.metrics.request_done(route, "cancelled")
         return Response(status_code=499)  # nobody reads it: the client has gone
     answer = generate_response(job)

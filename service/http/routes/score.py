@@ -14,9 +14,8 @@ import time
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.http import errors
 from service.http.dependencies import GENERATION_GUARDS, ServiceDep
-from service.http.responses import ERROR_RESPONSES
+from service.http.responses import ERROR_RESPONSES, wire_steps, wire_tokens
 from service.http.schemas import Token
 from service.text.scoring import admit_scores
 
@@ -79,8 +78,7 @@ async def score(svc: ServiceDep, body: ScoreRequest) -> ScoreResponse:
     t_arrival = time.perf_counter()
     p = body.parameters or ScoreParameters()
     top_n = p.top_n_tokens or 0
-    if top_n > svc.settings.max_top_n_tokens:
-        raise errors.validation(f"parameters.top_n_tokens: at most {svc.settings.max_top_n_tokens} (max_top_n_tokens)")
+    svc.limits.score_top_n_tokens(top_n)
     job = admit_scores(svc.text, body.inputs, body.targets, top_n_tokens=top_n, loop=svc.loop)
     results = await job.finished()
     svc.metrics.input_tokens.observe(job.input_length)
@@ -88,7 +86,14 @@ async def score(svc: ServiceDep, body: ScoreRequest) -> ScoreResponse:
     svc.metrics.request_duration.observe(time.perf_counter() - t_arrival)
     return ScoreResponse(
         scores=[
-            TargetScore(target=r.target, total=r.total, score=r.score, tokens=r.tokens, top_tokens=r.top_tokens) for r in results
+            TargetScore(
+                target=r.target,
+                total=r.total,
+                score=r.score,
+                tokens=wire_tokens(r.tokens),
+                top_tokens=wire_steps(r.top_tokens),
+            )
+            for r in results
         ],
         input_length=job.input_length,
     )

@@ -1,0 +1,135 @@
+"""A completion's choices: each one's text as its tokens come, with OpenAI's stop rule (`ChoiceText`), the tokens it
+shows (`TokenOut`), and the whole answers' choices of finished requests, with the skipped characters they report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from service.http.responses import warnings
+from service.text.requests import TextRequest
+from service.text.units import Token
+
+FINISH = {"eos_token": "stop", "stop_sequence": "stop", "length": "length"}
+
+# names the number of skipped spans of the prompts' characters (`warnings_headers`); docs/OPENAI.md
+SKIPPED_HEADER = "x-attnserve-skipped-characters"
+
+
+@dataclass
+class TokenOut:
+    """A token as a choice shows it: its text, where it starts in the choice's text, its raw log-probability
+    (None for a lexicon answer's) and the step's most likely tokens [(text, logprob)] when asked for."""
+
+    text: str
+    offset: int
+    logprob: float | None
+    top: list[tuple[str, float]] | None
+
+
+@dataclass
+class ChoiceText:
+    """A choice's text as its tokens come, with OpenAI's stop rule: the text ends before the first stop
+    sequence. What may still begin one (the longest stop's length - 1 characters) is held back until the
+    next token, so a stream never sends text it would then have to take back."""
+
+    stop: tuple[str, ...]
+    text: str = ""
+    sent: int = 0
+    pending: list[TokenOut] = field(default_factory=list)
+    tokens: int = 0  # tokens read (end tokens included): the usage's completion tokens
+    finish_reason: str | None = None
+
+    def add(self, token: Token, top: list[Token] | None, finish: str | None) -> tuple[str, list[TokenOut], str | None]:
+        """One token (the request layer's; `finish`: the TGI finish reason when it is the choice's last).
+        Returns the text now released, its tokens, and the OpenAI finish reason once the choice has ended."""
+        if self.finish_reason is not None:
+            return "", [], None
+        self.tokens += 1
+        start = len(self.text)
+        self.text += token.text
+        if not token.special:
+            self.pending.append(TokenOut(token.text, start, token.logprob, [(t.text, t.logprob) for t in top] if top else None))
+        cut = self._stop_at()
+        if cut is not None:
+            end, finish = cut, "stop"
+            self.text = self.text[:cut]
+        elif finish is not None:
+            end, finish = len(self.text), FINISH.get(finish, "stop")
+        else:
+            end = len(self.text) - max(0, max((len(s) for s in self.stop), default=1) - 1)
+        if finish is None and end <= self.sent:
+            return "", [], None
+        delta = self.text[self.sent : max(self.sent, end)]
+        self.sent = max(self.sent, end)
+        if finish is not None:
+            released, self.pending = [t for t in self.pending if t.offset < end], []
+        else:
+            released = [t for t in self.pending if t.offset + len(t.text) <= end]
+            self.pending = self.pending[len(released) :]
+        self.finish_reason = finish
+        return delta, released, finish
+
+    def _stop_at(self) -> int | None:
+        hits = [i for s in self.stop if (i := self.text.find(s, self.sent)) != -1]
+        return min(hits) if hits else None
+
+
+@dataclass
+class Choice:
+    index: int
+    text: str
+    tokens: list[TokenOut]
+    finish_reason: str
+    completion_tokens: int
+    warnings: list[dict] | None = None  # its prompt's skipped characters (running text); None: nothing skipped
+
+
+def answered_choices(job: TextRequest, k: int, base: int, stop: tuple[str, ...]) -> list[Choice]:
+    """The first k answers of a finished request as choices base, base + 1, ... Running text (several units)
+    has one answer: its words' best answers joined by the word separator."""
+    if len(job.units) == 1:
+        answers, top = job.answers(job.units[0])
+        candidates = [(a.tokens, top if j == 0 else None, a.finish_reason) for j, a in enumerate(answers[:k])]
+    else:
+        tokens, tops, finish = [], [], "eos_token"
+        for i, u in enumerate(job.units):
+            answers, top = job.answers(u)
+            tokens += [job.separated(t, i, j) for j, t in enumerate(answers[0].tokens)]
+            tops += top if top is not None else [None] * len(answers[0].tokens)
+            finish = answers[0].finish_reason
+        candidates = [(tokens, tops, finish)]
+    out = []
+    for j, (tokens, top, finish) in enumerate(candidates):
+        text = ChoiceText(stop)
+        shown: list[TokenOut] = []
+        for t, (token, step_top) in enumerate(zip(tokens, top or [None] * len(tokens))):
+            _, released, ended = text.add(token, step_top, finish if t == len(tokens) - 1 else None)
+            shown += released
+            if ended:
+                break
+        if text.finish_reason is None:  # no tokens at all
+            text.finish_reason = FINISH.get(finish, "stop")
+        out.append(Choice(base + j, text.text, shown, text.finish_reason, text.tokens, skipped_warnings(job)))
+    return out
+
+
+def skipped_warnings(job: TextRequest) -> list[dict] | None:
+    """The prompt's characters that running text skipped, as the TGI routes' `details.warnings`; None when none were."""
+    return [w.model_dump() for w in warnings(job)] if job.skipped else None
+
+
+def warnings_headers(jobs: list[list[TextRequest]]) -> dict[str, str]:
+    """`x-attnserve-skipped-characters`: how many spans of the prompts' characters were skipped (each prompt read
+    once), known at admission, so a stream has it too; {} when none were. The spans themselves are each choice's
+    `warnings` in a whole answer."""
+    n = sum(len(row[0].skipped) for row in jobs if row)
+    return {SKIPPED_HEADER: str(n)} if n else {}
+
+
+def with_warnings(choice: dict, c: Choice) -> dict:
+    """A choice object with the extension field `warnings` when its prompt had characters skipped (otherwise as
+    OpenAI's, unchanged)."""
+    if c.warnings:
+        choice["warnings"] = c.warnings
+    return choice

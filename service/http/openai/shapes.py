@@ -1,0 +1,85 @@
+"""OpenAI's two answer shapes, whole and streamed: /v1/completions' `text_completion` and /v1/chat/completions'
+`chat.completion`, their log-probabilities, and the choice object of each stream chunk (a `Render`).
+"""
+
+from __future__ import annotations
+
+from service.http.openai.choices import TokenOut, with_warnings
+from service.http.openai.completions import Answer, Plan, Render
+
+
+def completion_logprobs(tokens: list[TokenOut], with_top: bool) -> dict:
+    return {
+        "tokens": [t.text for t in tokens],
+        "token_logprobs": [t.logprob for t in tokens],
+        "top_logprobs": [dict(t.top or []) for t in tokens] if with_top else None,
+        "text_offset": [t.offset for t in tokens],
+    }
+
+
+def chat_logprobs(tokens: list[TokenOut]) -> dict:
+    def entry(text: str, logprob: float | None) -> dict:
+        return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
+
+    return {"content": [{**entry(t.text, t.logprob), "top_logprobs": [entry(x, lp) for x, lp in t.top or []]} for t in tokens]}
+
+
+def completion_body(answer: Answer, planned: Plan) -> dict:
+    return {
+        "id": answer.id,
+        "object": "text_completion",
+        "created": answer.created,
+        "model": answer.model,
+        "choices": [
+            with_warnings(
+                {
+                    "index": c.index,
+                    "text": c.text,
+                    "logprobs": completion_logprobs(c.tokens, bool(planned.logprobs)) if planned.logprobs is not None else None,
+                    "finish_reason": c.finish_reason,
+                },
+                c,
+            )
+            for c in answer.choices
+        ],
+        "usage": answer.usage(),
+    }
+
+
+def chat_body(answer: Answer, planned: Plan) -> dict:
+    return {
+        "id": answer.id,
+        "object": "chat.completion",
+        "created": answer.created,
+        "model": answer.model,
+        "choices": [
+            with_warnings(
+                {
+                    "index": c.index,
+                    "message": {"role": "assistant", "content": c.text},
+                    "logprobs": chat_logprobs(c.tokens) if planned.logprobs is not None else None,
+                    "finish_reason": c.finish_reason,
+                },
+                c,
+            )
+            for c in answer.choices
+        ],
+        "usage": answer.usage(),
+    }
+
+
+def completion_chunk_renderer(planned: Plan) -> Render:
+    def render(index: int, text: str, tokens: list[TokenOut], finish: str | None, first: bool) -> dict:
+        logprobs = completion_logprobs(tokens, bool(planned.logprobs)) if planned.logprobs is not None else None
+        return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}
+
+    return render
+
+
+def chat_chunk_renderer(planned: Plan) -> Render:
+    def render(index: int, text: str, tokens: list[TokenOut], finish: str | None, first: bool) -> dict:
+        delta = {"role": "assistant", "content": text} if first else {"content": text}
+        logprobs = chat_logprobs(tokens) if planned.logprobs is not None else None
+        return {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
+
+    return render
