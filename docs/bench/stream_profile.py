@@ -14,10 +14,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import json
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 from http_overhead import BIN, ROOT, _closed_loop, pseudo_words, start_server  # docs/bench/, beside this script
@@ -64,7 +66,9 @@ def main() -> int:
     words = pseudo_words(600)
     proc, url = start_server(args.server_repo, 32)
     try:
-        asyncio.run(_closed_loop(url, args.route, words, "", args.clients, 4 * args.clients))  # warm-up
+        with urllib.request.urlopen(url + "/v1/models", timeout=10) as r:  # the /v1 routes answer only the served model
+            model = json.load(r)["data"][0]["id"]
+        asyncio.run(_closed_loop(url, args.route, words, model, args.clients, 4 * args.clients))  # warm-up
         spy = subprocess.Popen(
             [str(BIN / "py-spy"), "record", "--pid", str(proc.pid), "--duration", str(args.seconds), "--format", "raw"]
             + ["--output", str(raw), "--nonblocking", "--threads", "--rate", "200"],
@@ -79,7 +83,7 @@ def main() -> int:
 
             os.sched_setaffinity(0, {1})
             while time.monotonic() < stop and not done.is_set():
-                asyncio.run(_closed_loop(url, args.route, words, "", args.clients, 20 * args.clients))
+                asyncio.run(_closed_loop(url, args.route, words, model, args.clients, 20 * args.clients))
 
         t = threading.Thread(target=drive)
         t.start()

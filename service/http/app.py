@@ -24,8 +24,8 @@ at once. Where the rest lives:
     service/http/validation.py    TGI parameters -> decoding options, or 422
     service/http/errors.py        the error shape, and engine outcomes -> status codes
     service/http/responses.py     /generate's body, TGI's timing headers, the SSE stream
-    service/http/middleware.py    request id and access log
-    service/http/fastpath.py      the app class: the generation routes' common case answered ahead of its middleware
+    service/http/middleware.py    the front door (the app class): request id, access log, body-size limit, the 500
+    service/http/fastpath.py      the generation routes' common case, answered inside the front door ahead of FastAPI
 """
 
 from __future__ import annotations
@@ -37,12 +37,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
-from starlette.types import Scope
 
 from service.engine.engine import Engine
 from service.http import errors
-from service.http.fastpath import AttnserveApp
-from service.http.middleware import RequestContext
+from service.http.middleware import GENERATION_ROUTES, AttnserveApp
 from service.http.openai import routes as openai
 from service.http.routes import docs, explain, generate, health, samples, score
 from service.http.schemas import StreamResponse
@@ -53,9 +51,6 @@ from service.text.lexicon import Lexicon
 from service.version import version
 
 log = logging.getLogger("attnserve.service")
-
-# their errors count in the metrics
-GENERATION_ROUTES = ("/generate", "/generate_stream", "/", explain.ROUTE, score.ROUTE, *openai.ROUTES)
 
 
 def create_app(
@@ -122,9 +117,7 @@ def create_app(
     app.mount(docs.STATIC_URL, docs.static_files(), name="docs-static")
 
     errors.install_error_handlers(app, _count_error)
-    app.add_middleware(errors.BodySizeLimit, on_reject=_count_too_large)
-    openai.install(app)  # /v1: OpenAI's routes, and its error shape around the body-size limit
-    app.add_middleware(RequestContext)  # added last: outermost, so even a 413 carries x-request-id
+    openai.install(app)  # /v1: OpenAI's routes, and its error shape for what routing answers on /v1/*
     # /docs must show the stream event schema even though no route returns it as JSON
     _add_schema(app, StreamResponse)
     return app
@@ -145,13 +138,6 @@ def _count_error(request: Request, err: errors.APIError) -> None:
     svc: Service | None = request.app.state.service
     if svc is not None and request.url.path in GENERATION_ROUTES and request.method == "POST":
         svc.metrics.request_done(request.url.path, err.error_type)
-
-
-def _count_too_large(scope: Scope) -> None:
-    """A 413 from BodySizeLimit, which answers before any route (or the error handlers) sees the request."""
-    svc: Service | None = scope["app"].state.service
-    if svc is not None and scope["path"] in GENERATION_ROUTES:
-        svc.metrics.request_done(scope["path"], "validation")
 
 
 def _add_schema(app: FastAPI, model: type) -> None:

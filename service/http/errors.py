@@ -5,9 +5,10 @@ The engine and the text layer refuse or end a request with a `service.errors.Ser
 refusal its Retry-After header).
 
 FastAPI's own 422 body (a list of pydantic errors) and Starlette's 404/405
-bodies are replaced by this shape; an unexpected exception becomes a 500 that
-says nothing about the code (the detail goes to the log, with the request id).
-`BodySizeLimit` answers 413 before a large body is read into memory.
+bodies are replaced by this shape. The front door (service/http/middleware.py) answers
+an unexpected exception with `internal()` (a 500 that says nothing about the code; the detail goes to
+the log, with the request id) and a body over `MAX_BODY_BYTES` with a 413, using `read_body`. A TGI route's body that
+is not JSON at all is `malformed_json`'s 422 on both doors (`JSONBodyRoute` here, the fast path's parser there).
 """
 
 from __future__ import annotations
@@ -15,14 +16,16 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive
 
 from service.errors import Draining, Overloaded, ServiceError, TimedOut, Unavailable
 
@@ -119,6 +122,31 @@ def json_refusal(body: object) -> str:
     return "the request body is not valid JSON"
 
 
+def declared_json(content_type: bytes | None) -> bool:
+    """Whether a body is to be read as JSON: declared so, or not declared at all (FastAPI reads that as JSON too)."""
+    return content_type is None or content_type.split(b";")[0].strip().lower() == b"application/json"
+
+
+class JSONBodyRoute(APIRoute):
+    """A TGI route whose JSON body is read by the fast path's parser before FastAPI's: a body that is not JSON at all
+    (FastAPI's parser answers some of these 400, and reads NaN as a number) is the 422 `validation` that the fast path
+    answers, in its words, before the route's guards, as FastAPI's own parser comes before them."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def route(request: Request) -> Response:
+            if declared_json(request.headers.get("content-type", "").encode("latin-1") or None):
+                raw = await request.body()
+                try:
+                    orjson.loads(raw)
+                except orjson.JSONDecodeError as e:
+                    raise validation(malformed_json(raw, str(e))) from None
+            return await handler(request)
+
+        return route
+
+
 def describe_validation_errors(errors: list[dict], body: object = None) -> str:
     """pydantic's error list -> one line a person can act on: `parameters.top_p: Input should be ...; ...`."""
     parts = []
@@ -169,11 +197,6 @@ def install_error_handlers(app: FastAPI, on_error: Callable[[Request, APIError],
             return answer(request, validation("the request body is not valid JSON: not UTF-8, or nested too deeply"))
         return answer(request, APIError(exc.status_code, kinds.get(exc.status_code, "http"), message, dict(exc.headers or {})))
 
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unexpected error on %s %s", request.method, request.url.path)
-        return answer(request, internal())
-
 
 async def read_body(receive: Receive, limit: int) -> tuple[bytes, bool] | None:
     """A request's body, read until its end or until it is past `limit` bytes (longer than `limit`: too large;
@@ -204,46 +227,3 @@ def replaying(body: bytes, more: bool, receive: Receive) -> Receive:
         return await receive()
 
     return replay
-
-
-class BodySizeLimit:
-    """ASGI middleware: 413 for a body over `limit` bytes, by Content-Length or by counting a chunked body.
-
-    The body is read here (at most `limit` bytes are ever held) and replayed to
-    the app, so the app's own body parsing never sees an oversized request.
-    """
-
-    def __init__(self, app: ASGIApp, limit: int = MAX_BODY_BYTES, on_reject: Callable[[Scope], None] | None = None):
-        self.app = app
-        self.limit = limit
-        self.on_reject = on_reject  # the app counts the 413 in its metrics: the route handlers never see it
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
-            await self.app(scope, receive, send)
-            return
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            await self._reject(scope, send)
-            return
-        read = await read_body(receive, self.limit)
-        if read is None:  # the client went away before sending its body
-            return
-        body, _ = read
-        if len(body) > self.limit:
-            await self._reject(scope, send)
-            return
-        await self.app(scope, replaying(body, False, receive), send)
-
-    async def _reject(self, scope: Scope, send: Send) -> None:
-        if self.on_reject is not None:
-            self.on_reject(scope)
-        body = json.dumps(error_body("validation", f"the request body is larger than the limit of {self.limit} bytes")).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})

@@ -1,151 +1,135 @@
-"""The generation routes' common case without FastAPI's request machinery.
+"""The generation routes' common case without FastAPI's routing, dependency and body-parsing machinery.
 
-Under load the event loop spent more CPU per request than the engine's own decoding, most of
-it around a handler that does little: FastAPI's and Starlette's middleware layers (error
-telemetry, body limits, exception handling), routing, dependency resolution and body
-parsing. `AttnserveApp` is the FastAPI app with one difference: a `POST /generate`,
-`/generate_stream` or `/` goes first to `answer_generation`, which answers a well-formed one
-itself with the very handlers of service/http/routes/generate.py, and does what the middleware
-does for it (the request id, the access-log line, the body-size limit, a 500 for the
-unexpected). Anything else goes through the app's whole stack unchanged, and so does any
-request the fast path would have to refuse before it has a valid body (no service yet, wrong
-API key, a body too large, JSON that does not validate): the app answers it as it answers any
-request (same status, error body, headers and metrics). The routes stay declared in the app,
-so /docs and the OpenAPI schema do not change.
+Under load the event loop spent more CPU per request than the engine's own decoding, most of it around a
+handler that does little. The front door (service/http/middleware.py) has already done what every request
+gets (the request id, the access log, the body-size limit, the 500 for the unexpected) and read the body;
+for a `POST /generate`, `/generate_stream`, `/`, `/v1/completions` or `/v1/chat/completions` it calls one of
+`ROUTES` here first, which answers a well-formed request itself with the very handlers of
+service/http/routes/generate.py and service/http/openai/routes.py, and returns False, having sent nothing,
+for any request it would have to refuse before it has a valid body (no service yet, a body that is not
+declared JSON, a wrong API key, JSON that does not validate, and on /v1 a body orjson cannot read): the app's
+stack answers those as it answers any request (same status, error body, headers and metrics). The routes stay
+declared in the app, so /docs and the OpenAPI schema do not change.
 
-A body that is not JSON at all (not UTF-8, nested too deep, NaN or Infinity: `errors.malformed_json`)
-is a 422 `validation` here, where the app's parser would answer some of them 400. A valid
-request to a draining server, and errors of admission (the text layer's and the
-scheduler's refusals, a timeout), are answered here with service/http/errors.py's shape and
-status codes, and counted in the metrics, as the app's handlers do.
+On the TGI routes a body that is not JSON at all (not UTF-8, nested too deep, NaN or Infinity:
+`errors.malformed_json`) is a 422 `validation`, answered here before the guards, as the app's TGI routes
+(`errors.JSONBodyRoute`) answer it. A valid request to a draining server, and errors of admission (the text
+layer's and the scheduler's refusals, a timeout), are answered with the route's error shape and status codes,
+and counted in the metrics, as the app's handlers do.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import orjson
-from fastapi import FastAPI
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
+from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from service.errors import ServiceError
 from service.http import errors
 from service.http.dependencies import api_key_matches, not_draining
-from service.http.logs import request_id_var
-from service.http.middleware import log_access, request_id
+from service.http.openai import routes as openai
+from service.http.openai.schemas import ChatCompletionRequest, CompletionRequest
 from service.http.responses import SSE_HEADERS, LastChunk, SSEResponse, sse_events
 from service.http.routes import generate
 from service.http.schemas import CompatGenerateRequest, GenerateRequest
 from service.http.validation import ignored_headers
 
-ROUTES = {"/generate": GenerateRequest, "/generate_stream": GenerateRequest, "/": CompatGenerateRequest}
-
-log = logging.getLogger("attnserve.service")
-
 # a stream's response headers, as the /generate_stream route's SSEResponse sends them (built once: Starlette's
 # StreamingResponse costs about as much to make as the rest of a stream's start)
 SSE_RAW_HEADERS = SSEResponse(iter(()), headers=SSE_HEADERS).raw_headers
 
-
-class AttnserveApp(FastAPI):
-    """The FastAPI app, whose generation routes' common case skips the middleware stack (see above)."""
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in ROUTES:
-            scope["app"] = self
-            await answer_generation(scope, receive, send, super().__call__)
-        else:
-            await super().__call__(scope, receive, send)
+Headers = dict[bytes, bytes]
 
 
-async def answer_generation(scope: Scope, receive: Receive, send: Send, app) -> None:
-    """Answer a generation request, or hand it to `app` (the whole stack) untouched when it must be refused."""
-    model = ROUTES[scope["path"]]
-    svc = scope["app"].state.service
-    if svc is None:
-        await app(scope, receive, send)
-        return
-    headers: dict[bytes, bytes] = {}
-    for name, value in scope["headers"]:
-        headers.setdefault(name, value)  # the first of a repeated header, as Starlette's Headers.get
-    content_type = headers.get(b"content-type")  # none: read as JSON, as FastAPI reads it
-    json_body = content_type is None or content_type.split(b";")[0].strip().lower() == b"application/json"
-    declared = headers.get(b"content-length", b"0")
-    too_large = declared.isdigit() and int(declared) > errors.MAX_BODY_BYTES
-    if not json_body or too_large or not _authorized(headers, svc.settings.api_key):
-        await app(scope, receive, send)
-        return
-    read = await errors.read_body(receive, errors.MAX_BODY_BYTES)
-    if read is None:  # the client went away before sending its body
-        return
-    raw, more = read
-    replay = errors.replaying(raw, more, receive)
-    if len(raw) > errors.MAX_BODY_BYTES:  # a chunked body past the limit: the app's BodySizeLimit answers 413
-        await app(scope, replay, send)
-        return
-    refusal = None
+def _accepted(app, headers: Headers) -> bool:
+    """Whether the fast path may take the request: a service to answer it, a body declared JSON (none: read as
+    JSON, as FastAPI reads it), and the server's API key when it has one."""
+    if app.state.service is None:
+        return False
+    return errors.declared_json(headers.get(b"content-type")) and _authorized(headers, app.state.settings.api_key)
+
+
+async def answer_tgi(app, scope: Scope, headers: Headers, raw: bytes, receive: Receive, send: Send) -> bool:
+    """A TGI generation request (/generate, /generate_stream, /); False: the app's stack is to answer it."""
+    route = scope["path"]
+    if not _accepted(app, headers):
+        return False
+    svc = app.state.service
+    refusal = body = None
     try:
         parsed = orjson.loads(raw)
-    except orjson.JSONDecodeError as e:  # answered here: the app's JSON parser would call some of these a 400
+    except orjson.JSONDecodeError as e:  # a 422 like any other refusal, counted: the app's TGI routes answer it alike
         refusal = errors.validation(errors.malformed_json(raw, str(e)))
     else:
         try:
-            body = model.model_validate(parsed)  # as FastAPI validates it (python mode), from JSON
+            body = TGI_MODELS[route].model_validate(parsed)  # as FastAPI validates it (python mode), from JSON
         except ValidationError:
-            await app(scope, replay, send)  # the app's 422, with its message
-            return
-
-    # from here on the request is this path's: what RequestContext and the error handlers do for the app
-    rid = request_id(headers.get(b"x-request-id"))
-    context = request_id_var.set(rid)
-    t0 = time.perf_counter()
-    route = scope["path"]
-    status = 0
+            return False  # the app's 422, with its message
     try:
-        try:
-            await not_draining(svc)  # the generation guard after the API key's, as the routes' dependencies order them
-            if refusal is not None:  # a body that is not JSON: a 422 like any other refusal, counted and logged
-                raise refusal
-            if route == "/generate_stream" or (route == "/" and body.stream):  # not getattr: pydantic's miss is slow
-                job = svc.admit(body, stream=True)
-                status = 200
-                headers = [*SSE_RAW_HEADERS, (b"x-request-id", rid.encode("latin-1"))]
-                headers += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in ignored_headers(body).items()]
-                await _stream(headers, sse_events(job, route, svc.metrics, svc.keepalive_s), replay, send)
-                return
-            response = await generate.generate_once(svc, Request(scope, replay), body, route, as_list=route == "/")
-        except (errors.APIError, ServiceError) as e:
-            if status:  # (a stream's errors after its start are events in its body)
-                raise
-            err = errors.api_error(e) if isinstance(e, ServiceError) else e
-            svc.metrics.request_done(route, err.error_type)
-            response = errors.error_response(err)
-        status = response.status_code
-        response.raw_headers.append((b"x-request-id", rid.encode("latin-1")))
-        await response(scope, replay, send)
-    except Exception:
-        if status:  # the answer had begun: nothing more can be said on this connection
-            raise
-        log.exception("unexpected error on %s %s", scope["method"], route)
-        svc.metrics.request_done(route, "internal")
-        status = 500
-        response = errors.error_response(errors.internal())
-        response.raw_headers.append((b"x-request-id", rid.encode("latin-1")))
-        await response(scope, replay, send)
-    finally:
-        log_access(scope, status, t0)
-        request_id_var.reset(context)
+        if refusal is not None:
+            raise refusal
+        await not_draining(svc)  # the generation guard after the API key's, as the routes' dependencies order them
+        if route == "/generate_stream" or (route == "/" and body.stream):  # not getattr: pydantic's miss is slow
+            job = svc.admit(body, stream=True)
+            ignored = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in ignored_headers(body).items()]
+            await _stream(SSE_RAW_HEADERS + ignored, sse_events(job, route, svc.metrics, svc.keepalive_s), receive, send)
+            return True
+        response = await generate.generate_once(svc, Request(scope, receive), body, route, as_list=route == "/")
+    except (errors.APIError, ServiceError) as e:
+        err = errors.api_error(e) if isinstance(e, ServiceError) else e
+        svc.metrics.request_done(route, err.error_type)
+        response = errors.error_response(err)
+    await response(scope, receive, send)
+    return True
+
+
+async def answer_openai(app, scope: Scope, headers: Headers, raw: bytes, receive: Receive, send: Send) -> bool:
+    """An OpenAI completion request (/v1/completions, /v1/chat/completions); False: the app's stack is to answer it
+    (OpenAI's 400 for a body that is not JSON is the app's words)."""
+    route = scope["path"]
+    if not _accepted(app, headers):
+        return False
+    handler, model = OPENAI_HANDLERS[route]
+    try:
+        body = model.model_validate(orjson.loads(raw))
+    except (orjson.JSONDecodeError, ValidationError):
+        return False
+    svc = app.state.service
+    request = Request(scope, receive)
+    try:
+        await not_draining(svc)
+        response = await handler(svc, request, body)
+    except Exception as e:  # what the app's OpenAIRoute answers for its handler: OpenAI's shape, counted
+        response = openai.error_answer(svc, request, route, e)
+    if isinstance(response, StreamingResponse):
+        await _stream(response.raw_headers, response.body_iterator, receive, send)
+    else:
+        await response(scope, receive, send)
+    return True
+
+
+TGI_MODELS: dict[str, type[BaseModel]] = {"/generate": GenerateRequest, "/generate_stream": GenerateRequest}
+TGI_MODELS["/"] = CompatGenerateRequest
+OPENAI_HANDLERS = {
+    openai.COMPLETIONS: (openai.completions, CompletionRequest),
+    openai.CHAT: (openai.chat_completions, ChatCompletionRequest),
+}
+# the routes the front door (service/http/middleware.py) offers here first
+ROUTES: dict[str, Callable[..., Awaitable[bool]]] = {
+    **dict.fromkeys(TGI_MODELS, answer_tgi),
+    **dict.fromkeys(OPENAI_HANDLERS, answer_openai),
+}
 
 
 async def _stream(headers: list[tuple[bytes, bytes]], body: AsyncIterator[bytes], receive: Receive, send: Send) -> None:
     """What Starlette's StreamingResponse does (send each chunk; a disconnect cancels the body's generator,
     whose `finally` cancels the request), with one plain task listening instead of an anyio task group,
-    and no response object: its headers are the same for every stream (SSE_RAW_HEADERS)."""
+    and no response object to build for the TGI routes: their headers are the same for every stream."""
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     task = asyncio.current_task()
     gone = done = False
@@ -179,7 +163,7 @@ async def _stream(headers: list[tuple[bytes, bytes]], body: AsyncIterator[bytes]
         await body.aclose()  # a generator left suspended (send failed) still runs its finally now
 
 
-def _authorized(headers: dict[bytes, bytes], key: str | None) -> bool:
+def _authorized(headers: Headers, key: str | None) -> bool:
     """The API key check of service/http/dependencies.py on the raw header (the app answers the 401 when it fails)."""
     if key is None:
         return True

@@ -70,22 +70,28 @@ class OpenAIRoute(APIRoute):
         async def route(request: Request) -> Response:
             try:
                 return await handler(request)
-            except (OpenAIError, errors.APIError, ServiceError, RequestValidationError) as e:
-                err = from_error(e, param_names("messages" if path == CHAT else "prompt"))
-            except StarletteHTTPException as e:  # FastAPI's own refusals (a body it cannot parse)
-                detail = e.detail if isinstance(e.detail, str) else "invalid request"
-                if e.status_code == 400 and detail == "There was an error parsing the body":  # not UTF-8, nested too deep
-                    detail = "the request body is not valid JSON: not UTF-8, or nested too deeply"
-                err = OpenAIError(e.status_code, detail, outcome="validation" if e.status_code < 500 else "internal")
-            except Exception:  # nothing about the code to the client; the log has it, with the request id
-                log.exception("unexpected error on %s %s", request.method, path)
-                err = OpenAIError(500, "internal server error; the server log has the details", outcome="internal")
-            svc = request.app.state.service
-            if svc is not None and path in ROUTES:
-                svc.metrics.request_done(path, err.outcome)
-            return err.response()
+            except Exception as e:
+                return error_answer(request.app.state.service, request, path, e)
 
         return route
+
+
+def error_answer(svc, request: Request, path: str, e: Exception) -> Response:
+    """What a route, its guards or its body's validation raised, in OpenAI's shape, counted under the route (the app's
+    routes and the fast path, service/http/fastpath.py, both answer with it); call it inside the `except`."""
+    if isinstance(e, (OpenAIError, errors.APIError, ServiceError, RequestValidationError)):
+        err = from_error(e, param_names("messages" if path == CHAT else "prompt"))
+    elif isinstance(e, StarletteHTTPException):  # FastAPI's own refusals (a body it cannot parse)
+        detail = e.detail if isinstance(e.detail, str) else "invalid request"
+        if e.status_code == 400 and detail == "There was an error parsing the body":  # not UTF-8, nested too deep
+            detail = "the request body is not valid JSON: not UTF-8, or nested too deeply"
+        err = OpenAIError(e.status_code, detail, outcome="validation" if e.status_code < 500 else "internal")
+    else:  # nothing about the code to the client; the log has it, with the request id
+        log.exception("unexpected error on %s %s", request.method, path)
+        err = OpenAIError(500, "internal server error; the server log has the details", outcome="internal")
+    if svc is not None and path in ROUTES:
+        svc.metrics.request_done(path, err.outcome)
+    return err.response()
 
 
 router = APIRouter(route_class=OpenAIRoute, responses=ERRORS, tags=["OpenAI-compatible"])

@@ -10,6 +10,7 @@ import time
 
 from fastapi import APIRouter, Request, Response
 
+from service.http import errors
 from service.http.dependencies import GENERATION_GUARDS, ServiceDep
 from service.http.responses import (
     ERROR_RESPONSES,
@@ -27,7 +28,7 @@ from service.http.schemas import CompatGenerateRequest, GenerateRequest, Generat
 from service.http.state import Service
 from service.http.validation import ignored_headers
 
-router = APIRouter(dependencies=GENERATION_GUARDS, responses=ERROR_RESPONSES)
+router = APIRouter(dependencies=GENERATION_GUARDS, responses=ERROR_RESPONSES, route_class=errors.JSONBodyRoute)
 
 
 @router.post("/generate", response_model=GenerateResponse, summary="Generate text for one input")

@@ -1,0 +1,184 @@
+"""One front door: the same requests through the fast dispatch and through FastAPI's whole stack answer alike.
+
+A real uvicorn server on 127.0.0.1 with an API key serves the tiny bundle; `app.fast_dispatch` sends a request
+through service/http/fastpath.py (True) or through FastAPI's routing, dependencies and body parsing (False),
+behind the same front door. Each request (malformed, oversized, unauthorized, draining, failing, and a good one)
+is sent both ways; the status, the body and the headers (all but Date) must be the same bytes, and so must the
+change it makes to attnserve_requests_total. Only a good answer's ids, timestamps and timings are masked.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import httpx
+import pytest
+from service_harness import scrape, serving
+
+from service.http import fastpath
+from service.http.openai import completions as openai_plan
+from service.http.routes import generate as tgi_routes
+
+KEY = "s3cret"
+AUTH = {"authorization": f"Bearer {KEY}", "x-request-id": "door-1"}
+JSON = {"content-type": "application/json"}
+TGI = ["/generate", "/generate_stream", "/"]
+OPENAI = ["/v1/completions", "/v1/chat/completions"]
+GOOD = {
+    "/generate": b'{"inputs": "cat", "parameters": {"details": true}}',
+    "/generate_stream": b'{"inputs": "cat", "parameters": {"details": true}}',
+    "/": b'{"inputs": "cat", "stream": false}',
+    "/v1/completions": b'{"model": "m", "prompt": "cat", "max_tokens": 8}',
+    "/v1/chat/completions": b'{"model": "m", "messages": [{"role": "user", "content": "cat"}]}',
+}
+STREAM = {
+    "/": b'{"inputs": "cat", "stream": true}',
+    "/v1/completions": b'{"model": "m", "prompt": "cat", "stream": true}',
+    "/v1/chat/completions": b'{"model": "m", "messages": [{"role": "user", "content": "cat"}], "stream": true}',
+}
+# bodies that are not JSON, or JSON of the wrong shape
+MALFORMED = [
+    b'{"inputs": "cat"',  # syntax
+    b'{"inputs": "\xff"}',  # not UTF-8
+    b'{"inputs": "cat", "parameters": {"temperature": NaN}, "prompt": "cat", "temperature": NaN}',
+    b"[" * 2000 + b"]" * 2000,  # nested too deeply
+    b"",
+    b'["cat"]',
+    b"{}",  # the input missing
+    b'{"inputs": 5, "prompt": 5, "messages": "cat", "model": 1}',  # wrong types
+    b'{"inputs": "cat", "parameters": "fast", "prompt": "cat", "max_tokens": "many"}',
+    b'{"inputs": "cat", "parameters": {"top_p": 1.5}, "prompt": "cat", "top_p": 1.5}',  # out of range
+    b'{"inputs": "cat", "parameters": {"max_new_tokens": 0}, "prompt": "cat", "max_tokens": 0}',
+]
+MASKS = [
+    (re.compile(rb'"id":"(chat)?cmpl-[0-9a-f]+"'), b'"id":"ID"'),
+    (re.compile(rb'"created":\d+'), b'"created":0'),
+]
+TIMINGS = {b"x-total-time", b"x-queue-time", b"x-inference-time", b"x-time-per-token"}
+
+
+@pytest.fixture(scope="module")
+def server(tiny_bundle_dir):
+    with serving(tiny_bundle_dir, max_batch_size=8, api_key=KEY) as s:
+        yield s
+
+
+def model_id(server) -> bytes:
+    return server.service.engine.bundle.model_id.encode()
+
+
+def outcomes(url: str) -> dict:
+    return {labels: v for (name, labels), v in scrape(url).items() if name == "attnserve_requests_total"}
+
+
+def exchange(server, fast: bool, route: str, content: bytes | Callable, headers: dict, masked: bool = False) -> tuple:
+    """One request through one door: (status, headers but Date, body, the change to attnserve_requests_total)."""
+    taken = []
+    original = fastpath.ROUTES[route]
+
+    async def watched(*args) -> bool:
+        taken.append(True)
+        return await original(*args)
+
+    server.app.fast_dispatch = fast
+    fastpath.ROUTES[route] = watched
+    try:
+        before = outcomes(server.url)
+        body = content() if callable(content) else content.replace(b'"model": "m"', b'"model": "%s"' % model_id(server))
+        r = httpx.post(server.url + route, content=body, headers=headers, timeout=60)
+        after = outcomes(server.url)
+    finally:
+        server.app.fast_dispatch = True
+        fastpath.ROUTES[route] = original
+    assert taken or not fast or r.status_code == 413, "the fast door was not offered the request"
+    sent = [(k, v) for k, v in r.headers.raw if k.lower() != b"date"]
+    content = r.content
+    if masked:
+        sent = [(k, b"T" if k.lower() in TIMINGS else v) for k, v in sent]
+        for pattern, mask in MASKS:
+            content = pattern.sub(mask, content)
+    counted = {k: after.get(k, 0) - before.get(k, 0) for k in after if after.get(k, 0) != before.get(k, 0)}
+    return r.status_code, sent, content, counted
+
+
+def both_doors(server, route: str, content, headers=None, masked: bool = False):
+    headers = {**AUTH, **JSON, **(headers or {})}
+    fast = exchange(server, True, route, content, headers, masked)
+    slow = exchange(server, False, route, content, headers, masked)
+    assert fast == slow
+    return fast
+
+
+@pytest.mark.parametrize("route", TGI + OPENAI)
+def test_malformed_bodies_are_answered_alike_by_both_doors(server, route):
+    for body in MALFORMED:
+        status, _, content, counted = both_doors(server, route, body)
+        assert 400 <= status < 500, (body, status, content)
+        # the TGI routes: 422 `validation` for a body that is not JSON too; /v1 keeps OpenAI's 400
+        assert status == (422 if route in TGI else 400), (body, content)
+        assert counted, body
+    both_doors(server, route, b'{"inputs": "cat", "prompt": "cat"}', {"content-type": "text/plain"})
+
+
+@pytest.mark.parametrize("route", TGI + OPENAI)
+def test_oversized_bodies_are_answered_alike_by_both_doors(server, route):
+    big = b'{"inputs": "' + b"a" * 300_000 + b'"}'
+    status, _, content, counted = both_doors(server, route, big)
+    assert status == 413 and b"larger than" in content and counted
+
+    def chunks():  # no Content-Length: counted as it arrives
+        for _ in range(40):
+            yield b"a" * 10_000
+
+    assert both_doors(server, route, chunks)[0] == 413
+
+
+@pytest.mark.parametrize("route", TGI + OPENAI)
+def test_unauthorized_requests_are_answered_alike_by_both_doors(server, route):
+    for auth in ({"authorization": ""}, {"authorization": "Bearer wrong"}, {"authorization": KEY}):
+        status, headers, _, counted = both_doors(server, route, GOOD[route], auth)
+        assert status == 401 and (b"www-authenticate", b"Bearer") in headers and counted
+        both_doors(server, route, b'{"inputs": "cat"', auth)
+
+
+@pytest.mark.parametrize("route", TGI + OPENAI)
+def test_draining_server_answers_alike_by_both_doors(server, route):
+    server.service.draining = True
+    try:
+        status, _, content, counted = both_doors(server, route, GOOD[route])
+        assert status == 503 and b"draining" in content and counted
+        for body in MALFORMED[:3]:
+            both_doors(server, route, body)
+    finally:
+        server.service.draining = False
+
+
+@pytest.mark.parametrize("route", TGI + OPENAI)
+def test_good_requests_are_answered_alike_by_both_doors(server, route):
+    status, headers, content, counted = both_doors(server, route, GOOD[route], masked=True)
+    assert status == 200 and (b"x-request-id", b"door-1") in headers and counted
+    if route in STREAM:
+        status, _, content, _ = both_doors(server, route, STREAM[route], masked=True)
+        assert status == 200 and content.startswith(b"data:")
+
+
+@pytest.mark.parametrize("route", TGI + OPENAI)
+def test_an_unexpected_error_is_answered_alike_by_both_doors(server, route, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug")
+
+    async def broken_async(*args, **kwargs):
+        raise RuntimeError("a bug")
+
+    if route in OPENAI:
+        monkeypatch.setattr(openai_plan, "completion_request", broken)
+        monkeypatch.setattr(openai_plan, "chat_request", broken)
+    else:
+        monkeypatch.setattr(tgi_routes, "generate_once", broken_async)
+        monkeypatch.setattr(server.service, "admit", broken)  # a stream's first step
+    status, headers, content, counted = both_doors(server, route, STREAM.get(route, GOOD[route]))
+    assert status == 500 and b"server log" in content and (b"x-request-id", b"door-1") in headers
+    assert any(("outcome", "internal") in labels for labels in counted), counted
+    monkeypatch.undo()
+    assert both_doors(server, route, GOOD[route], masked=True)[0] == 200

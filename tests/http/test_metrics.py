@@ -1,0 +1,51 @@
+"""/metrics counts a known set of requests exactly."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+from service_harness import metric, scrape, serving, stream
+from tgi_calls import generate
+
+
+def test_metrics_counts_match_a_known_set_of_requests(tiny_bundle_dir):
+    with serving(tiny_bundle_dir) as s:
+        url = s.url
+        answers = [generate(url, w) for w in ("cat", "hello", "attention")]
+        status, events = stream(url + "/generate_stream", {"inputs": "zebra"})
+        assert status == 200
+        compat = httpx.post(url + "/", json={"inputs": "data"}, timeout=30)
+        assert compat.status_code == 200
+        for body in ({"inputs": ""}, {"inputs": "cat", "parameters": {"top_p": 2}}):
+            assert httpx.post(url + "/generate", json=body, timeout=30).status_code == 422
+        httpx.get(url + "/health", timeout=30)
+
+        m = scrape(url)
+        assert metric(m, "attnserve_requests_total", route="/generate", outcome="success") == 3
+        assert metric(m, "attnserve_requests_total", route="/generate", outcome="validation") == 2
+        assert metric(m, "attnserve_requests_total", route="/generate_stream", outcome="success") == 1
+        assert metric(m, "attnserve_requests_total", route="/", outcome="success") == 1
+        assert metric(m, "attnserve_requests_total") == 7
+        assert metric(m, "attnserve_request_duration_seconds_count") == 5
+        for name in ("queue_duration", "time_to_first_token", "inference_duration"):
+            key = "attnserve_request_" + name if name == "queue_duration" else "attnserve_" + name
+            assert metric(m, key + "_seconds_count") == 5, name
+        assert metric(m, "attnserve_request_input_tokens_count") == 5
+        assert metric(m, "attnserve_request_input_tokens_sum") == sum(
+            len(w) for w in ("cat", "hello", "attention", "zebra", "data")
+        )
+        n_tokens = (
+            sum(a["details"]["generated_tokens"] for a in answers) + len(events) + int(compat.headers["x-generated-tokens"])
+        )
+        n_tokens += int(httpx.post(url + "/generate", json={"inputs": "data"}, timeout=30).headers["x-generated-tokens"])
+        m = scrape(url)
+        assert metric(m, "attnserve_generated_tokens_total") == n_tokens
+        assert metric(m, "attnserve_request_generated_tokens_sum") == n_tokens
+        assert metric(m, "attnserve_inter_token_latency_seconds_count") == n_tokens - 6  # every token after a first
+        assert metric(m, "attnserve_batch_size_sum") == n_tokens  # one row per step: requests came one at a time
+        assert metric(m, "attnserve_decoder_step_duration_seconds_count") == n_tokens
+        assert metric(m, "attnserve_encoder_duration_seconds_count") == 6
+        assert metric(m, "attnserve_queue_size") == 0 and metric(m, "attnserve_running_sequences") == 0
+        model_id = json.loads((tiny_bundle_dir / "bundle.json").read_text())["model_id"]
+        assert all(dict(labels).get("model") == model_id for (name, labels) in m if name.startswith("attnserve_"))
