@@ -27,7 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from export.errors import BuildError
-from export.manifest import PARITY_CORPUS, graph_io, write_manifest
+from export.graphs.format import graph_io
+from export.manifest import PARITY_CORPUS, write_manifest
 
 VARIANT = "fp16"
 FILES = {"encoder": "encoder.fp16.onnx", "decoder": "decoder.v2.fp16.onnx"}
@@ -102,8 +103,8 @@ def add_variant(
 
 def _write_graphs(work: Path, meta: dict, log) -> dict:
     """The fp16 encoder, the v2 float32 twin and its fp16 conversion, as variants of `meta` (returned)."""
-    from export.fused import V2_FALLBACK, write_decoder_v2
-    from export.variants import convert_fp16
+    from export.graphs.v2 import V2_FALLBACK, write_decoder_v2
+    from export.graphs.variants import convert_fp16
     from training.weights import load_bundle_weights
 
     config, state = load_bundle_weights(work)

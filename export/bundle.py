@@ -25,11 +25,12 @@ from export.calibration import training_pairs, write_int8
 from export.context import run_has_context, write_context
 from export.errors import BuildError
 from export.explain import add_explain_graph
-from export.fused import add_v2_to_bundle
+from export.graphs.format import OPSET, graph_io
+from export.graphs.v1 import export_decoder, export_encoder, share_initializers
+from export.graphs.v2 import add_v2_to_bundle
+from export.graphs.variants import FP16_KEEP_FP32_OPS, FP32_BOUNDARY, INT8_QUANTIZATION, convert_fp16
 from export.lexicon import with_fields_after, write_lexicon
 from export.manifest import BUNDLE_JSON, PARITY_CORPUS, TOKENIZERS, update_manifest, write_manifest  # noqa: F401 (re-exported)
-from export.onnx import OPSET, export_decoder, export_encoder, graph_io, share_initializers
-from export.variants import FP16_KEEP_FP32_OPS, FP32_BOUNDARY, INT8_QUANTIZATION, convert_fp16
 from service.engine.bundle import FORMAT_VERSION, bounded_length, load_bundle
 from training.run import load_model, load_run_tokenizers
 

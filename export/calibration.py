@@ -16,8 +16,8 @@ import numpy as np
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
+from export.graphs.variants import calibrate_amax, quantize_int8
 from export.invariance import cpu_session, cross_feeds, decoder_feeds, self_attention_inputs
-from export.variants import calibrate_amax, quantize_int8
 from service.engine.names import ATTENTION_MASK, INPUT_IDS
 
 CALIBRATION_PAIRS = 1000  # training-split pairs, spread evenly over the split

@@ -27,7 +27,8 @@ import onnxruntime as ort
 import torch
 
 from export.errors import BuildError
-from export.onnx import DecoderGraph, example_inputs, export_decoder, graph_io
+from export.graphs.format import graph_io
+from export.graphs.v1 import DecoderGraph, example_inputs, export_decoder
 from service.engine.names import cross_attention_names, decoder_io
 from service.engine.runtime import session_options
 from training.model import Transformer

@@ -17,7 +17,7 @@ import onnxruntime as ort
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from export.variants import quantized_inputs
+from export.graphs.variants import quantized_inputs
 from service.engine.names import (
     ATTENTION_MASK,
     DECODER,

@@ -311,7 +311,7 @@ def graph_parity(engine: Engine, model=None) -> dict:
     """Max |ORT - PyTorch| per graph over SHAPES x PAST_LENGTHS; shape checks always."""
     import torch
 
-    from export.onnx import DecoderGraph, EncoderGraph
+    from export.graphs.v1 import DecoderGraph, EncoderGraph
 
     enc_diff = logit_diff = present_diff = 0.0
     problems = []

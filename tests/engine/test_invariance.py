@@ -116,7 +116,7 @@ def test_the_check_catches_per_tensor_dynamic_quantization(tiny_bundle_dir, tmp_
     other: the check must see it (or its 0.0 above would prove nothing)."""
     import shutil
 
-    from export.variants import quantize_int8_dynamic
+    from export.graphs.variants import quantize_int8_dynamic
 
     work = tmp_path / "b"
     shutil.copytree(tiny_bundle_dir, work)

@@ -141,7 +141,7 @@ def test_int8_gate_needs_accuracy_speed_everywhere_and_batch_invariance():
 
 
 def test_decoder_and_explain_graph_share_one_weights_file(tiny_bundle_dir):
-    from export.onnx import external_data_files
+    from export.graphs.format import external_data_files
 
     meta = json.loads((tiny_bundle_dir / "bundle.json").read_text())
     assert "decoder.onnx.data" in meta["files"]  # hashed and verified like every graph
@@ -161,7 +161,7 @@ def test_share_initializers_matches_weights_by_value_not_name(tmp_path):
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
-    from export.onnx import share_initializers
+    from export.graphs.v1 import share_initializers
 
     w = np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32)
     paths = []
@@ -225,8 +225,8 @@ def test_requantize_rewrites_a_bundles_int8_from_its_fp32_graphs(tiny_bundle_dir
 
     from export.bundle import write_manifest
     from export.cli import main
-    from export.fused import V2_INT8_QUANTIZATION
-    from export.variants import DYNAMIC_QUANTIZATION, quantize_int8_dynamic
+    from export.graphs.v2 import V2_INT8_QUANTIZATION
+    from export.graphs.variants import DYNAMIC_QUANTIZATION, quantize_int8_dynamic
     from service.engine.bundle import load_bundle
 
     bundle = tmp_path / "old"

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from export.manifest import MAX_IR_VERSION
+from export.graphs.format import MAX_IR_VERSION
 
 FP32_BOUNDARY = ("encoder_attention_bias", "logits")  # stay float32 in the fp16 graphs
 FP16_KEEP_FP32_OPS = ["LayerNormalization", "Softmax"]

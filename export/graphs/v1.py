@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 # the opset, the IR version and the io record live in export/manifest.py, which a machine without torch imports
-from export.manifest import MAX_IR_VERSION, OPSET, external_data_files, graph_io  # noqa: F401  (re-exported)
+from export.graphs.format import MAX_IR_VERSION, OPSET
 from service.engine.names import (
     ATTENTION_MASK,
     DECODER,

@@ -20,16 +20,16 @@ then the final LayerNormalization, the output projection to `logits` [B, V] and 
   `present.{i}.decoder.*` output: GroupQueryAttention writes the new K/V at position
   `past_lengths[b]` of row b and reads positions below it, so a step copies nothing.
 - Cross-attention reads the encoder's projected K/V [B, H, S, Dh] with the additive
-  `encoder_attention_bias` [B, 1, 1, S]; S padded to a multiple of CROSS_KEY_MULTIPLE keeps every
-  row's sums bitwise the same alone and in any batch (docs/ARCHITECTURE.md, "v2").
+  `encoder_attention_bias` [B, 1, 1, S]; S padded to a multiple of service/engine/slots.py's
+  CROSS_KEY_MULTIPLE keeps every row's sums bitwise the same alone and in any batch (docs/ARCHITECTURE.md, "v2").
 - The attention scale 1/sqrt(Dh) is folded into the Q weights and bias when it is a power of two
   (exact, so no rounding changes) and the operators run with scale=1.0: their default scale takes a
   slower path in ONNX Runtime's CPU kernels. Otherwise the scale stays an attribute.
 - `Add` + `LayerNormalization`, not `SkipLayerNormalization`: the latter's CPU kernel measured
   slower, and ONNX Runtime fuses the pair back unless `SkipLayerNormFusion` is disabled
-  (`DISABLED_OPTIMIZERS`, which the engine passes to its sessions).
+  (service/engine/slots.py's `V2_DISABLED_OPTIMIZERS`, which the engine passes to its sessions).
 
-`write_decoder_v2` writes the float32 graph; `export/variants.py`'s static quantizer turns it into
+`write_decoder_v2` writes the float32 graph; `export/graphs/variants.py`'s static quantizer turns it into
 the int8 variant (every MatMul with a constant weight and its bias Add become QuantizeLinear +
 MatMulIntegerToFloat with fixed activation scales), so the QKV projection is one
 MatMulIntegerToFloat; `convert_fp16` gives the CUDA variant.
@@ -44,7 +44,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from export.manifest import MAX_IR_VERSION, OPSET
+from export.graphs.format import MAX_IR_VERSION, OPSET
 from service.engine.names import DECODER as SELF
 from service.engine.names import (
     ENCODER,
@@ -314,7 +314,7 @@ def write_v2_variants(
     the float32 v2 graph (export/fused_check.py), as export/calibration.py does for v1. The float32 v2
     decoder is the fp16 one's source and CPU twin: kept as variant "fp32-v2" only with `keep_fp32`."""
     from export.fused_check import calibrated_amax_v2
-    from export.variants import convert_fp16, quantize_int8
+    from export.graphs.variants import convert_fp16, quantize_int8
 
     bundle_dir = Path(bundle_dir)
     fp32_path = bundle_dir / V2_DECODER_FILES["fp32"]
@@ -360,7 +360,7 @@ def add_v2_to_bundle(
     its int8 variant (and fp16, when it has one) becomes the v2 decoder over the variant's own encoder, the
     v1 decoders they replace are deleted, fp32 stays v1 (the reference, the explain graph's base, the fallback).
     Returns the updated `meta` (`format_version` 2, `io.decoder_v2`, `kv_cache` on every variant)."""
-    from export.manifest import graph_io
+    from export.graphs.format import graph_io
     from service.engine.bundle import V2_FORMAT_VERSION
 
     variants = meta["variants"]
