@@ -152,7 +152,7 @@ def graph_structure(path: Path) -> dict:
 def check_fp16(work: Path, threads: int | None, log) -> dict:
     """The checks a CPU can make: the fp16 graph's structure, the float32 twin through the engine against the
     v1 reference (exact, alone and batched), the fp16 logits against fp32 on the CPU."""
-    from export.verify import fp16_v2_check, v2_parity
+    from export.checks.variant_parity import fp16_v2_check, v2_parity
     from service.engine.bundle import BundleError, load_bundle
     from service.engine.engine import DecodingOptions, Engine
 

@@ -22,9 +22,9 @@ import torch
 from tokenizers import Tokenizer
 
 from export.calibration import training_pairs, write_int8
+from export.checks.explain import add_explain_graph
 from export.context import run_has_context, write_context
 from export.errors import BuildError
-from export.explain import add_explain_graph
 from export.graphs.format import OPSET, graph_io
 from export.graphs.v1 import export_decoder, export_encoder, share_initializers
 from export.graphs.v2 import add_v2_to_bundle
@@ -156,7 +156,7 @@ def elapsed_log(log, t_start: float):
 def build_inputs(run_dir: Path, dataset: str | None, parity_limit: int) -> tuple[dict, list]:
     """The run's task settings (`dataset` overriding its dataset) and the parity corpus's inputs; a dataset
     that gives too few inputs stops the build before anything is written."""
-    from export.verify import default_corpus
+    from export.checks.corpus import default_corpus
 
     train_cfg = run_task(run_dir)
     if dataset:
@@ -189,7 +189,7 @@ def export_graphs(model, work: Path, src_tok, tgt_tok, train_cfg: dict, fp16: bo
 
 def write_parity_corpus(model, work: Path, src_tok, sources: list, length_bound: dict, log) -> None:
     """PyTorch's outputs for the parity inputs, each stopped at the learned length bound: what verify.py compares to."""
-    from export.verify import make_parity_corpus
+    from export.checks.corpus import make_parity_corpus
 
     bound = functools.partial(bounded_length, length_bound, model.cfg.max_target_len)
     log(f"[export] PyTorch reference outputs for the parity corpus ({len(sources)} inputs)")
@@ -258,7 +258,7 @@ def add_explain_sharing_weights(model, work: Path, meta: dict, log) -> None:
 
 def check_fp16(work: Path, meta: dict, threads: int | None, log) -> dict:
     """fp16 against fp32; a variant that fails is dropped from the bundle (and `meta`), not shipped."""
-    from export.verify import fp16_check
+    from export.checks.variant_parity import fp16_check
 
     f16 = fp16_check(load_bundle(work), threads) if "fp16" in meta["variants"] else {"ok": True}
     if not f16["ok"]:
@@ -274,7 +274,7 @@ def check_fp16(work: Path, meta: dict, threads: int | None, log) -> dict:
 
 def parity_suite(work: Path, model, f16: dict, threads: int | None, log) -> dict:
     """verify.py's parity suite, its figures recorded in bundle.json; any failure stops the build."""
-    from export.verify import run_parity
+    from export.checks.parity import run_parity
 
     log("[export] parity suite")
     report = run_parity(work, model=model, threads=threads, log=log)
@@ -318,7 +318,7 @@ def requantize(
     dev size the bundle recorded. Works in
     `BUNDLE.partial` and replaces the bundle only when everything passed. A test-split figure
     measured on the old int8 is dropped (re-run `attnserve-eval BUNDLE --split test --record`)."""
-    from export.verify import v2_parity
+    from export.checks.variant_parity import v2_parity
     from service.engine.engine import Engine
     from training.weights import load_bundle_weights
 
@@ -381,8 +381,8 @@ def int8_gate(bundle_dir: Path, train_cfg: dict, eval_limit: int, threads: int |
     at least INT8_MIN_SPEEDUP times faster at both batch sizes (int8 is not always faster for
     small matrices; measure, don't assume) AND a row's outputs do not depend on its batch.
     """
-    from export.invariance import ConcatSteps, InPlaceSteps, batch_invariance
-    from export.speed import bench_engine_speed
+    from export.checks.invariance import ConcatSteps, InPlaceSteps, batch_invariance
+    from export.checks.speed import bench_engine_speed
     from service.engine.engine import Engine
     from training.evaluate import evaluate_engine
 

@@ -135,7 +135,7 @@ def _requantize(args) -> int:
 
 
 def _verify(args) -> int:
-    from export.verify import run_parity
+    from export.checks.parity import run_parity
 
     model = None
     if args.run:

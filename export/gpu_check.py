@@ -277,7 +277,8 @@ def invariance(engine, corpus: dict) -> dict:
     """Greedy, seeded sampling and beam 4 through the service's loop: alone, in static batches of 32, and in
     continuous batches (rows joining as others leave, different source and past lengths in one step).
     For each kind: how many inputs differ from their answer alone, and by how much (beam scores)."""
-    from export.verify import TOL_SCORE, beam_options, sampling_options
+    from export.checks.corpus import beam_options, sampling_options
+    from export.checks.parity import TOL_SCORE
     from service.engine.engine import DecodingOptions
 
     ids, n = corpus["source_ids"], engine.max_target_len

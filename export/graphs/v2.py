@@ -313,7 +313,7 @@ def write_v2_variants(
     `fp16`): v2 changes only the decoder. The int8 decoder's activation scales are calibrated on `pairs` from
     the float32 v2 graph (export/fused_check.py), as export/calibration.py does for v1. The float32 v2
     decoder is the fp16 one's source and CPU twin: kept as variant "fp32-v2" only with `keep_fp32`."""
-    from export.fused_check import calibrated_amax_v2
+    from export.calibration import calibrated_amax_v2
     from export.graphs.variants import convert_fp16, quantize_int8
 
     bundle_dir = Path(bundle_dir)

@@ -86,7 +86,7 @@ def test_served_int8_rows_are_bitwise_the_same_alone_and_in_padded_batches():
     and cache: the v2 decoder through its in-place buffers, rows joining at different steps (export/invariance.py)."""
     import json
 
-    from export.invariance import InPlaceSteps, batch_invariance
+    from export.checks.invariance import InPlaceSteps, batch_invariance
 
     bundle = load_bundle(BUNDLE_DIR)
     assert bundle.default_variant["cpu"] == "int8" and bundle.meta["int8_gate"]["batch_invariant"]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from engine_compositions import invariance_words, logit_diff, three_ways
 
-from export.invariance import ConcatSteps, InPlaceSteps, batch_invariance
+from export.checks.invariance import ConcatSteps, InPlaceSteps, batch_invariance
 from service.engine.bundle import load_bundle
 from service.engine.engine import DecodingOptions, Engine
 

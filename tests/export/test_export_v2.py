@@ -9,14 +9,14 @@ import numpy as np
 import onnx
 import pytest
 
-from export.fused_check import StepRunner, encode_alone, v2_session
+from export.checks.invariance import InPlaceSteps, batch_invariance
+from export.checks.steps import StepRunner, encode_alone, v2_session
 from export.graphs.v2 import (
     DISABLED_OPTIMIZERS,
     decoder_v2_model,
     optimized_node_count,
     write_decoder_v2,
 )
-from export.invariance import InPlaceSteps, batch_invariance
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +31,7 @@ def v2_graphs(tiny_model, tiny_bundle_dir, tmp_path_factory):
     """The tiny model's v2 decoder in float32 and int8 (scales calibrated on 60 training pairs)."""
     from tokenizers import Tokenizer
 
-    from export.calibration import training_pairs
-    from export.fused_check import calibrated_amax_v2
+    from export.calibration import calibrated_amax_v2, training_pairs
     from export.graphs.variants import quantize_int8
 
     out = tmp_path_factory.mktemp("v2")

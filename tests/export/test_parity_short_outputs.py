@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from export.verify import MIN_SOURCE_SPREAD, corpus_failures, make_parity_corpus
+from export.checks.corpus import make_parity_corpus
+from export.checks.parity import MIN_SOURCE_SPREAD, corpus_failures
 from training.examples import number_pairs
 
 

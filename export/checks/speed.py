@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from export.verify import default_corpus, source_ids
+from export.checks.corpus import default_corpus, source_ids
 from service.engine.engine import DecodingOptions, Engine
 
 

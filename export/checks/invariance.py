@@ -26,7 +26,7 @@ from typing import Protocol
 import numpy as np
 import onnxruntime as ort
 
-from export.fused_check import StepRunner, pad_cross, v2_session
+from export.checks.steps import StepRunner, pad_cross, v2_session
 from service.engine.names import (
     ATTENTION_MASK,
     DECODER,
