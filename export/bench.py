@@ -88,11 +88,11 @@ def synthetic_run(work: Path, max_target_len: int = 128, size: SyntheticSize = S
     (v2, as served) and int8-v1, all written by the export code that builds real bundles."""
     import torch
 
-    from export.bundle import TOKENIZERS, VARIANT_FILES, write_manifest
-    from export.calibration import write_int8
     from export.graphs.format import OPSET, graph_io
     from export.graphs.v1 import export_decoder, export_encoder
-    from export.graphs.v2 import write_v2_variants
+    from export.pipeline.calibration import write_int8
+    from export.pipeline.manifest import TOKENIZERS, VARIANT_FILES, write_manifest
+    from export.pipeline.v2 import write_v2_variants
     from service.engine.bundle import V2_FORMAT_VERSION
     from training.config import ModelConfig
     from training.model import Transformer

@@ -83,8 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _build(args) -> int:
-    from export.bundle import build
     from export.errors import BuildError
+    from export.pipeline.build import build
 
     if args.parity_limit < 200:
         raise BuildError("--parity-limit must be at least 200 (the parity suite needs 200 inputs)")
@@ -105,14 +105,14 @@ def _build(args) -> int:
 
 
 def _add_lexicon(args) -> int:
-    from export.lexicon import add_lexicon
+    from export.pipeline.lexicon import add_lexicon
 
     add_lexicon(args.bundle, args.dataset, args.word_level_source, _log)
     return 0
 
 
 def _add_variant(args) -> int:
-    from export.add_variant import add_variant
+    from export.pipeline.add_variant import add_variant
 
     meta = add_variant(args.bundle, args.variant, args.provider, args.threads, _log)
     print(json.dumps({"default_variant": meta["default_variant"], "fp16": meta["variants"]["fp16"]}, indent=2))
@@ -120,14 +120,14 @@ def _add_variant(args) -> int:
 
 
 def _add_context(args) -> int:
-    from export.context import add_context
+    from export.pipeline.context import add_context
 
     add_context(args.bundle, args.run, _log)
     return 0
 
 
 def _requantize(args) -> int:
-    from export.bundle import requantize
+    from export.pipeline.requantize import requantize
 
     meta = requantize(args.bundle, args.eval_limit, args.threads, _log, args.dataset)
     print(json.dumps(meta["int8_gate"], indent=2))  # whether int8 is now the CPU default, and why

@@ -174,7 +174,7 @@ def loaded_libraries() -> list[str]:
 
 # ---- variant -------------------------------------------------------------------------------
 def step_variant(ctx: dict) -> dict:
-    from export.add_variant import FILES, add_variant
+    from export.pipeline.add_variant import FILES, add_variant
 
     copy = ctx["work"] / "bundle"
     if copy.exists():
@@ -215,7 +215,7 @@ def variants_to_check(ctx: dict) -> list[str]:
 
 
 def step_verify(ctx: dict) -> dict:
-    from export.add_variant import agreement
+    from export.checks.fp16 import agreement
     from service.engine.bundle import load_bundle
 
     bundle = load_bundle(ctx.get("bundle_copy") or ctx["bundle"])

@@ -33,10 +33,10 @@ from pathlib import Path
 import numpy as np
 from measure import cpu_model  # docs/bench/, beside this script
 
-from export.bundle import write_manifest
 from export.checks.invariance import ConcatSteps, batch_invariance, cpu_session
 from export.checks.speed import bench_engine_speed
 from export.graphs.variants import quantize_int8, quantize_int8_dynamic
+from export.pipeline.manifest import write_manifest
 from service.engine.bundle import load_bundle
 from service.engine.engine import DecodingOptions, Engine
 from training.evaluate import evaluate_engine

@@ -26,7 +26,7 @@ from measure import call_times, machine  # docs/bench/, beside this script
 
 from export.bench import synthetic_run
 from export.checks.steps import StepRunner, v2_session
-from export.graphs.v2 import optimized_node_count
+from export.pipeline.v2 import optimized_node_count
 from service.engine.bundle import load_bundle
 from service.engine.names import DECODER, ENCODER, LOGITS, NEXT_TOKEN, past_names, present_names
 from service.engine.runtime import session_options

@@ -10,17 +10,9 @@ import numpy as np
 from service.engine.engine import DecodingOptions
 
 MIN_CORPUS = 200
-
-
 TF_STEPS = 8  # teacher-forced positions per parity input (at most the model's max_target_len)
-
-
 TF_BATCH = 32
-
-
 TF_FILLER_SEED = 7  # the tokens fed after the reference answer: the same for every input and every build
-
-
 SAMPLING_CASES = [
     {"do_sample": True},
     {"temperature": 0.7, "top_k": 5},
@@ -28,11 +20,7 @@ SAMPLING_CASES = [
     {"do_sample": True, "repetition_penalty": 1.3},
     {"repetition_penalty": 1.5},  # greedy with a penalty
 ]
-
-
 N_SAMPLING = 50
-
-
 BEAM_WIDTH = 4  # beam parity: the n-best of beam search, width 4
 
 

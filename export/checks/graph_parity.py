@@ -22,11 +22,7 @@ from service.engine.names import (
 )
 
 SHAPES = [(1, 1), (2, 7), (3, 1), (4, 11)]
-
-
 PAST_LENGTHS = [0, 5]
-
-
 TOL_FP32 = 1e-4
 
 

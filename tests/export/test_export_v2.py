@@ -14,9 +14,9 @@ from export.checks.steps import StepRunner, encode_alone, v2_session
 from export.graphs.v2 import (
     DISABLED_OPTIMIZERS,
     decoder_v2_model,
-    optimized_node_count,
     write_decoder_v2,
 )
+from export.pipeline.v2 import optimized_node_count
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +31,8 @@ def v2_graphs(tiny_model, tiny_bundle_dir, tmp_path_factory):
     """The tiny model's v2 decoder in float32 and int8 (scales calibrated on 60 training pairs)."""
     from tokenizers import Tokenizer
 
-    from export.calibration import calibrated_amax_v2, training_pairs
     from export.graphs.variants import quantize_int8
+    from export.pipeline.calibration import calibrated_amax_v2, training_pairs
 
     out = tmp_path_factory.mktemp("v2")
     cfg = tiny_model.cfg.to_dict()

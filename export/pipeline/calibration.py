@@ -21,14 +21,13 @@ from export.checks.invariance import cpu_session, cross_feeds, decoder_feeds, se
 from export.checks.steps import StepRunner, encode_alone, v2_session
 from export.graphs.variants import calibrate_amax, quantize_int8, quantized_inputs
 from service.engine.names import ATTENTION_MASK, INPUT_IDS
+from training.data import load_examples
 
 CALIBRATION_PAIRS = 1000  # training-split pairs, spread evenly over the split
 
 
 def training_pairs(dataset: str, strip_stress: bool, pairs: int = CALIBRATION_PAIRS) -> list[tuple[str, str]]:
     """`pairs` (source, first reference) of the training split, evenly spread (never dev or test)."""
-    from training.data import load_examples
-
     examples = load_examples(dataset, "train", strip_stress)
     return [(e.source, e.targets[0]) for e in examples[:: max(1, len(examples) // pairs)][:pairs]]
 
