@@ -6,4 +6,4 @@ from service.extras import command
 main = command("attnserve-export", "export.cli:main", "train", "cpu")
 bench_main = command("attnserve-bench", "export.bench:main", "train", "cpu")
 # no torch and no training extra: ONNX Runtime (either wheel) and onnx, which the gpu extra brings
-gpu_check_main = command("attnserve-gpu-check", "export.gpu_check:main", "cpu")
+gpu_check_main = command("attnserve-gpu-check", "export.gpu_check.cli:main", "cpu")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from service.engine.engine import DecodingOptions
+from training.data import DataError, load_examples
 
 MIN_CORPUS = 200
 TF_STEPS = 8  # teacher-forced positions per parity input (at most the model's max_target_len)
@@ -26,8 +27,6 @@ BEAM_WIDTH = 4  # beam parity: the n-best of beam search, width 4
 
 def default_corpus(train_cfg: dict, limit: int) -> list[str]:
     """Dev-split sources of the run's dataset (then test, then train if dev is small)."""
-    from training.data import DataError, load_examples
-
     out: list[str] = []
     for split in ("dev", "test", "train"):
         try:
@@ -57,6 +56,7 @@ def reference_outputs(model, ids: list[list[int]], length_bound=None) -> dict:
     """PyTorch greedy ids for every input, sampled ids for the first N_SAMPLING (one input at a
     time), and beam search (width BEAM_WIDTH, all inputs in one batch): its hypotheses and scores.
     `length_bound`: source length -> the bundle's bound, applied as the engine applies it."""
+    # torch only where the reference is computed: checks that read a recorded corpus run without it
     import torch
 
     from training.decode import generate, generate_ids
@@ -109,7 +109,7 @@ def forced_tokens(greedy: list[list[int]], bos_id: int, vocab: int, max_target_l
 
 def teacher_forced_torch(model, source: list[list[int]], tokens: list[list[int]]) -> np.ndarray:
     """PyTorch's full teacher-forced forward: logits [N, T, V] at every fed token (batches of TF_BATCH)."""
-    import torch
+    import torch  # only with the model: checks that read a recorded corpus run without torch
 
     out = []
     threads = torch.get_num_threads()

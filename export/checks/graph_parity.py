@@ -138,6 +138,7 @@ def graph_inputs(engine: Engine, b: int, s: int, p: int, seed: int = 0) -> tuple
 
 def graph_parity(engine: Engine, model=None) -> dict:
     """Max |ORT - PyTorch| per graph over SHAPES x PAST_LENGTHS; shape checks always."""
+    # torch and the traced graphs only with the run: a bundle alone is checked without them
     import torch
 
     from export.graphs.v1 import DecoderGraph, EncoderGraph
@@ -185,7 +186,7 @@ def graph_parity(engine: Engine, model=None) -> dict:
 def cached_vs_full(engine: Engine, corpus: dict, model=None, n: int = 16) -> dict:
     """Logits of cached one-token steps vs the full teacher-forced forward (PyTorch, and the graph
     itself run on the whole prefix with P = 0), along the reference greedy outputs."""
-    import torch
+    import torch  # the PyTorch side runs only with the model: without it, no torch
 
     n2 = 2 * engine.n_layers
     vs_torch = vs_graph = 0.0

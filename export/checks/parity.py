@@ -200,6 +200,16 @@ def run_parity(bundle_dir: Path, model=None, threads: int | None = None, log=pri
                 failures.append(f"beam scores ({key}) differ by {bp[f'score_max_abs_diff_{key}']:.2e} > {TOL_SCORE}")
         log(f"[verify] beam search: {bp}")
 
+    failures += variant_parity(bundle, corpus, figures, threads, log)
+    figures["seconds"] = round(time.perf_counter() - t0, 1)
+    figures["passed"] = not failures
+    return {"figures": figures, "failures": failures}
+
+
+def variant_parity(bundle, corpus: dict, figures: dict, threads: int | None, log) -> list[str]:
+    """The variants beside fp32 (fp16, int8, the v2 ones that run on the CPU), their figures added to `figures`;
+    returns their failures."""
+    failures: list[str] = []
     if "fp16" in bundle.variants:
         figures["fp16"] = fp16_check(bundle, threads)
         if not figures["fp16"]["ok"]:
@@ -219,6 +229,4 @@ def run_parity(bundle_dir: Path, model=None, threads: int | None = None, log=pri
             failures += v2.pop("failures")
             figures[f"v2_{name}"] = v2
             log(f"[verify] v2 {name}: {v2}")
-    figures["seconds"] = round(time.perf_counter() - t0, 1)
-    figures["passed"] = not failures
-    return {"figures": figures, "failures": failures}
+    return failures

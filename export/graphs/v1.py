@@ -21,6 +21,7 @@ from pathlib import Path
 
 import onnx
 import torch
+from onnx import external_data_helper, numpy_helper
 from torch import Tensor, nn
 
 # the opset, the IR version and the io record live in export/manifest.py, which a machine without torch imports
@@ -172,8 +173,6 @@ def share_initializers(paths: list[Path], data_path: Path, min_bytes: int = 1024
     shape, not by name: two traces may name the same weight differently.  Smaller tensors stay inline.
     ONNX Runtime resolves the file relative to each graph, so `data_path` sits beside them.
     Returns {"tensors": written, "references": external references, "bytes": data file size}."""
-    from onnx import external_data_helper, numpy_helper
-
     written: dict[tuple, tuple[int, int]] = {}
     references = 0
     with open(data_path, "wb") as data:

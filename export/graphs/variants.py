@@ -19,8 +19,13 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
+from onnx import helper, numpy_helper
+from onnxruntime.quantization import QuantType, quantize_dynamic
+from onnxruntime.transformers.float16 import convert_float_to_float16
 
 from export.graphs.format import MAX_IR_VERSION
+from service.engine.runtime import session_options
 
 FP32_BOUNDARY = ("encoder_attention_bias", "logits")  # stay float32 in the fp16 graphs
 FP16_KEEP_FP32_OPS = ["LayerNormalization", "Softmax"]
@@ -106,8 +111,6 @@ def quantize_int8(
 def quantize_int8_dynamic(src: Path, dst: Path) -> None:
     """ONNX Runtime's dynamic quantization (one activation scale per tensor, so NOT batch-invariant):
     kept for comparison (docs/bench/int8_invariant.py)."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
     root = logging.getLogger()
     level = root.level
     root.setLevel(logging.ERROR)  # the quantizer's advice to pre-process is for static quantization
@@ -126,8 +129,6 @@ def quantize_int8_dynamic(src: Path, dst: Path) -> None:
 
 def _quantize_matmuls_per_row(graph: onnx.GraphProto, keep_fp32: set[str]) -> tuple[int, int]:
     """Rewrite MatMul(x, W const [K, N]) as in `quantize_int8`; returns (MatMuls, quantizations)."""
-    from onnx import helper, numpy_helper
-
     inits = {t.name: t for t in graph.initializer}
     groups = quantized_inputs(graph, keep_fp32)
     added = [
@@ -194,8 +195,6 @@ def quantized_inputs(graph: onnx.GraphProto, keep_fp32: set[str] = frozenset()) 
 
 def _quantize_matmuls_static(graph: onnx.GraphProto, keep_fp32: set[str], amax: dict[str, float]) -> tuple[int, int]:
     """MatMul(x, W) [+ bias] -> MatMulIntegerToFloat(QuantizeLinear(x, s), Wq, s, ws, zp, -, bias), s fixed per tensor."""
-    from onnx import helper, numpy_helper
-
     inits = {t.name: t for t in graph.initializer}
     producer = {o: n for n in graph.node for o in n.output}
     consumers: dict[str, list[onnx.NodeProto]] = {}
@@ -252,10 +251,6 @@ def _swap_weights(graph: onnx.GraphProto, replace: dict, replaced: set[str], add
 
 def calibrate_amax(path: Path, feeds: list[dict[str, np.ndarray]]) -> dict[str, float]:
     """max |x| over `feeds` of every activation the int8 variant quantizes, from the float32 graph at `path`."""
-    import onnxruntime as ort
-
-    from service.engine.runtime import session_options
-
     m = onnx.load(str(path))
     names = list(quantized_inputs(m.graph))
     known = {o.name for o in m.graph.output}
@@ -299,8 +294,6 @@ def _exact_attention(graph: onnx.GraphProto, key_lengths: dict[str, str]) -> int
     with a ones column, copying the whole cache every step (docs/bench/HISTORY.md, "Batch-invariant
     int8"). Attentions whose V have a key axis of one name (`key_lengths`) share their ones. Returns the
     attentions rewritten."""
-    from onnx import helper, numpy_helper
-
     consumers: dict[str, list[onnx.NodeProto]] = {}
     for node in graph.node:
         for name in node.input:
@@ -367,8 +360,6 @@ def _replace_nodes(graph: onnx.GraphProto, replace: dict[int, list[onnx.NodeProt
 
 def convert_fp16(src: Path, dst: Path) -> None:
     # ONNX Runtime ships the converter (a copy of onnxconverter-common's): no extra dependency.
-    from onnxruntime.transformers.float16 import convert_float_to_float16
-
     m = onnx.load(str(src))
     io_names = {v.name for v in m.graph.input} | {v.name for v in m.graph.output}
     m16 = convert_float_to_float16(
