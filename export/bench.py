@@ -4,7 +4,7 @@ Backends, all greedy (or all beam search of one width, `--beam`), measured in on
 - torch-nocache: PyTorch recomputing the whole prefix every step;
 - torch-cache:   PyTorch with the KV cache (training/decode.py);
 - ort-fp32 / ort-int8: the service's ONNX Runtime engine (service/engine/engine.py); ort-int8 is the served
-  int8, the v2 fused decoder over an in-place cache (export/fused.py); ort-int8-v1 the v1 int8 graph;
+  int8, the v2 fused decoder over an in-place cache (export/graphs/v2.py); ort-int8-v1 the v1 int8 graph;
 - ct2-fp32 / ct2-int8: the same weights in CTranslate2 (export/ct2.py), the speed target.
 For batch sizes (default 1 and 32) and output lengths (default 8, 32, 128).
 

@@ -12,7 +12,6 @@ import onnx
 import onnxruntime as ort
 
 from export.graphs.format import graph_io
-from export.pipeline.manifest import PARITY_CORPUS
 from service.engine.bundle import load_bundle
 from service.engine.engine import DecodingOptions, Engine
 from service.engine.names import (
@@ -61,7 +60,7 @@ def cuda_parity(bundle_dir: Path, threads: int | None = None, log=print, variant
     """Greedy through the engine on CUDA against the fp32 reference recorded in the parity corpus: the
     agreement, and for each difference how near a tie it was under the fp32 graphs (`near_ties`)."""
     bundle = load_bundle(bundle_dir)
-    corpus = json.loads((Path(bundle_dir) / bundle.meta.get("parity_corpus", PARITY_CORPUS)).read_text())
+    corpus = json.loads((Path(bundle_dir) / bundle.meta.get("parity_corpus", "parity_corpus.json")).read_text())
     engine = Engine(bundle, variant=variant, provider="cuda", threads=threads)
     res = engine.generate(corpus["source_ids"], DecodingOptions(max_new_tokens=engine.max_target_len), batch_size=32)
     got = [r.token_ids for r in res]

@@ -1,7 +1,7 @@
 """Runs of the v2 decoder outside the engine: the step runner that calibration of its int8 scales, its batch
-invariance (export/invariance.py's InPlaceSteps) and the fp16 check use.
+invariance (export/checks/invariance.py's InPlaceSteps) and the fp16 check use.
 
-A v2 step (export/fused.py) reads each row's past from a buffer [B, H, Pmax, Dh] at positions below
+A v2 step (export/graphs/v2.py) reads each row's past from a buffer [B, H, Pmax, Dh] at positions below
 `past_lengths[b]` and writes the new K/V at `past_lengths[b]`. Here the buffers are bound through
 IOBinding as both past and present, as the engine binds them, so what is checked is the in-place
 step the service runs.

@@ -36,7 +36,7 @@ TOL_FP16 = 1e-2
 def fp16_check(bundle, threads: int | None) -> dict:
     """fp16 graphs vs fp32 on CPU over SHAPES x PAST_LENGTHS (no GPU needed: ONNX Runtime's CPU
     provider runs float16 graphs); logits compared as float32 at the boundary. A v2 fp16 decoder
-    (in-place cache) is checked step by step by export/fused_check.py."""
+    (in-place cache) is checked step by step by `fp16_v2_check`."""
     if bundle.kv_cache("fp16") == "in_place":
         return fp16_v2_check(bundle, threads)
     e32 = Engine(bundle, variant="fp32", provider="cpu", threads=threads)

@@ -1,9 +1,9 @@
 """The int8 and fp16 variants: the same graphs under other names (Contract 2).
 
 - int8: MatMul weights int8 per output channel, activations quantized with
-  fixed scales calibrated on training pairs (export/calibration.py), so a
+  fixed scales calibrated on training pairs (export/pipeline/calibration.py), so a
   row's outputs never depend on the rest of its batch (`quantize_int8`).
-  Whether it becomes the CPU default is decided by the gate in bundle.py, on
+  Whether it becomes the CPU default is decided by the gate in export/pipeline/int8_gate.py, on
   measured WER, speed and batch invariance.
 - fp16: for CUDA. Weights and activations in float16, but LayerNorm and
   softmax computed in float32, and the float inputs/outputs that carry the
@@ -66,7 +66,7 @@ def quantize_int8(
     ONNX Runtime's dynamic quantization (`quantize_int8_dynamic`) takes ONE activation scale for the
     whole [B, T, K] tensor, so a row's logits depend on the other rows of its step. Here every MatMul
     with a constant 2-D weight [K, N] (and the bias Add after it) becomes, with `activation_amax`
-    (max |x| per quantized activation, export/calibration.py):
+    (max |x| per quantized activation, export/pipeline/calibration.py):
 
         xq = QuantizeLinear(x, s, 128)                        # s = amax / 127, fixed; a ReLU's output: amax / 255, 0
         y  = MatMulIntegerToFloat(xq, Wq, s, ws, 128, -, b)   # Wq per output channel, |Wq| <= 63

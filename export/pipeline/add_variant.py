@@ -2,7 +2,7 @@
 
 No run directory and no PyTorch: the weights are read back from the bundle's v1 fp32 graphs
 (training/weights.py, the mapping `requantize` and `attnserve-train --init-from` use), the v2 decoder is
-written from them (export/fused.py) and converted to float16 (export/variants.py), beside an fp16 copy
+written from them (export/graphs/v2.py) and converted to float16 (export/graphs/variants.py), beside an fp16 copy
 of the encoder. The variant's v1 fallback is the bundle's fp32 variant, which every bundle has.
 
 Checks, recorded in bundle.json `parity.fp16` with the gate that makes fp16 `default_variant.cuda`:

@@ -2,7 +2,7 @@
 
 Steps: export fp32 graphs, derive int8 and fp16 variants, copy the tokenizers,
 record the parity corpus, write bundle.json with the sha256 of every file,
-run the parity suite (verify.py) and the dev-split evaluation, apply the int8
+run the parity suite (export/checks/parity.py) and the dev-split evaluation, apply the int8
 gate, and write the figures into bundle.json. The bundle is built in
 `BUNDLE.partial` and moved into place only when every check passed, so a
 failed build never leaves a half-made bundle where the service looks.
@@ -82,8 +82,8 @@ def build(
 
     `dataset` overrides the run's dataset for the parity corpus and the dev evaluation (a TSV
     that has moved since training, say). `fp16=False` leaves the fp16 variant (a CUDA extra) out.
-    `lexicon=True` ships the training dictionary as the bundle's lexicon (export/lexicon.py); a run directory
-    holding a context component (`context.json.gz`, export/context.py) gives the bundle it too.
+    `lexicon=True` ships the training dictionary as the bundle's lexicon (export/pipeline/lexicon.py); a run directory
+    holding a context component (`context.json.gz`, export/pipeline/context.py) gives the bundle it too.
     `word_level_source` (default: True for G2P) declares that the model reads one word.
 
     decoder.onnx and decoder.explain.onnx keep their weights in one file, decoder.onnx.data:
@@ -177,7 +177,8 @@ def export_graphs(model, work: Path, src_tok, tgt_tok, train_cfg: dict, fp16: bo
 
 
 def write_parity_corpus(model, work: Path, src_tok, sources: list, length_bound: dict, log) -> None:
-    """PyTorch's outputs for the parity inputs, each stopped at the learned length bound: what verify.py compares to."""
+    """PyTorch's outputs for the parity inputs, each stopped at the learned length bound: what the parity suite
+    (export/checks/parity.py) compares to."""
     bound = functools.partial(bounded_length, length_bound, model.cfg.max_target_len)
     log(f"[export] PyTorch reference outputs for the parity corpus ({len(sources)} inputs)")
     corpus = make_parity_corpus(model, src_tok, sources, bound)
@@ -245,7 +246,7 @@ def check_fp16(work: Path, meta: dict, threads: int | None, log) -> dict:
 
 
 def parity_suite(work: Path, model, f16: dict, threads: int | None, log) -> dict:
-    """verify.py's parity suite, its figures recorded in bundle.json; any failure stops the build."""
+    """The parity suite (export/checks/parity.py),, its figures recorded in bundle.json; any failure stops the build."""
     log("[export] parity suite")
     report = run_parity(work, model=model, threads=threads, log=log)
     if not f16["ok"]:

@@ -65,7 +65,7 @@ def int8_decision(
     """The gate itself: int8 may lose at most INT8_MAX_WER_LOSS points of the task's metric (WER for
     G2P, exact match otherwise), must be INT8_MIN_SPEEDUP times faster at EVERY measured batch size,
     and its rows must differ alone and batched by at most INT8_MAX_INVARIANCE_DIFF (`invariance`:
-    export/invariance.py's figures; without them int8 is not invariant)."""
+    export/checks/invariance.py's figures; without them int8 is not invariant)."""
     metric, higher_better = ("wer", False) if task == "g2p" else ("exact_match", True)
     loss = (fp32_dev[metric] - int8_dev[metric]) if higher_better else (int8_dev[metric] - fp32_dev[metric])
     speedups = {b: speed["int8"][b] / speed["fp32"][b] for b in speed["fp32"]}

@@ -25,7 +25,7 @@ def requantize(
 ) -> dict:
     """Rewrite a bundle's int8 graphs from its own fp32 graphs (`quantize_int8`) and re-run the int8
     gate; returns the new bundle.json. No run directory needed: how an existing bundle gets a new
-    quantization, and how a v1 bundle gets its v2 decoders (export/fused.py, from the weights its fp32
+    quantization, and how a v1 bundle gets its v2 decoders (export/graphs/v2.py, from the weights its fp32
     graphs hold: training/weights.py), its int8 (and fp16) variants becoming v2. `eval_limit` defaults to the
     dev size the bundle recorded. Works in
     `BUNDLE.partial` and replaces the bundle only when everything passed. A test-split figure

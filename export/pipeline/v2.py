@@ -58,7 +58,7 @@ def write_v2_variants(
 
     `encoders` names each precision's encoder file already in the bundle ("fp32", "int8", and "fp16" when
     `fp16`): v2 changes only the decoder. The int8 decoder's activation scales are calibrated on `pairs` from
-    the float32 v2 graph (export/fused_check.py), as export/calibration.py does for v1. The float32 v2
+    the float32 v2 graph (`calibrated_amax_v2`, beside v1's `calibrated_amax` in export/pipeline/calibration.py). The float32 v2
     decoder is the fp16 one's source and CPU twin: kept as variant "fp32-v2" only with `keep_fp32`."""
     bundle_dir = Path(bundle_dir)
     fp32_path = bundle_dir / V2_DECODER_FILES["fp32"]

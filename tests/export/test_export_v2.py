@@ -1,4 +1,4 @@
-"""The v2 decoder (export/fused.py): a fused step over an in-place cache, checked against PyTorch and
+"""The v2 decoder (export/graphs/v2.py): a fused step over an in-place cache, checked against PyTorch and
 for bitwise batch invariance, in float32 and int8; the fp16 (CUDA) graph's structure."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The int8 variant's fixed-scale quantization (export/variants.py), on a hand-made graph whose every
+"""The int8 variant's fixed-scale quantization (export/graphs/variants.py), on a hand-made graph whose every
 number can be recomputed with numpy: calibration reads each quantized activation's max |x|, and the
 rewritten graph computes exactly the documented integer arithmetic, alone or batched."""
 
