@@ -48,7 +48,7 @@ NEG_INF = -1e9  # the bias value the graphs use for masked keys (never -inf)
 # ONNX Runtime would fuse the v2 graph's Add + LayerNormalization into SkipLayerNormalization, whose CPU kernel
 # measured slower: sessions of a v2 decoder are made without that fusion
 V2_DISABLED_OPTIMIZERS = ["SkipLayerNormFusion"]
-CROSS_KEY_MULTIPLE = 4  # source axis rounded up to this (export/fused.py proves the invariance it buys)
+CROSS_KEY_MULTIPLE = 4  # source axis rounded up to this (export/graphs/v2.py proves the invariance it buys)
 MIN_CAPACITY = 4
 POOLED_BUFFER_SETS = 1  # self-attention buffer sets an engine keeps from emptied batches
 
