@@ -4,7 +4,7 @@ Backends, all greedy (or all beam search of one width, `--beam`), measured in on
 - torch-nocache: PyTorch recomputing the whole prefix every step;
 - torch-cache:   PyTorch with the KV cache (training/decode.py);
 - ort-fp32 / ort-int8: the service's ONNX Runtime engine (service/engine/engine.py); ort-int8 is the served
-  int8, the v2 fused decoder over an in-place cache (export/fused.py); ort-int8-v1 the v1 int8 graph;
+  int8, the v2 fused decoder over an in-place cache (export/graphs/v2.py); ort-int8-v1 the v1 int8 graph;
 - ct2-fp32 / ct2-int8: the same weights in CTranslate2 (export/ct2.py), the speed target.
 For batch sizes (default 1 and 32) and output lengths (default 8, 32, 128).
 
@@ -33,6 +33,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+import onnxruntime
+from tokenizers import Tokenizer
+
+from export.graphs.format import OPSET, graph_io
+from export.pipeline.calibration import write_int8
+from export.pipeline.manifest import TOKENIZERS, VARIANT_FILES, write_manifest
+from export.pipeline.v2 import write_v2_variants
+from service.engine.bundle import V2_FORMAT_VERSION, load_bundle
+from service.engine.engine import DecodingOptions, Engine
+from service.engine.runtime import cpu_model
+from training.config import ModelConfig
+from training.tokenize import SPECIAL_TOKENS, build_tokenizer
 
 BACKENDS = ("torch-nocache", "torch-cache", "ort-fp32", "ort-int8", "ort-int8-v1", "ct2-fp32", "ct2-int8")
 # the bundle variant each ONNX Runtime backend runs: ort-int8 is the served int8 (the v2 fused decoder over an
@@ -76,8 +88,6 @@ def synthetic_pairs(n: int = 200, seed: int = 0, tgt_words: int = 68) -> list[tu
 
 def synthetic_tokenizers(size: SyntheticSize):
     """A character source tokenizer and a whitespace target tokenizer of `size.tgt_tokens` tokens (P0, P1, ...)."""
-    from training.tokenize import SPECIAL_TOKENS, build_tokenizer
-
     src_tok = build_tokenizer(["abcdefghijklmnopqrstuvwxyz'"], "char", lowercase=True)
     tgt_tok = build_tokenizer([" ".join(f"P{i}" for i in range(size.tgt_tokens - len(SPECIAL_TOKENS)))], "whitespace")
     return src_tok, tgt_tok
@@ -86,16 +96,11 @@ def synthetic_tokenizers(size: SyntheticSize):
 def synthetic_run(work: Path, max_target_len: int = 128, size: SyntheticSize = SIZES["default"]):
     """A random-initialised model of `size` (default: the default model's), and a bundle of it: fp32 (v1), int8
     (v2, as served) and int8-v1, all written by the export code that builds real bundles."""
+    # torch and training only when the bench runs: attnserve-gpu-check imports this module without them
     import torch
 
-    from export.bundle import TOKENIZERS, VARIANT_FILES, write_manifest
-    from export.calibration import write_int8
-    from export.fused import write_v2_variants
-    from export.onnx import OPSET, export_decoder, export_encoder, graph_io
-    from service.engine.bundle import V2_FORMAT_VERSION
-    from training.config import ModelConfig
+    from export.graphs.v1 import export_decoder, export_encoder
     from training.model import Transformer
-    from training.tokenize import SPECIAL_TOKENS
 
     src_tok, tgt_tok = synthetic_tokenizers(size)
     cfg = ModelConfig(
@@ -147,8 +152,6 @@ def synthetic_run(work: Path, max_target_len: int = 128, size: SyntheticSize = S
 
 
 def machine_info(threads: int) -> dict:
-    from service.engine.runtime import cpu_model
-
     cpu = cpu_model()
     return {
         "cpu": cpu,
@@ -177,9 +180,7 @@ def run_bench(
 ) -> dict:
     """Every backend at every (output length, batch) cell: open the backends, warm them up, time each cell,
     then compare tokens/s across backends."""
-    import torch
-
-    from service.engine.bundle import load_bundle
+    import torch  # torch only when the bench runs: attnserve-gpu-check imports this module without it
 
     torch.set_num_threads(threads)
     bundle = load_bundle(bundle_dir)
@@ -199,8 +200,7 @@ def run_bench(
 def open_backends(model, bundle, backends: list[str], threads: int, work_dir: Path, spin: bool, beam: int):
     """Load every requested backend; returns `once(backend, ids, n) -> (wall s, cpu s, tokens produced)`, the
     backends this bundle can run (a trained bundle has no int8-v1) and the KV cache kind of each ORT backend."""
-    from service.engine.engine import DecodingOptions, Engine
-    from training.decode import generate_ids
+    from training.decode import generate_ids  # torch: only when the bench runs, not for attnserve-gpu-check
 
     engines = {
         b: Engine(bundle, variant=ORT_VARIANTS[b], provider="cpu", threads=threads, spin=spin)
@@ -210,9 +210,7 @@ def open_backends(model, bundle, backends: list[str], threads: int, work_dir: Pa
     backends = [b for b in backends if not b.startswith("ort-") or b in engines]  # a trained bundle has no int8-v1
     ct2 = {}
     if any(b.startswith("ct2-") for b in backends):
-        from tokenizers import Tokenizer
-
-        from export import ct2 as ct2_mod
+        from export import ct2 as ct2_mod  # torch and ctranslate2: only when a ct2 backend is asked for
 
         src_tok = Tokenizer.from_file(str(bundle.src_tokenizer_path))
         tgt_tok = Tokenizer.from_file(str(bundle.tgt_tokenizer_path))
@@ -285,8 +283,7 @@ def time_cell(once, backends: list[str], kv_caches: dict, ids: list[list[int]], 
 
 def bench_report(bundle, beam: int, cells: list[dict], lengths: list[int], batches: list[int]) -> dict:
     """The report: the model, library versions, every cell, and each cell's tokens/s relative to each baseline."""
-    import onnxruntime
-    import torch
+    import torch  # torch only when the bench runs: attnserve-gpu-check imports this module without it
 
     ratios = []
     for n in lengths:
@@ -322,25 +319,7 @@ def markdown(report: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="attnserve-bench", description="Decoding speed: PyTorch (no cache, cache) vs ONNX Runtime.")
-    p.add_argument("--run", type=Path, help="a trained run (with --bundle built from it) instead of the synthetic model")
-    p.add_argument("--bundle", type=Path, help="the bundle exported from --run")
-    p.add_argument("--lengths", default="8,32,128", help="output lengths (comma-separated)")
-    p.add_argument("--batches", default="1,32", help="batch sizes (comma-separated)")
-    p.add_argument("--backends", default=",".join(BACKENDS), help=f"subset of {','.join(BACKENDS)} (ct2-*: the dev extra)")
-    p.add_argument("--threads", type=int, default=1, help="threads for PyTorch and ONNX Runtime alike (default 1)")
-    p.add_argument("--repeats", type=int, default=5, help="runs per cell (best reported; a slow cell stops early)")
-    p.add_argument("--out", type=Path, default=Path("bench.json"), help="raw JSON report")
-    p.add_argument("--spin", action="store_true", help="let ONNX Runtime's worker threads spin (the engine's default is off)")
-    p.add_argument("--beam", type=int, default=1, help="beam search of this width in every backend (default 1: greedy)")
-    p.add_argument(
-        "--size",
-        choices=sorted(SIZES),
-        default="default",
-        help="the synthetic model's shape: default (3+3 layers, 256 wide, 72 target tokens) or translation "
-        "(6+6 layers, 512 wide, 8 heads, d_ff 2048, 8,000 target tokens); not with --run",
-    )
-    args = p.parse_args(argv)
+    args = build_parser().parse_args(argv)
     if args.beam < 1:
         print("error: --beam must be >= 1", file=sys.stderr)
         return 2
@@ -365,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     info = machine_info(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
         if args.run:
-            from training.run import load_model
+            from training.run import load_model  # torch: only when the bench runs
 
             model, bundle_dir = load_model(args.run), args.bundle
             limit = model.cfg.max_target_len
@@ -403,6 +382,28 @@ def main(argv: list[str] | None = None) -> int:
     print(markdown(report))
     _log(f"[bench] raw JSON written to {args.out}")
     return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="attnserve-bench", description="Decoding speed: PyTorch (no cache, cache) vs ONNX Runtime.")
+    p.add_argument("--run", type=Path, help="a trained run (with --bundle built from it) instead of the synthetic model")
+    p.add_argument("--bundle", type=Path, help="the bundle exported from --run")
+    p.add_argument("--lengths", default="8,32,128", help="output lengths (comma-separated)")
+    p.add_argument("--batches", default="1,32", help="batch sizes (comma-separated)")
+    p.add_argument("--backends", default=",".join(BACKENDS), help=f"subset of {','.join(BACKENDS)} (ct2-*: the dev extra)")
+    p.add_argument("--threads", type=int, default=1, help="threads for PyTorch and ONNX Runtime alike (default 1)")
+    p.add_argument("--repeats", type=int, default=5, help="runs per cell (best reported; a slow cell stops early)")
+    p.add_argument("--out", type=Path, default=Path("bench.json"), help="raw JSON report")
+    p.add_argument("--spin", action="store_true", help="let ONNX Runtime's worker threads spin (the engine's default is off)")
+    p.add_argument("--beam", type=int, default=1, help="beam search of this width in every backend (default 1: greedy)")
+    p.add_argument(
+        "--size",
+        choices=sorted(SIZES),
+        default="default",
+        help="the synthetic model's shape: default (3+3 layers, 256 wide, 72 target tokens) or translation "
+        "(6+6 layers, 512 wide, 8 heads, d_ff 2048, 8,000 target tokens); not with --run",
+    )
+    return p
 
 
 def _log(msg: str) -> None:

@@ -9,13 +9,12 @@ import json
 import sys
 from pathlib import Path
 
+from export.errors import BuildError
+from service.engine.bundle import BundleError
+
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-
-    from export.errors import BuildError
-    from service.engine.bundle import BundleError
-
     try:
         return COMMANDS[args.command](args)
     except (BuildError, BundleError, FileNotFoundError, ValueError) as e:
@@ -79,12 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # One function per subcommand: each takes the parsed arguments and returns the exit status; a BuildError,
-# BundleError, missing file or bad value it raises is main's one-line error (exit 2).
+# BundleError, missing file or bad value it raises is main's one-line error (exit 2). Each imports its stage
+# inside it: add-variant and verify without --run need no torch (a GPU host, the service's Docker image).
 
 
 def _build(args) -> int:
-    from export.bundle import build
-    from export.errors import BuildError
+    from export.pipeline.build import build  # torch, loaded by build alone
 
     if args.parity_limit < 200:
         raise BuildError("--parity-limit must be at least 200 (the parity suite needs 200 inputs)")
@@ -105,14 +104,14 @@ def _build(args) -> int:
 
 
 def _add_lexicon(args) -> int:
-    from export.lexicon import add_lexicon
+    from export.pipeline.lexicon import add_lexicon  # light: no onnx, no torch
 
     add_lexicon(args.bundle, args.dataset, args.word_level_source, _log)
     return 0
 
 
 def _add_variant(args) -> int:
-    from export.add_variant import add_variant
+    from export.pipeline.add_variant import add_variant  # onnx and ONNX Runtime, no torch
 
     meta = add_variant(args.bundle, args.variant, args.provider, args.threads, _log)
     print(json.dumps({"default_variant": meta["default_variant"], "fp16": meta["variants"]["fp16"]}, indent=2))
@@ -120,14 +119,14 @@ def _add_variant(args) -> int:
 
 
 def _add_context(args) -> int:
-    from export.context import add_context
+    from export.pipeline.context import add_context  # light: no onnx, no torch
 
     add_context(args.bundle, args.run, _log)
     return 0
 
 
 def _requantize(args) -> int:
-    from export.bundle import requantize
+    from export.pipeline.requantize import requantize  # onnx and ONNX Runtime, loaded by requantize alone
 
     meta = requantize(args.bundle, args.eval_limit, args.threads, _log, args.dataset)
     print(json.dumps(meta["int8_gate"], indent=2))  # whether int8 is now the CPU default, and why
@@ -135,11 +134,11 @@ def _requantize(args) -> int:
 
 
 def _verify(args) -> int:
-    from export.verify import run_parity
+    from export.checks.parity import run_parity  # ONNX Runtime; torch only with --run
 
     model = None
     if args.run:
-        from training.run import load_model
+        from training.run import load_model  # torch: only with --run
 
         model = load_model(args.run)
     report = run_parity(args.bundle, model=model, threads=args.threads, log=_log)

@@ -35,6 +35,7 @@ def _norm(spec, ln) -> None:
 
 
 def _attention(spec, attn, self_attention: bool) -> None:
+    # ctranslate2 is optional (only the bench's ct2 backend needs it): imported where it is used
     from ctranslate2.converters import utils
     from ctranslate2.specs import common_spec
 
@@ -51,7 +52,7 @@ def _attention(spec, attn, self_attention: bool) -> None:
 
 def convert(model: Transformer, src_tok: Tokenizer, tgt_tok: Tokenizer, out_dir: Path, quantization: str = "float32") -> Path:
     """Write a CTranslate2 model directory for `model`; quantization "float32" or "int8"."""
-    from ctranslate2.specs import common_spec, transformer_spec
+    from ctranslate2.specs import common_spec, transformer_spec  # optional: only the ct2 backend
 
     cfg = model.cfg
     if cfg.norm_placement != "pre":
@@ -97,7 +98,7 @@ def convert(model: Transformer, src_tok: Tokenizer, tgt_tok: Tokenizer, out_dir:
 
 
 def translator(model_dir: Path, threads: int):
-    import ctranslate2
+    import ctranslate2  # optional: only the ct2 backend
 
     return ctranslate2.Translator(str(model_dir), device="cpu", intra_threads=threads, inter_threads=1)
 

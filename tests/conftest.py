@@ -44,7 +44,7 @@ def tiny_bundle_dir(tiny_run_dir, tmp_path_factory) -> Path:
 
     Treat it as read-only: copy it (shutil.copytree) before changing anything in it.
     """
-    from export.bundle import build
+    from export.pipeline.build import build
 
     out = tmp_path_factory.mktemp("tiny_bundle") / "g2p-tiny"
     build(tiny_run_dir, out, model_id="g2p-tiny", eval_limit=200, parity_limit=256, threads=1, log=lambda _msg: None)

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from measure import cpu_model  # docs/bench/, beside this script
 
-from export.bundle import write_manifest
-from export.variants import quantize_int8_dynamic
+from export.graphs.variants import quantize_int8_dynamic
+from export.pipeline.manifest import write_manifest
 from service.engine.bundle import load_bundle
 from service.engine.engine import DecodingOptions, Engine
 

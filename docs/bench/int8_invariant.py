@@ -9,11 +9,11 @@ Every candidate is derived from the bundle's own fp32 graphs into a scratch copy
 - int8-row-exact: per-row quantization and the order-exact attention (what `build` now writes);
 - int8-row-exact-fp32-logits: the same with the logits projection kept in float32.
 
-For each: graph-level batch invariance (export/invariance.py, max |difference| of a row alone vs in
+For each: graph-level batch invariance (export/checks/invariance.py, max |difference| of a row alone vs in
 padded batches of 32), dev WER and greedy words differing from fp32 (through service.engine.engine), and
 the raw decoder step (session.run, 1 thread, P=8, S=10) at batch 1 and 32, candidates interleaved
 round by round, median wall and thread-CPU time; then greedy tokens/s through the engine at 1 and 2
-threads (export/speed.py's bench_engine_speed, what the int8 gate measures: best of 3 interleaved
+threads (export/checks/speed.py's bench_engine_speed, what the int8 gate measures: best of 3 interleaved
 rounds, 48 words at batch 1, 256 at batch 32).
 
     PYTHONPATH=. .venv/bin/python docs/bench/int8_invariant.py --out docs/bench/int8_invariant.json
@@ -33,10 +33,10 @@ from pathlib import Path
 import numpy as np
 from measure import cpu_model  # docs/bench/, beside this script
 
-from export.bundle import write_manifest
-from export.invariance import ConcatSteps, batch_invariance, cpu_session
-from export.speed import bench_engine_speed
-from export.variants import quantize_int8, quantize_int8_dynamic
+from export.checks.invariance import ConcatSteps, batch_invariance, cpu_session
+from export.checks.speed import bench_engine_speed
+from export.graphs.variants import quantize_int8, quantize_int8_dynamic
+from export.pipeline.manifest import write_manifest
 from service.engine.bundle import load_bundle
 from service.engine.engine import DecodingOptions, Engine
 from training.evaluate import evaluate_engine

@@ -25,8 +25,8 @@ import onnxruntime as ort
 from measure import call_times, machine  # docs/bench/, beside this script
 
 from export.bench import synthetic_run
-from export.fused import optimized_node_count
-from export.fused_check import StepRunner, v2_session
+from export.checks.steps import StepRunner, v2_session
+from export.pipeline.v2 import optimized_node_count
 from service.engine.bundle import load_bundle
 from service.engine.names import DECODER, ENCODER, LOGITS, NEXT_TOKEN, past_names, present_names
 from service.engine.runtime import session_options

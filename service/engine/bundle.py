@@ -6,7 +6,7 @@ file it refers to (graphs of each variant, tokenizers) must be listed, so a
 tampered, truncated, missing or mismatched file stops start-up with ONE line
 naming it. Other files in the directory (a model card, plots) are ignored.
 
-Contract 2 version 2: a variant whose `kv_cache` is "in_place" has the fused v2 decoder (export/fused.py),
+Contract 2 version 2: a variant whose `kv_cache` is "in_place" has the fused v2 decoder (export/graphs/v2.py),
 fed by service/engine/slots.py; its io is `io.decoder_v2`, its `fallback` the v1 variant served instead
 where the runtime lacks its kernels. Such a bundle has `format_version` 2.
 

@@ -2,7 +2,7 @@
 
 `/explain` takes the body of /generate (`inputs`, `parameters`: the same
 validation, auth, limits and error shape) and decodes it with the bundle's
-explain graphs (export/explain.py): the fp32 encoder and decoder.explain.onnx,
+explain graphs (export/pipeline/explain.py): the fp32 encoder and decoder.explain.onnx,
 which also returns each layer's cross-attention weights `[B, H, T, S]`. It
 answers the output tokens (with probabilities), the source tokens, and for
 every output token the weights over the source per layer and head, and their

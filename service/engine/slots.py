@@ -54,7 +54,7 @@ from service.engine.step import StepChoice
 # ONNX Runtime would fuse the v2 graph's Add + LayerNormalization into SkipLayerNormalization, whose CPU kernel
 # measured slower: sessions of a v2 decoder are made without that fusion
 V2_DISABLED_OPTIMIZERS = ["SkipLayerNormFusion"]
-CROSS_KEY_MULTIPLE = 4  # source axis rounded up to this (export/fused.py proves the invariance it buys)
+CROSS_KEY_MULTIPLE = 4  # source axis rounded up to this (export/graphs/v2.py proves the invariance it buys)
 MIN_CAPACITY = 4
 
 

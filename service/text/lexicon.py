@@ -13,7 +13,7 @@ replaces all of the bundle's targets for that source.
 
 Lookups normalise the source as the bundle's source tokenizer does (NFKC and lower-case
 for G2P), so "Hello" finds "hello". The bundle's file is written with its sources already
-normalised and its targets checked against the target vocabulary (export/lexicon.py), and
+normalised and its targets checked against the target vocabulary (export/pipeline/lexicon.py), and
 its hash is verified by the bundle loader, so loading it does not check each entry again;
 an operator's file is checked line by line, and a bad line stops start-up with one line
 naming the file and the line number.

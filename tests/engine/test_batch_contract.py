@@ -2,7 +2,7 @@
 and drives either through the same calls, and over the same weights they give the same answers.
 
 The tiny bundle's fp32 weights are served both ways: its fp32 variant (v1, `kv_cache: "concat"`, ActiveBatch)
-and a float32 v2 decoder written from the same weights (`"in_place"`, SlotBatch; export/fused.py, what
+and a float32 v2 decoder written from the same weights (`"in_place"`, SlotBatch; export/graphs/v2.py, what
 `attnserve-export add-variant` checks as the fp16 variant's twin). Real ONNX Runtime sessions throughout.
 """
 
@@ -32,7 +32,8 @@ TWIN = "fp32-v2"  # the float32 v2 decoder of the tiny bundle's own weights
 @pytest.fixture(scope="module")
 def engines(tiny_bundle_dir, tmp_path_factory) -> dict[str, Engine]:
     """One engine per cache kind over the same float32 weights, keyed by kv_cache."""
-    from export.fused import V2_FALLBACK, write_decoder_v2
+    from export.graphs.v2 import write_decoder_v2
+    from export.pipeline.v2 import V2_FALLBACK
     from training.weights import load_bundle_weights
 
     out = tmp_path_factory.mktemp("contract") / "g2p-tiny"

@@ -83,10 +83,10 @@ def test_recorded_test_wer_holds_on_a_fixed_500_word_sample(engine):
 def test_served_int8_rows_are_bitwise_the_same_alone_and_in_padded_batches():
     """The variant served on CPU by default is int8: 256 test-split words, each alone and in shuffled
     batches of 32 with extra source and past padding, give bitwise the same encoder outputs, logits
-    and cache: the v2 decoder through its in-place buffers, rows joining at different steps (export/invariance.py)."""
+    and cache: the v2 decoder through its in-place buffers, rows joining at different steps (export/checks/invariance.py)."""
     import json
 
-    from export.invariance import InPlaceSteps, batch_invariance
+    from export.checks.invariance import InPlaceSteps, batch_invariance
 
     bundle = load_bundle(BUNDLE_DIR)
     assert bundle.default_variant["cpu"] == "int8" and bundle.meta["int8_gate"]["batch_invariant"]

@@ -1,6 +1,6 @@
 """Batch invariance: a request's answer does not depend on the traffic beside it.
 
-At the graph level (export/invariance.py): a row's outputs are bitwise the same alone and inside a
+At the graph level (export/checks/invariance.py): a row's outputs are bitwise the same alone and inside a
 padded batch of 32, for the int8 variant that the default model serves on CPU. Through the engine
 (tests/engine_compositions.py): the same requests decoded alone, in shuffled batches of 32 and under
 continuous batching get the same ids, and each row the same logits at every step, on every CPU
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from engine_compositions import invariance_words, logit_diff, three_ways
 
-from export.invariance import ConcatSteps, InPlaceSteps, batch_invariance
+from export.checks.invariance import ConcatSteps, InPlaceSteps, batch_invariance
 from service.engine.bundle import load_bundle
 from service.engine.engine import DecodingOptions, Engine
 
@@ -90,7 +90,7 @@ def _same_context_steps(a: list[int], b: list[int]) -> int | None:
 
 
 def _check(bundle_dir, encoder: str, decoder: str, rows: int = 256, in_place: bool = False) -> dict:
-    """The gate's invariance check on these graphs (export/invariance.py), with v1's step runner or, for a v2
+    """The gate's invariance check on these graphs (export/checks/invariance.py), with v1's step runner or, for a v2
     decoder over an in-place cache, v2's (rows joining at different steps through the in-place buffers)."""
     meta = json.loads((bundle_dir / "bundle.json").read_text())
     corpus = json.loads((bundle_dir / meta["parity_corpus"]).read_text())
@@ -116,7 +116,7 @@ def test_the_check_catches_per_tensor_dynamic_quantization(tiny_bundle_dir, tmp_
     other: the check must see it (or its 0.0 above would prove nothing)."""
     import shutil
 
-    from export.variants import quantize_int8_dynamic
+    from export.graphs.variants import quantize_int8_dynamic
 
     work = tmp_path / "b"
     shutil.copytree(tiny_bundle_dir, work)

@@ -122,7 +122,7 @@ def test_build_refuses_bad_arguments_with_one_line(tiny_run_dir, tmp_path, capsy
 
 
 def test_int8_gate_needs_accuracy_speed_everywhere_and_batch_invariance():
-    from export.bundle import int8_decision
+    from export.pipeline.int8_gate import int8_decision
 
     fast = {"fp32": {"batch_1": 100.0, "batch_32": 1000.0}, "int8": {"batch_1": 150.0, "batch_32": 1300.0}}
     slow_at_1 = {"fp32": {"batch_1": 100.0, "batch_32": 1000.0}, "int8": {"batch_1": 95.0, "batch_32": 1300.0}}
@@ -141,7 +141,7 @@ def test_int8_gate_needs_accuracy_speed_everywhere_and_batch_invariance():
 
 
 def test_decoder_and_explain_graph_share_one_weights_file(tiny_bundle_dir):
-    from export.onnx import external_data_files
+    from export.graphs.format import external_data_files
 
     meta = json.loads((tiny_bundle_dir / "bundle.json").read_text())
     assert "decoder.onnx.data" in meta["files"]  # hashed and verified like every graph
@@ -161,7 +161,7 @@ def test_share_initializers_matches_weights_by_value_not_name(tmp_path):
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
-    from export.onnx import share_initializers
+    from export.graphs.v1 import share_initializers
 
     w = np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32)
     paths = []
@@ -187,7 +187,7 @@ def test_share_initializers_matches_weights_by_value_not_name(tmp_path):
 
 
 def test_build_without_fp16_leaves_it_out_and_records_why(tiny_run_dir, tmp_path):
-    from export.bundle import build
+    from export.pipeline.build import build
 
     out = tmp_path / "no-fp16"
     meta = build(tiny_run_dir, out, eval_limit=50, parity_limit=200, threads=1, log=lambda _msg: None, fp16=False)
@@ -223,10 +223,10 @@ def test_requantize_rewrites_a_bundles_int8_from_its_fp32_graphs(tiny_bundle_dir
     gets the batch-invariant int8 and a re-run gate, without its run directory."""
     import shutil
 
-    from export.bundle import write_manifest
     from export.cli import main
-    from export.fused import V2_INT8_QUANTIZATION
-    from export.variants import DYNAMIC_QUANTIZATION, quantize_int8_dynamic
+    from export.graphs.variants import DYNAMIC_QUANTIZATION, quantize_int8_dynamic
+    from export.pipeline.manifest import write_manifest
+    from export.pipeline.v2 import V2_INT8_QUANTIZATION
     from service.engine.bundle import load_bundle
 
     bundle = tmp_path / "old"

@@ -1,4 +1,4 @@
-"""The v2 decoder (export/fused.py): a fused step over an in-place cache, checked against PyTorch and
+"""The v2 decoder (export/graphs/v2.py): a fused step over an in-place cache, checked against PyTorch and
 for bitwise batch invariance, in float32 and int8; the fp16 (CUDA) graph's structure."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ import numpy as np
 import onnx
 import pytest
 
-from export.fused import (
+from export.checks.invariance import InPlaceSteps, batch_invariance
+from export.checks.steps import StepRunner, encode_alone, v2_session
+from export.graphs.v2 import (
     DISABLED_OPTIMIZERS,
     decoder_v2_model,
-    optimized_node_count,
     write_decoder_v2,
 )
-from export.fused_check import StepRunner, encode_alone, v2_session
-from export.invariance import InPlaceSteps, batch_invariance
+from export.pipeline.v2 import optimized_node_count
 
 
 @pytest.fixture(scope="module")
@@ -31,9 +31,8 @@ def v2_graphs(tiny_model, tiny_bundle_dir, tmp_path_factory):
     """The tiny model's v2 decoder in float32 and int8 (scales calibrated on 60 training pairs)."""
     from tokenizers import Tokenizer
 
-    from export.calibration import training_pairs
-    from export.fused_check import calibrated_amax_v2
-    from export.variants import quantize_int8
+    from export.graphs.variants import quantize_int8
+    from export.pipeline.calibration import calibrated_amax_v2, training_pairs
 
     out = tmp_path_factory.mktemp("v2")
     cfg = tiny_model.cfg.to_dict()
@@ -112,7 +111,7 @@ def test_v2_graph_from_a_bundles_own_weights_equals_the_runs(tiny_model, tiny_bu
 def test_fp16_v2_graph_keeps_its_cache_in_float16_and_logits_in_float32(v2_graphs, tmp_path):
     """The CUDA variant's structure (no GPU here): attention and cache in float16, the boundary that carries the
     bias and logits float32, the integer inputs untouched; its float32 twin is the graph tested above."""
-    from export.variants import convert_fp16
+    from export.graphs.variants import convert_fp16
 
     convert_fp16(v2_graphs / "decoder.v2.onnx", tmp_path / "decoder.v2.fp16.onnx")
     m = onnx.load(str(tmp_path / "decoder.v2.fp16.onnx"))

@@ -5,7 +5,7 @@ import shutil
 import subprocess
 import sys
 
-from export.verify import corpus_failures
+from export.checks.parity import corpus_failures
 from service.engine.bundle import sha256_file
 
 

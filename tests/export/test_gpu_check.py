@@ -77,7 +77,7 @@ def test_gpu_check_records_a_failed_step_and_exits_non_zero(tiny_bundle_dir, tmp
 
 
 def test_add_variant_writes_fp16_v2_into_a_copy_of_the_default_bundle(tmp_path):
-    from export.add_variant import FILES, add_variant
+    from export.pipeline.add_variant import FILES, add_variant
     from service.engine.bundle import load_bundle
 
     bundle = tmp_path / "g2p-en"
@@ -99,7 +99,7 @@ def test_add_variant_writes_fp16_v2_into_a_copy_of_the_default_bundle(tmp_path):
 
 
 def test_add_variant_and_the_check_import_no_torch():
-    code = "import sys, export.add_variant, export.gpu_check, export.bench; sys.exit('torch' in sys.modules)"
+    code = "import sys, export.pipeline.add_variant, export.gpu_check.cli, export.bench; sys.exit('torch' in sys.modules)"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, timeout=120).returncode == 0
 
@@ -107,8 +107,8 @@ def test_add_variant_and_the_check_import_no_torch():
 def test_add_variant_refuses_an_unknown_variant(tiny_bundle_dir):
     import pytest
 
-    from export.add_variant import add_variant
     from export.errors import BuildError
+    from export.pipeline.add_variant import add_variant
 
     with pytest.raises(BuildError, match="knows only 'fp16'"):
         add_variant(tiny_bundle_dir, "bf16", provider="cpu")

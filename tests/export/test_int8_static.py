@@ -1,4 +1,4 @@
-"""The int8 variant's fixed-scale quantization (export/variants.py), on a hand-made graph whose every
+"""The int8 variant's fixed-scale quantization (export/graphs/variants.py), on a hand-made graph whose every
 number can be recomputed with numpy: calibration reads each quantized activation's max |x|, and the
 rewritten graph computes exactly the documented integer arithmetic, alone or batched."""
 
@@ -9,7 +9,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from export.variants import _int8_weight, calibrate_amax, quantize_int8
+from export.graphs.variants import _int8_weight, calibrate_amax, quantize_int8
 
 RNG = np.random.default_rng(0)
 W1, B1 = RNG.standard_normal((8, 16)).astype(np.float32), RNG.standard_normal(16).astype(np.float32)

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from export.verify import MIN_SOURCE_SPREAD, corpus_failures, make_parity_corpus
+from export.checks.corpus import make_parity_corpus
+from export.checks.parity import MIN_SOURCE_SPREAD, corpus_failures
 from training.examples import number_pairs
 
 
@@ -37,7 +38,7 @@ def short_run(tmp_path_factory) -> Path:
 
 
 def test_bundle_builds_from_a_model_whose_answers_are_one_to_three_tokens(short_run, tmp_path):
-    from export.bundle import build
+    from export.pipeline.build import build
 
     out = tmp_path / "hundreds"
     build(short_run, out, model_id="hundreds", eval_limit=50, parity_limit=256, threads=1, log=lambda _m: None, fp16=False)

@@ -23,7 +23,8 @@ import pytest
 import torch
 from service_harness import PacedEngine, ServerThread, metric, scrape
 
-from export.explain import EXPLAIN_DECODER, attention_parity
+from export.checks.explain import attention_parity
+from export.pipeline.explain import EXPLAIN_DECODER
 from service.engine.bundle import BundleError, load_bundle
 from service.engine.engine import DecodingOptions, Engine
 from service.engine.explain import Explainer

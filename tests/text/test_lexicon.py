@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from export.lexicon import add_lexicon
+from export.pipeline.lexicon import add_lexicon
 from service.engine.bundle import BundleError, load_bundle, sha256_file
 from service.text.lexicon import LEXICON_FILE, Lexicon, LexiconError
 from training.data import cmudict_path, parse_cmudict

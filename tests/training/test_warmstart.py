@@ -18,7 +18,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 def test_a_run_from_a_bundle_that_takes_no_step_exports_the_same_logits(tiny_bundle_dir, tmp_path):
     """The round trip: bundle -> --init-from run (max_steps 0) -> attnserve-export build -> bundle."""
-    from export.bundle import build
+    from export.pipeline.build import build
 
     run = tmp_path / "run"
     sets = ["max_steps=0", "eval_limit=20", "threads=1"]

@@ -14,7 +14,8 @@ from training.weights import WeightsError, load_bundle_weights
 
 def _graphs(model, out: Path, config: dict) -> Path:
     """encoder.onnx + decoder.onnx of `model` and the bundle.json fields the mapping reads."""
-    from export.onnx import export_decoder, export_encoder, graph_io
+    from export.graphs.format import graph_io
+    from export.graphs.v1 import export_decoder, export_encoder
 
     out.mkdir(parents=True, exist_ok=True)
     export_encoder(model, out / "encoder.onnx")

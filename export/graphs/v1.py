@@ -10,7 +10,7 @@
   lengths share a step (their missing slots are 0).
 
 The TorchScript exporter (`dynamo=False`) is used: it keeps every batch,
-length and past axis symbolic (verify.py runs the graphs at other sizes to
+length and past axis symbolic (export/checks/graph_parity.py runs the graphs at other sizes to
 prove none was frozen).
 """
 
@@ -21,10 +21,11 @@ from pathlib import Path
 
 import onnx
 import torch
+from onnx import external_data_helper, numpy_helper
 from torch import Tensor, nn
 
-# the opset, the IR version and the io record live in export/manifest.py, which a machine without torch imports
-from export.manifest import MAX_IR_VERSION, OPSET, external_data_files, graph_io  # noqa: F401  (re-exported)
+# the opset, the IR version and the io record live in export/graphs/format.py, which a machine without torch imports
+from export.graphs.format import MAX_IR_VERSION, OPSET
 from service.engine.names import (
     ATTENTION_MASK,
     DECODER,
@@ -121,7 +122,7 @@ def export_encoder(model: Transformer, path: Path) -> None:
 def _trace(module, inputs, path: Path, names_in, names_out, axes) -> None:
     """TorchScript export (dynamo=False, see the module docstring) with every named axis dynamic."""
     with torch.no_grad(), warnings.catch_warnings():
-        # The tracer warns about Python ints taken from shapes; verify.py runs the graphs at
+        # The tracer warns about Python ints taken from shapes; export/checks/graph_parity.py runs the graphs at
         # other sizes to prove no axis was frozen, so the warning is noise here.
         warnings.simplefilter("ignore", torch.jit.TracerWarning)
         warnings.simplefilter("ignore", DeprecationWarning)
@@ -172,8 +173,6 @@ def share_initializers(paths: list[Path], data_path: Path, min_bytes: int = 1024
     shape, not by name: two traces may name the same weight differently.  Smaller tensors stay inline.
     ONNX Runtime resolves the file relative to each graph, so `data_path` sits beside them.
     Returns {"tensors": written, "references": external references, "bytes": data file size}."""
-    from onnx import external_data_helper, numpy_helper
-
     written: dict[tuple, tuple[int, int]] = {}
     references = 0
     with open(data_path, "wb") as data:

@@ -15,7 +15,7 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from export.lexicon import BUNDLE_JSON, with_fields_after
+from export.pipeline.lexicon import BUNDLE_JSON, with_fields_after
 from service.engine.bundle import load_bundle, sha256_file
 from service.text.context import CONTEXT_FILE, ContextChooser
 from service.text.lexicon import read_lexicon_file

@@ -11,7 +11,7 @@ One check, two step runners, one per cache layout (Contract 2):
 - `ConcatSteps` (v1, `kv_cache: "concat"`): a row's past is made by the decoder itself (P tokens at
   once from P = 0, P random up to MAX_PAST), then one step; batched, the past is left-padded with
   garbage under `decoder_attention_mask` 0;
-- `InPlaceSteps` (v2, `"in_place"`, export/fused_check.py's StepRunner): `steps` forced tokens one step
+- `InPlaceSteps` (v2, `"in_place"`, export/checks/steps.py's StepRunner): `steps` forced tokens one step
   at a time through the cache buffers bound in place; batched, rows join at different steps, the
   source axis is padded to the batch's longest (rounded up) with garbage under the mask, and the
   buffers hold garbage past every row's length.
@@ -26,7 +26,7 @@ from typing import Protocol
 import numpy as np
 import onnxruntime as ort
 
-from export.fused_check import StepRunner, pad_cross, v2_session
+from export.checks.steps import StepRunner, pad_cross, v2_session
 from service.engine.names import (
     ATTENTION_MASK,
     DECODER,
@@ -183,7 +183,7 @@ class ConcatSteps:
 
 class InPlaceSteps:
     """The v2 decoder (`kv_cache: "in_place"`): `steps` forced random tokens per row through cache buffers bound
-    as past and present (export/fused_check.py's StepRunner, as the engine binds them). Alone, a row's source is
+    as past and present (export/checks/steps.py's StepRunner, as the engine binds them). Alone, a row's source is
     padded to its own multiple of CROSS_KEY_MULTIPLE; batched, rows start at different steps, the source axis is
     padded to the batch's longest (rounded up) with finite garbage under the mask, and the buffers hold garbage
     past every row's length. The cache figure is each row's written cache."""

@@ -13,20 +13,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import onnx
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from export.invariance import cpu_session, cross_feeds, decoder_feeds, self_attention_inputs
-from export.variants import calibrate_amax, quantize_int8
+from export.checks.invariance import cpu_session, cross_feeds, decoder_feeds, self_attention_inputs
+from export.checks.steps import StepRunner, encode_alone, v2_session
+from export.graphs.variants import calibrate_amax, quantize_int8, quantized_inputs
 from service.engine.names import ATTENTION_MASK, INPUT_IDS
+from training.data import load_examples
 
 CALIBRATION_PAIRS = 1000  # training-split pairs, spread evenly over the split
 
 
 def training_pairs(dataset: str, strip_stress: bool, pairs: int = CALIBRATION_PAIRS) -> list[tuple[str, str]]:
     """`pairs` (source, first reference) of the training split, evenly spread (never dev or test)."""
-    from training.data import load_examples
-
     examples = load_examples(dataset, "train", strip_stress)
     return [(e.source, e.targets[0]) for e in examples[:: max(1, len(examples) // pairs)][:pairs]]
 
@@ -70,3 +71,27 @@ def write_int8(
         counts = quantize_int8(bundle_dir / fp32[graph], bundle_dir / int8[graph], activation_amax=amax[graph])
         log(f"[int8] {int8[graph]}: {counts}")
     return {"split": "train", "pairs": len(pairs)}
+
+
+def calibrated_amax_v2(
+    encoder: Path, decoder_v2: Path, src_tok: Tokenizer, tgt_tok: Tokenizer, cfg: dict, pairs: list[tuple[str, str]]
+) -> dict[str, float]:
+    """max |x| of every activation the int8 quantizer quantizes in the float32 v2 decoder, over `pairs`
+    teacher-forced one step at a time (each pair alone, as a served row computes it)."""
+    n = int(cfg["n_decoder_layers"])
+    m = onnx.load(str(decoder_v2))
+    names = list(quantized_inputs(m.graph))
+    m.graph.output.extend(onnx.helper.make_tensor_value_info(x, onnx.TensorProto.FLOAT, None) for x in names)
+    session = v2_session(m.SerializeToString())
+    enc = v2_session(encoder)
+    amax = dict.fromkeys(names, 0.0)
+    runner = StepRunner(session, n, 1, int(cfg["max_target_len"]), names)
+    for source, target in tqdm(pairs, desc="int8 calibration (v2)", unit="pair", leave=False):
+        src = src_tok.encode(source, add_special_tokens=False).ids[: int(cfg["max_source_len"])] or [int(cfg["unk_id"])]
+        tgt = tgt_tok.encode(target, add_special_tokens=False).ids[: int(cfg["max_target_len"]) - 1]
+        runner.set_cross(*encode_alone(enc, src, n))
+        for p, token in enumerate([int(cfg["bos_id"]), *tgt]):
+            outs = runner.step(np.array([token]), np.array([p]))
+            for x, v in zip(names, outs[1:]):
+                amax[x] = max(amax[x], float(np.abs(v).max(initial=0.0)))
+    return amax

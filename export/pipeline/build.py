@@ -2,7 +2,7 @@
 
 Steps: export fp32 graphs, derive int8 and fp16 variants, copy the tokenizers,
 record the parity corpus, write bundle.json with the sha256 of every file,
-run the parity suite (verify.py) and the dev-split evaluation, apply the int8
+run the parity suite (export/checks/parity.py) and the dev-split evaluation, apply the int8
 gate, and write the figures into bundle.json. The bundle is built in
 `BUNDLE.partial` and moved into place only when every check passed, so a
 failed build never leaves a half-made bundle where the service looks.
@@ -19,31 +19,25 @@ from pathlib import Path
 import onnx
 import onnxruntime
 import torch
-from tokenizers import Tokenizer
 
-from export.calibration import training_pairs, write_int8
-from export.context import run_has_context, write_context
+from export.checks.corpus import default_corpus, make_parity_corpus
+from export.checks.parity import run_parity
+from export.checks.variant_parity import fp16_check
 from export.errors import BuildError
-from export.explain import add_explain_graph
-from export.fused import add_v2_to_bundle
-from export.lexicon import with_fields_after, write_lexicon
-from export.manifest import BUNDLE_JSON, PARITY_CORPUS, TOKENIZERS, update_manifest, write_manifest  # noqa: F401 (re-exported)
-from export.onnx import OPSET, export_decoder, export_encoder, graph_io, share_initializers
-from export.variants import FP16_KEEP_FP32_OPS, FP32_BOUNDARY, INT8_QUANTIZATION, convert_fp16
+from export.graphs.format import OPSET, graph_io
+from export.graphs.v1 import export_decoder, export_encoder
+from export.graphs.variants import FP16_KEEP_FP32_OPS, FP32_BOUNDARY, INT8_QUANTIZATION, convert_fp16
+from export.pipeline.calibration import training_pairs, write_int8
+from export.pipeline.context import run_has_context, write_context
+from export.pipeline.explain import add_explain_sharing_weights
+from export.pipeline.int8_gate import int8_gate
+from export.pipeline.lexicon import with_fields_after, write_lexicon
+from export.pipeline.manifest import BUNDLE_JSON, PARITY_CORPUS, TOKENIZERS, VARIANT_FILES, update_manifest, write_manifest
+from export.pipeline.v2 import add_v2_to_bundle
 from service.engine.bundle import FORMAT_VERSION, bounded_length, load_bundle
+from training.data import load_examples
 from training.run import load_model, load_run_tokenizers
 
-SHARED_DECODER_WEIGHTS = "decoder.onnx.data"  # external data of decoder.onnx and decoder.explain.onnx
-VARIANT_FILES = {
-    "fp32": {"encoder": "encoder.onnx", "decoder": "decoder.onnx"},
-    "int8": {"encoder": "encoder.int8.onnx", "decoder": "decoder.int8.onnx"},
-    "fp16": {"encoder": "encoder.fp16.onnx", "decoder": "decoder.fp16.onnx"},
-}
-INT8_MAX_WER_LOSS = 0.5  # percentage points of dev WER int8 may lose against fp32
-INT8_MIN_SPEEDUP = 1.05  # and it must be at least this much faster, at batch 1 and at batch 32
-# and a row's outputs must be the same alone and in padded batches of 32 (export/invariance.py): exactly,
-# since any difference, however small, can flip an int8 rounding step and grow to 1e-2 in the logits
-INT8_MAX_INVARIANCE_DIFF = 0.0
 LENGTH_MARGIN = 3  # tokens beyond the longest training target of the same source length
 
 
@@ -52,8 +46,6 @@ def learned_length_bound(train_cfg: dict, src_tok, tgt_tok, max_source_len: int,
     the end token) among the training pairs of that source length (a length never seen takes the
     nearest shorter one's); the engine stops a request at that plus `margin`, so a model that loops
     stops near the longest real answer, not at max_target_len."""
-    from training.data import load_examples
-
     examples = load_examples(train_cfg.get("dataset", "cmudict"), "train", bool(train_cfg.get("strip_stress", False)))
     longest = [0] * (max_source_len + 1)
     sources = [e.source for e in examples]
@@ -90,8 +82,8 @@ def build(
 
     `dataset` overrides the run's dataset for the parity corpus and the dev evaluation (a TSV
     that has moved since training, say). `fp16=False` leaves the fp16 variant (a CUDA extra) out.
-    `lexicon=True` ships the training dictionary as the bundle's lexicon (export/lexicon.py); a run directory
-    holding a context component (`context.json.gz`, export/context.py) gives the bundle it too.
+    `lexicon=True` ships the training dictionary as the bundle's lexicon (export/pipeline/lexicon.py); a run directory
+    holding a context component (`context.json.gz`, export/pipeline/context.py) gives the bundle it too.
     `word_level_source` (default: True for G2P) declares that the model reads one word.
 
     decoder.onnx and decoder.explain.onnx keep their weights in one file, decoder.onnx.data:
@@ -155,8 +147,6 @@ def elapsed_log(log, t_start: float):
 def build_inputs(run_dir: Path, dataset: str | None, parity_limit: int) -> tuple[dict, list]:
     """The run's task settings (`dataset` overriding its dataset) and the parity corpus's inputs; a dataset
     that gives too few inputs stops the build before anything is written."""
-    from export.verify import default_corpus
-
     train_cfg = run_task(run_dir)
     if dataset:
         train_cfg["dataset"] = dataset
@@ -187,9 +177,8 @@ def export_graphs(model, work: Path, src_tok, tgt_tok, train_cfg: dict, fp16: bo
 
 
 def write_parity_corpus(model, work: Path, src_tok, sources: list, length_bound: dict, log) -> None:
-    """PyTorch's outputs for the parity inputs, each stopped at the learned length bound: what verify.py compares to."""
-    from export.verify import make_parity_corpus
-
+    """PyTorch's outputs for the parity inputs, each stopped at the learned length bound: what the parity suite
+    (export/checks/parity.py) compares to."""
     bound = functools.partial(bounded_length, length_bound, model.cfg.max_target_len)
     log(f"[export] PyTorch reference outputs for the parity corpus ({len(sources)} inputs)")
     corpus = make_parity_corpus(model, src_tok, sources, bound)
@@ -242,23 +231,8 @@ def bundle_meta(
     return meta
 
 
-def add_explain_sharing_weights(model, work: Path, meta: dict, log) -> None:
-    """decoder.explain.onnx, its weights moved with decoder.onnx's into one shared file (recorded in `meta`)."""
-    log("[export] decoder.explain.onnx (cross-attention outputs for POST /explain)")
-    add_explain_graph(model, work, meta, VARIANT_FILES["fp32"]["encoder"])
-    shared = share_initializers(
-        [work / VARIANT_FILES["fp32"]["decoder"], work / meta["explain"]["decoder"]], work / SHARED_DECODER_WEIGHTS
-    )
-    meta["shared_weights"] = {
-        SHARED_DECODER_WEIGHTS: {"graphs": [VARIANT_FILES["fp32"]["decoder"], meta["explain"]["decoder"]], **shared}
-    }
-    log(f"[export] {SHARED_DECODER_WEIGHTS}: {shared['tensors']} weights shared by decoder.onnx and decoder.explain.onnx")
-
-
 def check_fp16(work: Path, meta: dict, threads: int | None, log) -> dict:
     """fp16 against fp32; a variant that fails is dropped from the bundle (and `meta`), not shipped."""
-    from export.verify import fp16_check
-
     f16 = fp16_check(load_bundle(work), threads) if "fp16" in meta["variants"] else {"ok": True}
     if not f16["ok"]:
         # fp16 is an extra for CUDA: a bundle without it still serves everywhere, so drop it
@@ -272,9 +246,7 @@ def check_fp16(work: Path, meta: dict, threads: int | None, log) -> dict:
 
 
 def parity_suite(work: Path, model, f16: dict, threads: int | None, log) -> dict:
-    """verify.py's parity suite, its figures recorded in bundle.json; any failure stops the build."""
-    from export.verify import run_parity
-
+    """The parity suite (export/checks/parity.py),, its figures recorded in bundle.json; any failure stops the build."""
     log("[export] parity suite")
     report = run_parity(work, model=model, threads=threads, log=log)
     if not f16["ok"]:
@@ -305,136 +277,3 @@ def apply_int8_gate(
         },
     )
     return meta, default_cpu
-
-
-def requantize(
-    bundle_dir: Path, eval_limit: int | None = None, threads: int | None = None, log=print, dataset: str | None = None
-) -> dict:
-    """Rewrite a bundle's int8 graphs from its own fp32 graphs (`quantize_int8`) and re-run the int8
-    gate; returns the new bundle.json. No run directory needed: how an existing bundle gets a new
-    quantization, and how a v1 bundle gets its v2 decoders (export/fused.py, from the weights its fp32
-    graphs hold: training/weights.py), its int8 (and fp16) variants becoming v2. `eval_limit` defaults to the
-    dev size the bundle recorded. Works in
-    `BUNDLE.partial` and replaces the bundle only when everything passed. A test-split figure
-    measured on the old int8 is dropped (re-run `attnserve-eval BUNDLE --split test --record`)."""
-    from export.verify import v2_parity
-    from service.engine.engine import Engine
-    from training.weights import load_bundle_weights
-
-    bundle_dir = Path(bundle_dir)
-    meta = load_bundle(bundle_dir).meta  # every hash checked before anything is derived from it
-    if "int8" not in meta["variants"]:
-        raise BuildError(f"{bundle_dir}: the bundle has no int8 variant to rewrite")
-    train_cfg = {"dataset": dataset or meta.get("dataset"), "strip_stress": meta.get("strip_stress", False)}
-    pairs = training_pairs(train_cfg["dataset"], bool(train_cfg["strip_stress"]))  # a missing dataset stops us here
-    work = bundle_dir.with_name(bundle_dir.name + ".partial")
-    if work.exists():
-        shutil.rmtree(work)
-    shutil.copytree(bundle_dir, work)
-    fp32, int8 = meta["variants"]["fp32"], meta["variants"]["int8"]
-    log(f"[requantize] int8 graphs, activation scales calibrated on {len(pairs)} training pairs")
-    tokenizers = [Tokenizer.from_file(str(work / meta["tokenizers"][side])) for side in ("source", "target")]
-    v1_int8 = {"encoder": int8["encoder"], "decoder": VARIANT_FILES["int8"]["decoder"]}  # the encoder's scales
-    write_int8(work, fp32, v1_int8, *tokenizers, meta["config"], pairs, log)
-    meta["variants"]["int8"] = v1_int8
-    _, state = load_bundle_weights(work)
-    meta = add_v2_to_bundle(work, meta, state, *tokenizers, pairs, log)
-    write_manifest(work, meta)
-    corpus = json.loads((work / meta.get("parity_corpus", PARITY_CORPUS)).read_text())
-    engine = Engine(load_bundle(work), variant="int8", provider="cpu", threads=threads)
-    v2 = v2_parity(engine, corpus, exact=False)
-    if v2["failures"]:
-        raise BuildError(f"v2 int8 failed verification ({work} kept for inspection): " + "; ".join(v2["failures"]))
-    agreement = {"greedy_agreement_with_fp32_reference_pct": v2["greedy_agreement_with_reference_pct"]}
-    parity = {**meta.get("parity", {}), "int8": agreement}
-    parity["v2_int8"] = {k: v for k, v in v2.items() if k != "failures"}
-    limit = eval_limit if eval_limit is not None else meta.get("eval", {}).get("dev", {}).get("words", 2000)
-    log(f"[requantize] dev evaluation of fp32 and int8 (limit {limit}), speed and batch invariance")
-    gate = int8_gate(work, train_cfg, limit, threads, log)
-    evals = {k: v for k, v in meta.get("eval", {}).items() if not (k != "dev" and v.get("variant") == "int8")}
-    if evals.keys() != meta.get("eval", {}).keys():
-        log("[requantize] test figures of the old int8 dropped: run attnserve-eval BUNDLE --split test --record")
-    meta = update_manifest(
-        work,
-        parity=parity,
-        eval={**evals, "dev": gate["fp32_dev"]},
-        default_variant={**meta["default_variant"], "cpu": "int8" if gate["int8_is_cpu_default"] else "fp32"},
-        int8_gate=gate["decision"],
-        variants={
-            **meta["variants"],
-            "int8": {**meta["variants"]["int8"], "eval": {"dev": gate["int8_dev"]}, "speed": gate["speed"]},
-        },
-    )
-    load_bundle(work)
-    shutil.rmtree(bundle_dir)
-    work.rename(bundle_dir)
-    log(f"[requantize] {bundle_dir} rewritten (default cpu variant: {meta['default_variant']['cpu']})")
-    return meta
-
-
-def int8_gate(bundle_dir: Path, train_cfg: dict, eval_limit: int, threads: int | None, log=print) -> dict:
-    """Dev WER of fp32 and int8 through the engine, their speed at batch 1 and 32, and int8's batch
-    invariance on the parity corpus.
-
-    int8 becomes the CPU default only if it loses at most INT8_MAX_WER_LOSS WER points AND is
-    at least INT8_MIN_SPEEDUP times faster at both batch sizes (int8 is not always faster for
-    small matrices; measure, don't assume) AND a row's outputs do not depend on its batch.
-    """
-    from export.invariance import ConcatSteps, InPlaceSteps, batch_invariance
-    from export.speed import bench_engine_speed
-    from service.engine.engine import Engine
-    from training.evaluate import evaluate_engine
-
-    bundle = load_bundle(bundle_dir)
-    engines = {v: Engine(bundle, variant=v, provider="cpu", threads=threads) for v in ("fp32", "int8")}
-    dataset = train_cfg.get("dataset")
-    dev = {}
-    for v, engine in engines.items():
-        strip = bool(train_cfg.get("strip_stress", False))
-        dev[v] = evaluate_engine(engine, dataset, "dev", eval_limit or None, strip, bundle.meta["task"])
-        dev[v].pop("by_length", None)
-        log(f"[export] dev {v}: " + ", ".join(f"{k}={x:.2f}" for k, x in dev[v].items() if isinstance(x, float)))
-    speed = bench_engine_speed(engines, dataset, train_cfg.get("strip_stress", False))
-    corpus = json.loads((bundle.dir / bundle.meta.get("parity_corpus", PARITY_CORPUS)).read_text())
-    enc, dec = bundle.graph_paths("int8")
-    cfg = bundle.config
-    vocab = int(cfg["tgt_vocab_size"])
-    if bundle.kv_cache("int8") == "in_place":
-        steps = InPlaceSteps(enc, dec, bundle.n_layers, bundle.max_target_len, vocab)
-    else:
-        steps = ConcatSteps(enc, dec, bundle.n_layers, vocab)
-    invariance = batch_invariance(steps, corpus["source_ids"], pad_id=cfg["pad_id"])
-    decision = int8_decision(bundle.meta["task"], dev["fp32"], dev["int8"], speed, invariance)
-    decision["threads"] = engines["fp32"].threads
-    log(f"[export] int8 gate: {decision}")
-    return {
-        "fp32_dev": dev["fp32"],
-        "int8_dev": dev["int8"],
-        "speed": speed,
-        "decision": decision,
-        "int8_is_cpu_default": decision["accurate_enough"] and decision["faster"] and decision["batch_invariant"],
-    }
-
-
-def int8_decision(
-    task: str, fp32_dev: dict, int8_dev: dict, speed: dict[str, dict[str, float]], invariance: dict | None = None
-) -> dict:
-    """The gate itself: int8 may lose at most INT8_MAX_WER_LOSS points of the task's metric (WER for
-    G2P, exact match otherwise), must be INT8_MIN_SPEEDUP times faster at EVERY measured batch size,
-    and its rows must differ alone and batched by at most INT8_MAX_INVARIANCE_DIFF (`invariance`:
-    export/invariance.py's figures; without them int8 is not invariant)."""
-    metric, higher_better = ("wer", False) if task == "g2p" else ("exact_match", True)
-    loss = (fp32_dev[metric] - int8_dev[metric]) if higher_better else (int8_dev[metric] - fp32_dev[metric])
-    speedups = {b: speed["int8"][b] / speed["fp32"][b] for b in speed["fp32"]}
-    return {
-        "metric": metric,
-        "loss_points": round(loss, 3),
-        "max_loss_points": INT8_MAX_WER_LOSS,
-        "speedup_vs_fp32": {k: round(v, 3) for k, v in speedups.items()},
-        "min_speedup": INT8_MIN_SPEEDUP,
-        "accurate_enough": loss <= INT8_MAX_WER_LOSS,
-        "faster": all(x >= INT8_MIN_SPEEDUP for x in speedups.values()),
-        "batch_invariant": invariance is not None and invariance["max_abs_diff"] <= INT8_MAX_INVARIANCE_DIFF,
-        "invariance": invariance,
-        "max_invariance_diff": INT8_MAX_INVARIANCE_DIFF,
-    }

@@ -1,22 +1,5 @@
-"""decoder.explain.onnx: the one-step decoder that also returns its cross-attention weights (POST /explain).
-
-The same graph as decoder.onnx (same inputs; logits, present self K/V and
-next_token) plus one output per decoder layer:
-
-    cross_attentions.{i}  float32 [B, H, T, S]   softmax weights over the source, rows sum to 1
-
-It is a separate file so that decoder.onnx, the graph every served token goes
-through, computes and copies nothing more: serving speed does not change.
-bundle.json records it as
-
-    "explain": {"encoder": "encoder.onnx", "decoder": "decoder.explain.onnx",
-                "outputs": ["cross_attentions.0", ...], "shape": ["B", "H", "T", "S"],
-                "parity": {...measured at export...}}
-    "io": {..., "decoder.explain": {"inputs": [...], "outputs": [...]}}
-
-and lists the file in "files", so the loader verifies its sha256 like any graph.
-The encoder is the fp32 one: /explain always decodes in fp32, whatever variant serves.
-"""
+"""decoder.explain.onnx's cross-attention weights against PyTorch's, at one (B, S, past) with rows of different
+lengths: every weight within ATTENTION_TOLERANCE, every row summing to 1 (export/pipeline/explain.py writes the graph)."""
 
 from __future__ import annotations
 
@@ -26,40 +9,12 @@ import numpy as np
 import onnxruntime as ort
 import torch
 
-from export.errors import BuildError
-from export.onnx import DecoderGraph, example_inputs, export_decoder, graph_io
-from service.engine.names import cross_attention_names, decoder_io
+from export.graphs.v1 import DecoderGraph, example_inputs
+from service.engine.names import decoder_io
 from service.engine.runtime import session_options
 from training.model import Transformer
 
-EXPLAIN_DECODER = "decoder.explain.onnx"
-EXPLAIN_IO_KEY = "decoder.explain"
 ATTENTION_TOLERANCE = 1e-4  # max |ONNX - PyTorch| of any attention weight, and of any row sum - 1
-
-
-def add_explain_graph(model: Transformer, bundle_dir: Path, meta: dict, encoder_file: str = "encoder.onnx") -> dict:
-    """Export decoder.explain.onnx into `bundle_dir`, check it against PyTorch, and record it in `meta`
-    (the bundle.json dict being built: its "explain" entry and io["decoder.explain"]). Returns the entry.
-
-    Raises BuildError when the graph's weights differ from the model's by more than
-    ATTENTION_TOLERANCE or a row does not sum to 1.
-    """
-    path = Path(bundle_dir) / EXPLAIN_DECODER
-    export_decoder(model, path, next_token=True, explain=True)
-    figures = attention_parity(model, path)
-    if not figures["ok"]:
-        raise BuildError(f"{EXPLAIN_DECODER}: cross-attention differs from PyTorch ({figures})")
-    n = model.cfg.n_decoder_layers
-    entry = {
-        "encoder": encoder_file,
-        "decoder": EXPLAIN_DECODER,
-        "outputs": cross_attention_names(n),
-        "shape": ["B", "H", "T", "S"],
-        "parity": figures,
-    }
-    meta["explain"] = entry
-    meta.setdefault("io", {})[EXPLAIN_IO_KEY] = graph_io(path)
-    return entry
 
 
 @torch.no_grad()

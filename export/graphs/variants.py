@@ -1,9 +1,9 @@
 """The int8 and fp16 variants: the same graphs under other names (Contract 2).
 
 - int8: MatMul weights int8 per output channel, activations quantized with
-  fixed scales calibrated on training pairs (export/calibration.py), so a
+  fixed scales calibrated on training pairs (export/pipeline/calibration.py), so a
   row's outputs never depend on the rest of its batch (`quantize_int8`).
-  Whether it becomes the CPU default is decided by the gate in bundle.py, on
+  Whether it becomes the CPU default is decided by the gate in export/pipeline/int8_gate.py, on
   measured WER, speed and batch invariance.
 - fp16: for CUDA. Weights and activations in float16, but LayerNorm and
   softmax computed in float32, and the float inputs/outputs that carry the
@@ -19,8 +19,13 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
+from onnx import helper, numpy_helper
+from onnxruntime.quantization import QuantType, quantize_dynamic
+from onnxruntime.transformers.float16 import convert_float_to_float16
 
-from export.manifest import MAX_IR_VERSION
+from export.graphs.format import MAX_IR_VERSION
+from service.engine.runtime import session_options
 
 FP32_BOUNDARY = ("encoder_attention_bias", "logits")  # stay float32 in the fp16 graphs
 FP16_KEEP_FP32_OPS = ["LayerNormalization", "Softmax"]
@@ -61,7 +66,7 @@ def quantize_int8(
     ONNX Runtime's dynamic quantization (`quantize_int8_dynamic`) takes ONE activation scale for the
     whole [B, T, K] tensor, so a row's logits depend on the other rows of its step. Here every MatMul
     with a constant 2-D weight [K, N] (and the bias Add after it) becomes, with `activation_amax`
-    (max |x| per quantized activation, export/calibration.py):
+    (max |x| per quantized activation, export/pipeline/calibration.py):
 
         xq = QuantizeLinear(x, s, 128)                        # s = amax / 127, fixed; a ReLU's output: amax / 255, 0
         y  = MatMulIntegerToFloat(xq, Wq, s, ws, 128, -, b)   # Wq per output channel, |Wq| <= 63
@@ -106,8 +111,6 @@ def quantize_int8(
 def quantize_int8_dynamic(src: Path, dst: Path) -> None:
     """ONNX Runtime's dynamic quantization (one activation scale per tensor, so NOT batch-invariant):
     kept for comparison (docs/bench/int8_invariant.py)."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
     root = logging.getLogger()
     level = root.level
     root.setLevel(logging.ERROR)  # the quantizer's advice to pre-process is for static quantization
@@ -126,8 +129,6 @@ def quantize_int8_dynamic(src: Path, dst: Path) -> None:
 
 def _quantize_matmuls_per_row(graph: onnx.GraphProto, keep_fp32: set[str]) -> tuple[int, int]:
     """Rewrite MatMul(x, W const [K, N]) as in `quantize_int8`; returns (MatMuls, quantizations)."""
-    from onnx import helper, numpy_helper
-
     inits = {t.name: t for t in graph.initializer}
     groups = quantized_inputs(graph, keep_fp32)
     added = [
@@ -194,8 +195,6 @@ def quantized_inputs(graph: onnx.GraphProto, keep_fp32: set[str] = frozenset()) 
 
 def _quantize_matmuls_static(graph: onnx.GraphProto, keep_fp32: set[str], amax: dict[str, float]) -> tuple[int, int]:
     """MatMul(x, W) [+ bias] -> MatMulIntegerToFloat(QuantizeLinear(x, s), Wq, s, ws, zp, -, bias), s fixed per tensor."""
-    from onnx import helper, numpy_helper
-
     inits = {t.name: t for t in graph.initializer}
     producer = {o: n for n in graph.node for o in n.output}
     consumers: dict[str, list[onnx.NodeProto]] = {}
@@ -252,10 +251,6 @@ def _swap_weights(graph: onnx.GraphProto, replace: dict, replaced: set[str], add
 
 def calibrate_amax(path: Path, feeds: list[dict[str, np.ndarray]]) -> dict[str, float]:
     """max |x| over `feeds` of every activation the int8 variant quantizes, from the float32 graph at `path`."""
-    import onnxruntime as ort
-
-    from service.engine.runtime import session_options
-
     m = onnx.load(str(path))
     names = list(quantized_inputs(m.graph))
     known = {o.name for o in m.graph.output}
@@ -299,8 +294,6 @@ def _exact_attention(graph: onnx.GraphProto, key_lengths: dict[str, str]) -> int
     with a ones column, copying the whole cache every step (docs/bench/HISTORY.md, "Batch-invariant
     int8"). Attentions whose V have a key axis of one name (`key_lengths`) share their ones. Returns the
     attentions rewritten."""
-    from onnx import helper, numpy_helper
-
     consumers: dict[str, list[onnx.NodeProto]] = {}
     for node in graph.node:
         for name in node.input:
@@ -367,8 +360,6 @@ def _replace_nodes(graph: onnx.GraphProto, replace: dict[int, list[onnx.NodeProt
 
 def convert_fp16(src: Path, dst: Path) -> None:
     # ONNX Runtime ships the converter (a copy of onnxconverter-common's): no extra dependency.
-    from onnxruntime.transformers.float16 import convert_float_to_float16
-
     m = onnx.load(str(src))
     io_names = {v.name for v in m.graph.input} | {v.name for v in m.graph.output}
     m16 = convert_float_to_float16(

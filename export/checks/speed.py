@@ -1,4 +1,4 @@
-"""The int8 gate's speed condition (export/bundle.py): greedy tokens/s of each engine, through the service's
+"""The int8 gate's speed condition (export/pipeline/int8_gate.py): greedy tokens/s of each engine, through the service's
 own loop, on verify's default corpus. What `attnserve-bench` (export/bench.py) measures per step, this measures
 per word list, as the gate decides: int8 must be faster than fp32 at batch 1 and at batch 32."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from export.verify import default_corpus, source_ids
+from export.checks.corpus import default_corpus, source_ids
 from service.engine.engine import DecodingOptions, Engine
 
 

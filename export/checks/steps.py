@@ -1,7 +1,7 @@
 """Runs of the v2 decoder outside the engine: the step runner that calibration of its int8 scales, its batch
-invariance (export/invariance.py's InPlaceSteps) and the fp16 check use.
+invariance (export/checks/invariance.py's InPlaceSteps) and the fp16 check use.
 
-A v2 step (export/fused.py) reads each row's past from a buffer [B, H, Pmax, Dh] at positions below
+A v2 step (export/graphs/v2.py) reads each row's past from a buffer [B, H, Pmax, Dh] at positions below
 `past_lengths[b]` and writes the new K/V at `past_lengths[b]`. Here the buffers are bound through
 IOBinding as both past and present, as the engine binds them, so what is checked is the in-place
 step the service runs.
@@ -12,12 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import onnx
 import onnxruntime as ort
-from tokenizers import Tokenizer
-from tqdm import tqdm
 
-from export.variants import quantized_inputs
 from service.engine.names import (
     ATTENTION_MASK,
     DECODER,
@@ -103,27 +99,3 @@ def pad_cross(bias: np.ndarray, cross: list[np.ndarray], n: int, width: int | No
         a[0, :, :n] = c[:, :n]
         out.append(a)
     return b, out
-
-
-def calibrated_amax_v2(
-    encoder: Path, decoder_v2: Path, src_tok: Tokenizer, tgt_tok: Tokenizer, cfg: dict, pairs: list[tuple[str, str]]
-) -> dict[str, float]:
-    """max |x| of every activation the int8 quantizer quantizes in the float32 v2 decoder, over `pairs`
-    teacher-forced one step at a time (each pair alone, as a served row computes it)."""
-    n = int(cfg["n_decoder_layers"])
-    m = onnx.load(str(decoder_v2))
-    names = list(quantized_inputs(m.graph))
-    m.graph.output.extend(onnx.helper.make_tensor_value_info(x, onnx.TensorProto.FLOAT, None) for x in names)
-    session = v2_session(m.SerializeToString())
-    enc = v2_session(encoder)
-    amax = dict.fromkeys(names, 0.0)
-    runner = StepRunner(session, n, 1, int(cfg["max_target_len"]), names)
-    for source, target in tqdm(pairs, desc="int8 calibration (v2)", unit="pair", leave=False):
-        src = src_tok.encode(source, add_special_tokens=False).ids[: int(cfg["max_source_len"])] or [int(cfg["unk_id"])]
-        tgt = tgt_tok.encode(target, add_special_tokens=False).ids[: int(cfg["max_target_len"]) - 1]
-        runner.set_cross(*encode_alone(enc, src, n))
-        for p, token in enumerate([int(cfg["bos_id"]), *tgt]):
-            outs = runner.step(np.array([token]), np.array([p]))
-            for x, v in zip(names, outs[1:]):
-                amax[x] = max(amax[x], float(np.abs(v).max(initial=0.0)))
-    return amax
