@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from service.engine.beam import update_searches
+from service.engine.beam import place_beams, update_searches
 from service.engine.processors import draw_uniforms, greedy_tokens, log_softmax, process_logits, sample_rows, top_tokens
 from service.engine.rows import GREEDY, SAMPLE, Generation, Row, RowState
 from service.engine.stopping import rank
@@ -202,6 +202,7 @@ def advance_searches(
         else:
             search_lp = np.stack([dist[r] for *_, dist, r in group])
         parents, beam_tokens = update_searches([g.search for g in gens], search_lp, picked.raw[all_slots])
+        new_slots, copies = place_beams(all_slots, parents)
         src = all_slots[np.arange(len(gens))[:, None], parents]
         going_on = [not g.search.done for g in gens]
         if not all(going_on):
@@ -209,19 +210,21 @@ def advance_searches(
                 if not goes_on:
                     done.append(g)
                     leaving.extend(g.rows)
-            all_slots, src, beam_tokens = all_slots[going_on], src[going_on], beam_tokens[going_on]
-        tokens[all_slots] = beam_tokens  # the rows of each search that goes on follow its beams
-        moved.append((all_slots.ravel(), src.ravel()))
+            new_slots, src, copies, beam_tokens = new_slots[going_on], src[going_on], copies[going_on], beam_tokens[going_on]
+            gens = [g for g, goes_on in zip(gens, going_on) if goes_on]
+        tokens[new_slots] = beam_tokens  # the rows of each search that goes on follow its beams
+        rows = state.rows
+        for g, order in zip(gens, new_slots.tolist()):  # beam j lives in row new_slots[j] from now on
+            g.rows = [rows[i] for i in order]
+        moved.append((new_slots[copies], src[copies]))
     if not moved:
         return None
     # Every search's rows in one gather: searches own disjoint rows, so this equals one gather per search,
     # and the cache's arrays are gathered once per step, not once per search (32 searches: 192 copies).
-    # A beam that continues from its own row keeps its cache where it is.
+    # A beam that stays in its parent's row keeps its cache where it is (place_beams).
     dest, src = (np.concatenate(a) for a in zip(*moved)) if len(moved) > 1 else moved[0]
-    moves = dest != src
-    if not moves.any():
+    if not dest.size:
         return None
-    dest, src = dest[moves], src[moves]
     state.gather(dest, src)
     return dest, src
 
