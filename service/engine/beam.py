@@ -10,6 +10,7 @@ processors they are the model's own. Hypotheses are ranked by the mean raw log-p
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -127,7 +128,8 @@ def update_searches(
     the sorts and the running counts work row by row), so a search chooses the same whatever searches share
     its step."""
     n, w, v = processed_logprobs.shape
-    scores = (np.stack([s.scores for s in searches])[:, :, None] + processed_logprobs).reshape(n, w * v)
+    beam_scores = np.concatenate([s.scores for s in searches]).reshape(n, w, 1)  # one call, where np.stack makes n
+    scores = (beam_scores + processed_logprobs).reshape(n, w * v)
     k = min(2 * w + 1, w * v)
     each = np.arange(n)[:, None]  # row indexing of [n, k] choices (take_along_axis costs more per call)
     top = np.argpartition(-scores, k - 1, axis=1)[:, :k]
@@ -136,65 +138,91 @@ def update_searches(
     top_raw = raw_logprobs.reshape(n, w * v)[each, top]
     parents, tokens = np.divmod(top, v)
     eos_id = searches[0].eos_id
-    n_finished = np.array([len(s.finished) for s in searches])
-    # The scan of each search's candidates, best first, as running counts: it stops at the first score that is
-    # not finite, and once W candidates go on; an end token ends a hypothesis while fewer than W have ended.
-    valid = np.logical_and.accumulate(np.isfinite(top_scores), axis=1)
-    ends = tokens == eos_id
-    goes_on = valid & ~ends
-    went_on = np.cumsum(goes_on, axis=1)
-    reached = (went_on - goes_on) < w  # the scan reaches this candidate
-    ended = valid & ends & reached
-    ended &= n_finished[:, None] + np.cumsum(ended, axis=1) <= w
-    goes_on &= went_on <= w
-    n_next = goes_on.sum(axis=1)
-    order = np.argsort(~goes_on, axis=1, kind="stable")[:, :w]  # the continuing candidates first, best first
-    new_parents, new_tokens = parents[each, order], tokens[each, order]
-    new_scores, new_raw = top_scores[each, order], top_raw[each, order]
+    # Most steps of most searches: the W best candidates are finite and none is the end token, so they are
+    # the next beams. The other searches scan their candidates.
+    irregular = ~np.isfinite(top_scores[:, w - 1]) | (tokens[:, :w] == eos_id).any(axis=1)
     scanned = [i for i, s in enumerate(searches) if s.stopping.stop]
-    for i in scanned:  # stop sequences: a candidate's text decides whether it goes on
-        found = searches[i]._scan(top[i].tolist(), top_scores[i].tolist(), top_raw[i].tolist(), v)
-        m = n_next[i] = len(found[0])
-        for out, values in zip((new_parents, new_tokens, new_scores, new_raw), found):
-            out[i, :m] = values
-    # fewer live candidates than rows (a tiny vocabulary): dead beams follow the first (or beam 0, the end token)
-    dead = np.arange(w) >= n_next[:, None]
-    if dead.any():
-        some = n_next > 0
-        new_parents = np.where(dead, np.where(some, new_parents[:, 0], 0)[:, None], new_parents)
-        new_tokens = np.where(dead, np.where(some, new_tokens[:, 0], eos_id)[:, None], new_tokens)
-        new_scores = np.where(dead, -np.inf, new_scores)
-    if ended.any():  # hypotheses that end with the end token, in the order of the scan
-        for i in np.flatnonzero(ended.any(axis=1)).tolist():
-            if not searches[i].stopping.stop:
-                s = searches[i]
-                for j in np.flatnonzero(ended[i]).tolist():
-                    ids, lps = s.path(int(parents[i, j]))
-                    s.finished.append(Hypothesis(ids, lps, "eos_token", eos_logprob=float(top_raw[i, j])))
-    p_list, t_list, r_list, n_list = new_parents.tolist(), new_tokens.tolist(), new_raw.tolist(), n_next.tolist()
+    if scanned:
+        irregular[scanned] = True
+    n_next = [w] * n
+    if not irregular.any():
+        new_parents, new_tokens, new_scores, new_raw = parents[:, :w], tokens[:, :w], top_scores[:, :w], top_raw[:, :w]
+    else:
+        new_parents, new_tokens, new_scores, new_raw, n_next = _scan(
+            searches, np.flatnonzero(irregular), top, top_scores, top_raw, parents, tokens, n_next, v
+        )
+    p_list, t_list, r_list = new_parents.tolist(), new_tokens.tolist(), new_raw.tolist()
     for i, s in enumerate(searches):
         s.scores = new_scores[i]
-        s._take(p_list[i], t_list[i], r_list[i], n_list[i])
+        s._take(p_list[i], t_list[i], r_list[i], n_next[i])
     return new_parents, new_tokens
 
 
-def place_beams(slots: np.ndarray, parents: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _scan(searches, rows, top, top_scores, top_raw, parents, tokens, n_next, v):
+    """The searches `rows` scan their candidates (best first, as BeamSearch says): as running counts over the
+    candidates, or for stop sequences in Python (`BeamSearch._scan`). Appends the hypotheses that end with the
+    end token; returns the next beams' (parents, tokens, scores, raw) [n, W] and how many live (n_next)."""
+    w = searches[0].width
+    eos_id = searches[0].eos_id
+    sub = (parents[rows], tokens[rows], top_scores[rows], top_raw[rows])
+    # The scan stops at the first score that is not finite, and once W candidates go on; an end token ends a
+    # hypothesis while fewer than W have ended.
+    valid = np.logical_and.accumulate(np.isfinite(sub[2]), axis=1)
+    ends = sub[1] == eos_id
+    goes_on = valid & ~ends
+    went_on = np.cumsum(goes_on, axis=1)
+    ended = valid & ends & ((went_on - goes_on) < w)  # ends where the scan reaches it
+    ended &= np.array([len(searches[i].finished) for i in rows])[:, None] + np.cumsum(ended, axis=1) <= w
+    goes_on &= went_on <= w
+    order = np.argsort(~goes_on, axis=1, kind="stable")[:, :w]  # the continuing candidates first, best first
+    each = np.arange(len(rows))[:, None]
+    new = [a[:, :w].copy() for a in (parents, tokens, top_scores, top_raw)]
+    for out, a in zip(new, sub):
+        out[rows] = a[each, order]
+    for r, i, count, ends_here in zip(range(len(rows)), rows.tolist(), goes_on.sum(axis=1).tolist(), ended.any(axis=1).tolist()):
+        s = searches[i]
+        if s.stopping.stop:  # a candidate's text decides whether it goes on
+            found = s._scan(top[i].tolist(), top_scores[i].tolist(), top_raw[i].tolist(), v)
+            count = len(found[0])
+            for out, values in zip(new, found):
+                out[i, :count] = values
+        elif ends_here:  # hypotheses that end with the end token, in the order of the scan
+            for j in np.flatnonzero(ended[r]).tolist():
+                ids, lps = s.path(int(parents[i, j]))
+                s.finished.append(Hypothesis(ids, lps, "eos_token", eos_logprob=float(top_raw[i, j])))
+        n_next[i] = count
+        if count < w:  # fewer live candidates than rows (a tiny vocabulary): dead beams follow the first
+            p0, t0 = (new[0][i, 0], new[1][i, 0]) if count else (0, eos_id)  # (or beam 0, the end token)
+            new[0][i, count:], new[1][i, count:], new[2][i, count:] = p0, t0, -np.inf
+    return (*new, n_next)
+
+
+_NO_ROWS = np.zeros(0, dtype=np.int64)
+
+
+@functools.cache
+def _earlier(w: int) -> np.ndarray:
+    """[W, W] bool: k < j."""
+    return np.tri(w, w, -1, dtype=bool)
+
+
+def place_beams(slots: np.ndarray, parents: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Which batch row each new beam takes, so that as few rows as can be take another row's cache: each parent's
     first child (in beam order) stays in its parent's row, and the other children take, in order, the rows of
     the beams that have no child. slots [n, W]: the rows of each search's beams, in beam order; parents [n, W]
-    from update_searches. Returns (new slots [n, W], copies [n, W] bool: the new beams whose row must take
-    their parent's cache, from slots[i, parents[i, j]]). A row that gives its cache never takes one, so the
-    copies may run in any order."""
+    from update_searches. Returns (new slots [n, W], dest, src): rows dest take the cache of rows src. No row
+    is in both, so the copies may run in any order."""
     n, w = parents.shape
     each = np.arange(n)[:, None]
     placed = slots[each, parents]  # every beam in its parent's row, to start with
     same = parents[:, :, None] == parents[:, None, :]  # [n, W, W]: beams j and k share a parent
-    copies = np.tril(same, -1).any(axis=2)  # a child after its parent's first
+    copies = (same & _earlier(w)).any(axis=2)  # a child after its parent's first
     if not copies.any():
-        return placed, copies
+        return placed, _NO_ROWS, _NO_ROWS
+    src = placed[copies]
     childless = ~(parents[:, :, None] == np.arange(w)).any(axis=1)  # [n, W]: beam k of the last step has no child
     later_children = np.argsort(~copies, axis=1, kind="stable")  # the copying children first, in beam order
     free_rows = np.argsort(~childless, axis=1, kind="stable")  # the childless beams first, in beam order
     i, m = np.nonzero(np.arange(w) < copies.sum(axis=1)[:, None])
     placed[i, later_children[i, m]] = slots[i, free_rows[i, m]]
-    return placed, copies
+    return placed, placed[copies], src

@@ -118,7 +118,8 @@ def update_searches(
     return np.array([p for p, _ in chosen], dtype=np.int64), np.array([t for _, t in chosen], dtype=np.int64)
 
 
-def place_beams(slots: np.ndarray, parents: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def place_beams(slots: np.ndarray, parents: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Beam j stays in row slots[i, j]; it takes its parent's cache when its parent was another row."""
     src = slots[np.arange(len(slots))[:, None], parents]
-    return slots.copy(), src != slots
+    moves = src != slots
+    return slots.copy(), slots[moves], src[moves]

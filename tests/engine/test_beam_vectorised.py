@@ -96,17 +96,16 @@ def test_beams_stay_in_their_parents_rows_and_only_extra_children_copy():
         parents = rng.integers(0, w, size=(n, w))
         parents[: n // 5] = np.arange(w)  # some searches keep every beam where it is
         parents[n // 5 : n // 3] = rng.permuted(np.tile(np.arange(w), (n // 3 - n // 5, 1)), axis=1)  # a permutation
-        new_slots, copies = place_beams(slots, parents)
+        new_slots, dest, src = place_beams(slots, parents)
         cache = np.arange(n * w) * 10  # each row's cache, by its contents
-        src = slots[np.arange(n)[:, None], parents]
-        dest_rows, src_rows = new_slots[copies], src[copies]
-        assert not set(dest_rows.tolist()) & set(src_rows.tolist())
-        cache[dest_rows] = cache[src_rows]
-        assert (cache[new_slots] == src * 10).all()  # every beam reads its parent's cache
+        parent_rows = slots[np.arange(n)[:, None], parents]
+        assert not set(dest.tolist()) & set(src.tolist())
+        cache[dest] = cache[src]
+        assert (cache[new_slots] == parent_rows * 10).all()  # every beam reads its parent's cache
         for i in range(n):
             assert sorted(new_slots[i].tolist()) == sorted(slots[i].tolist())  # a search keeps its own rows
-            assert copies[i].sum() == w - len(set(parents[i].tolist()))
-        assert not copies[: n // 3].any()  # a permutation of parents moves no cache
+            assert np.isin(dest, slots[i]).sum() == w - len(set(parents[i].tolist()))
+        assert not np.isin(dest, slots[: n // 3]).any()  # a permutation of parents moves no cache
 
 
 @pytest.fixture(scope="module")
