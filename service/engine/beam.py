@@ -148,7 +148,7 @@ def update_searches(
     if not irregular.any():
         new_parents, new_tokens, new_scores, new_raw = parents[:, :w], tokens[:, :w], top_scores[:, :w], top_raw[:, :w]
     else:
-        new_parents, new_tokens, new_scores, new_raw, n_next = _scan(
+        new_parents, new_tokens, new_scores, new_raw, n_next = _scan_irregular(
             searches, np.flatnonzero(irregular), top, top_scores, top_raw, parents, tokens, n_next, v
         )
     p_list, t_list, r_list = new_parents.tolist(), new_tokens.tolist(), new_raw.tolist()
@@ -158,7 +158,7 @@ def update_searches(
     return new_parents, new_tokens
 
 
-def _scan(searches, rows, top, top_scores, top_raw, parents, tokens, n_next, v):
+def _scan_irregular(searches, rows, top, top_scores, top_raw, parents, tokens, n_next, v):
     """The searches `rows` scan their candidates (best first, as BeamSearch says): as running counts over the
     candidates, or for stop sequences in Python (`BeamSearch._scan`). Appends the hypotheses that end with the
     end token; returns the next beams' (parents, tokens, scores, raw) [n, W] and how many live (n_next)."""
