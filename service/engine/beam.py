@@ -213,6 +213,8 @@ def place_beams(slots: np.ndarray, parents: np.ndarray) -> tuple[np.ndarray, np.
     from update_searches. Returns (new slots [n, W], dest, src): rows dest take the cache of rows src. No row
     is in both, so the copies may run in any order."""
     n, w = parents.shape
+    if n <= FEW_SEARCHES:
+        return _place_few(slots.tolist(), parents.tolist())
     each = np.arange(n)[:, None]
     placed = slots[each, parents]  # every beam in its parent's row, to start with
     same = parents[:, :, None] == parents[:, None, :]  # [n, W, W]: beams j and k share a parent
@@ -226,3 +228,27 @@ def place_beams(slots: np.ndarray, parents: np.ndarray) -> tuple[np.ndarray, np.
     i, m = np.nonzero(np.arange(w) < copies.sum(axis=1)[:, None])
     placed[i, later_children[i, m]] = slots[i, free_rows[i, m]]
     return placed, placed[copies], src
+
+
+FEW_SEARCHES = 8  # up to this many searches, place_beams in Python: a numpy call costs more than one search's placement
+
+
+def _place_few(slots: list[list[int]], parents: list[list[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """place_beams, search by search in Python."""
+    placed_all, dest, src = [], [], []
+    for rows, par in zip(slots, parents):
+        placed = [rows[p] for p in par]
+        kept: set[int] = set()
+        later = []  # a parent's children after its first, in beam order
+        for j, p in enumerate(par):
+            if p in kept:
+                later.append(j)
+            else:
+                kept.add(p)
+        if later:
+            for j, free in zip(later, [r for k, r in enumerate(rows) if k not in kept]):
+                src.append(placed[j])
+                dest.append(free)
+                placed[j] = free
+        placed_all.append(placed)
+    return np.array(placed_all, dtype=np.int64).reshape(len(slots), -1), np.array(dest, np.int64), np.array(src, np.int64)

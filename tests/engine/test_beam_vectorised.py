@@ -6,12 +6,14 @@ that give the same n-best lists, scores and texts as the reference."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import beam_reference as reference
 import numpy as np
 import pytest
 
+import service.engine.beam as beam_module
 import service.engine.rows as rows_module
 import service.engine.step as step_module
 from service.engine.beam import BeamSearch, place_beams, update_searches
@@ -86,17 +88,21 @@ def test_a_search_chooses_the_same_alone_and_among_others():
     assert [hypotheses(a.finalize()) for a in together] == [hypotheses(b.finalize()) for b in alone]
 
 
-def test_beams_stay_in_their_parents_rows_and_only_extra_children_copy():
+def test_beams_stay_in_their_parents_rows_and_only_extra_children_copy(monkeypatch):
     """Each new beam's row holds its parent's cache after the copies; a row copies only where a parent has more
-    than one child (W minus the distinct parents per search); no row both gives and takes a cache."""
+    than one child (W minus the distinct parents per search); no row both gives and takes a cache. The Python
+    placement of a few searches and the numpy one of many give the same rows and copies."""
     rng = np.random.default_rng(3)
-    for w in (1, 2, 3, 4, 6):
-        n = 50
+    for w, n in itertools.product((1, 2, 3, 4, 6), (5, 50)):  # a few searches (placed in Python) and many (numpy)
         slots = rng.permutation(n * w).reshape(n, w)
         parents = rng.integers(0, w, size=(n, w))
         parents[: n // 5] = np.arange(w)  # some searches keep every beam where it is
         parents[n // 5 : n // 3] = rng.permuted(np.tile(np.arange(w), (n // 3 - n // 5, 1)), axis=1)  # a permutation
         new_slots, dest, src = place_beams(slots, parents)
+        for few in (0, n):
+            monkeypatch.setattr(beam_module, "FEW_SEARCHES", few)
+            assert all(a.tolist() == b.tolist() for a, b in zip(place_beams(slots, parents), (new_slots, dest, src)))
+        monkeypatch.undo()
         cache = np.arange(n * w) * 10  # each row's cache, by its contents
         parent_rows = slots[np.arange(n)[:, None], parents]
         assert not set(dest.tolist()) & set(src.tolist())
