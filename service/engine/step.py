@@ -188,9 +188,10 @@ def advance_searches(
     eos_id: int,
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """Every beam search takes its step: the searches of one width choose their candidates together
-    (update_searches), their rows' tokens become their beams', and a search that ended joins `done` with its
-    rows in `leaving`. Returns (dest, src), the rows that continue from another row's cache (None: none moves),
-    after gathering `state`'s per-row arrays the same way."""
+    (update_searches), each new beam takes a row of its search (place_beams: its parent's where it can; a
+    search's `Generation.rows` follow, in beam order), the rows' tokens become their beams', and a search that
+    ended joins `done` with its rows in `leaving`. Returns (dest, src), the rows that take another row's cache
+    (None: none does), after gathering `state`'s per-row arrays the same way."""
     tokens = picked.tokens
     moved: list[tuple[np.ndarray, np.ndarray]] = []  # (rows, parent rows) that take a cache, by width
     for group in _searches_by_width(state, picked, searches, eos_id).values():
