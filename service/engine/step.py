@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from service.engine.beam import update_searches
+from service.engine.beam import place_beams, update_searches
 from service.engine.processors import draw_uniforms, greedy_tokens, log_softmax, process_logits, sample_rows, top_tokens
 from service.engine.rows import GREEDY, SAMPLE, Generation, Row, RowState
 from service.engine.stopping import rank
@@ -188,11 +188,12 @@ def advance_searches(
     eos_id: int,
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """Every beam search takes its step: the searches of one width choose their candidates together
-    (update_searches), their rows' tokens become their beams', and a search that ended joins `done` with its
-    rows in `leaving`. Returns (dest, src), the rows that continue from another row's cache (None: none moves),
-    after gathering `state`'s per-row arrays the same way."""
+    (update_searches), each new beam takes a row of its search (place_beams: its parent's where it can; a
+    search's `Generation.rows` follow, in beam order), the rows' tokens become their beams', and a search that
+    ended joins `done` with its rows in `leaving`. Returns (dest, src), the rows that take another row's cache
+    (None: none does), after gathering `state`'s per-row arrays the same way."""
     tokens = picked.tokens
-    moved: list[tuple[np.ndarray, np.ndarray]] = []  # (slots, parent slots) of the searches that go on, by width
+    moved: list[tuple[np.ndarray, np.ndarray]] = []  # (rows, parent rows) that take a cache, by width
     for group in _searches_by_width(state, picked, searches, eos_id).values():
         gens = [g for g, *_ in group]
         all_slots = np.array([sl for _, sl, _, _ in group], dtype=np.int64)  # [n, W]
@@ -202,26 +203,29 @@ def advance_searches(
         else:
             search_lp = np.stack([dist[r] for *_, dist, r in group])
         parents, beam_tokens = update_searches([g.search for g in gens], search_lp, picked.raw[all_slots])
-        src = all_slots[np.arange(len(gens))[:, None], parents]
         going_on = [not g.search.done for g in gens]
         if not all(going_on):
             for g, goes_on in zip(gens, going_on):
                 if not goes_on:
                     done.append(g)
                     leaving.extend(g.rows)
-            all_slots, src, beam_tokens = all_slots[going_on], src[going_on], beam_tokens[going_on]
-        tokens[all_slots] = beam_tokens  # the rows of each search that goes on follow its beams
-        moved.append((all_slots.ravel(), src.ravel()))
+            gens = [g for g, goes_on in zip(gens, going_on) if goes_on]
+            if not gens:
+                continue
+            all_slots, parents, beam_tokens = all_slots[going_on], parents[going_on], beam_tokens[going_on]
+        new_slots, dest, src = place_beams(all_slots, parents)
+        tokens[new_slots] = beam_tokens  # the rows of each search that goes on follow its beams
+        rows = state.rows
+        for g, order in zip(gens, new_slots.tolist()):  # beam j lives in row new_slots[j] from now on
+            g.rows = [rows[i] for i in order]
+        if dest.size:
+            moved.append((dest, src))
     if not moved:
         return None
     # Every search's rows in one gather: searches own disjoint rows, so this equals one gather per search,
     # and the cache's arrays are gathered once per step, not once per search (32 searches: 192 copies).
-    # A beam that continues from its own row keeps its cache where it is.
+    # A beam that stays in its parent's row keeps its cache where it is (place_beams).
     dest, src = (np.concatenate(a) for a in zip(*moved)) if len(moved) > 1 else moved[0]
-    moves = dest != src
-    if not moves.any():
-        return None
-    dest, src = dest[moves], src[moves]
     state.gather(dest, src)
     return dest, src
 

@@ -6,6 +6,7 @@ against an independent computation without ONNX Runtime or torch."""
 import dataclasses
 import itertools
 
+import beam_reference as reference
 import numpy as np
 import pytest
 
@@ -396,10 +397,10 @@ def test_searches_choosing_together_choose_as_each_alone_and_as_a_full_sort():
     rng = np.random.default_rng(5)
     w, v, n = 3, 7, 6
 
-    def searches():
-        return [BeamSearch(w, w, EOS, StoppingCriteria(max_new_tokens=6), decode) for _ in range(n)]
+    def searches(kind=BeamSearch):
+        return [kind(w, w, EOS, StoppingCriteria(max_new_tokens=6), decode) for _ in range(n)]
 
-    together, alone, by_sort = searches(), searches(), searches()
+    together, alone, by_sort = searches(), searches(), searches(reference.BeamSearch)  # the per-search scan, fed a full sort
     for _ in range(6):
         # logits rounded to one decimal: many candidates tie, which is where orders can differ
         lp = log_softmax(np.round(rng.normal(size=(n, w, v)) * 2, 1))
