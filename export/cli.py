@@ -76,6 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
         "simplify-encoder", help="rewrite a bundle's encoders without their shape plumbing, proven bitwise the same"
     )
     se.add_argument("bundle", type=Path)
+    se.add_argument(
+        "--fused-attention",
+        action="store_true",
+        help="then self-attention as MultiHeadAttention (not bitwise), kept only where its greedy/invariance gate passes",
+    )
     v = sub.add_parser("verify", help="run the parity suite on a bundle; exit 1 on any failure")
     v.add_argument("bundle", type=Path)
     v.add_argument("--run", type=Path, help="the run it came from: recompute the PyTorch reference and compare numerically")
@@ -142,7 +147,8 @@ def _requantize(args) -> int:
 def _simplify_encoder(args) -> int:
     from export.simplify_encoder import simplify_bundle_encoders
 
-    print(json.dumps(simplify_bundle_encoders(args.bundle, _log)["files"], indent=2))
+    record = simplify_bundle_encoders(args.bundle, _log, args.fused_attention)
+    print(json.dumps({k: record[k] for k in ("files", "fused_attention") if k in record}, indent=2))
     return 0
 
 

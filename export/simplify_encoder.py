@@ -6,11 +6,18 @@ parity-corpus source in batches of 1, 4 and 32 rows, padded to the batch's longe
 padding positions (as a batch with a longer row in it would be): every output must be bitwise equal.
 A graph that no rewrite applies to is left untouched. bundle.json records the node counts under
 `encoder_graph`; running the command again changes nothing.
+
+With `--fused-attention`, each encoder's self-attention then becomes MultiHeadAttention
+(export/encoder_attention.py) in the encoders that already need ONNX Runtime's contrib kernels (int8's).
+It is not bitwise, so it is kept only where its gate passes (every
+variant using that encoder gives the same greedy answers on at least MIN_AGREEMENT_PCT of the parity
+corpus through the engine, and each row's outputs are bitwise the same alone and in a padded batch of 32).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -20,9 +27,13 @@ import onnx
 
 from export.encoder_graph import op_counts, simplify_encoder
 from export.errors import BuildError
-from export.manifest import PARITY_CORPUS, external_data_files, write_manifest
+from export.manifest import BUNDLE_JSON, PARITY_CORPUS, external_data_files, write_manifest
 
 BATCHES = (1, 4, 32)
+MIN_AGREEMENT_PCT = 99.9
+# The fp32 graphs are the fallback of a runtime without ONNX Runtime's contrib kernels (and CUDA's default):
+# only an encoder that already needs those kernels (int8's MatMulIntegerToFloat) gets MultiHeadAttention.
+STANDARD_ONLY = "standard ONNX operators only: the fallback for a runtime without contrib kernels stays so"
 PAD_EXTRA = 3
 REWRITE = (
     "Reshape shapes read back from the reshaped tensor made constant (0 = keep that dim), positions sliced "
@@ -31,7 +42,7 @@ REWRITE = (
 )
 
 
-def simplify_bundle_encoders(bundle_dir: Path, log: Callable[[str], None] = print) -> dict:
+def simplify_bundle_encoders(bundle_dir: Path, log: Callable[[str], None] = print, fused_attention: bool = False) -> dict:
     """Rewrite each distinct encoder file of the bundle at `bundle_dir` in place; returns bundle.json's
     `encoder_graph` record. Raises BuildError (nothing written) when any output differs."""
     from service.engine.bundle import load_bundle
@@ -68,7 +79,12 @@ def simplify_bundle_encoders(bundle_dir: Path, log: Callable[[str], None] = prin
     record["files"] = files
     record["checked"] = {"batches": list(BATCHES), "pad_extra": PAD_EXTRA, "inputs": "parity corpus source_ids"}
     meta["encoder_graph"] = record
-    write_manifest(bundle_dir, meta)
+    write_manifest(bundle_dir, meta)  # the hashes the fused-attention gate's bundles are loaded with
+    if fused_attention:
+        record["fused_attention"] = {}
+        for name in files:
+            record["fused_attention"][name] = fuse_attention_gated(bundle_dir, meta, name, log)
+            write_manifest(bundle_dir, meta)  # the next gate loads this bundle, hashes checked
     return record
 
 
@@ -114,3 +130,74 @@ def compare_outputs(old: Path, new: Path, batches: list[list[list[int]]], pad_id
             if a.shape != b.shape or a.dtype != b.dtype or a.tobytes() != b.tobytes():
                 differences.append(f"{name} at batch {len(rows)} (first row {rows[0]})")
     return differences
+
+
+def fuse_attention_gated(bundle_dir: Path, meta: dict, name: str, log: Callable[[str], None]) -> dict:
+    """Rewrite encoder `name` with MultiHeadAttention where the gate passes; the gate's figures either way."""
+    from export.encoder_attention import fuse_self_attention
+
+    config = meta["config"]
+    path = bundle_dir / name
+    model = onnx.load(str(path))
+    if any(node.op_type == "MultiHeadAttention" for node in model.graph.node):
+        log(f"{name}: self-attention already fused")
+        return meta.get("encoder_graph", {}).get("fused_attention", {}).get(name, {"applied": True})
+    if not any(node.domain == "com.microsoft" for node in model.graph.node):
+        log(f"{name}: standard operators only, left so")
+        return {"applied": False, "reason": STANDARD_ONLY}
+    candidate = fuse_self_attention(model, config["n_encoder_layers"], config["n_heads"], config["d_model"])
+    sources = json.loads((bundle_dir / PARITY_CORPUS).read_text())["source_ids"]
+    pad_id = int(meta["special_ids"]["pad"])
+    variants = [v for v, entry in meta["variants"].items() if entry["encoder"] == name]
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp) / bundle_dir.name
+        shutil.copytree(bundle_dir, work)
+        save_like(candidate, work / name, external_data_files(path))
+        write_manifest(work, json.loads((work / BUNDLE_JSON).read_text()))
+        gate = {
+            "rows_not_batch_invariant": batch_variant_rows(work / name, sources, pad_id),
+            "greedy_agreement_pct": {v: greedy_agreement(bundle_dir, work, v, sources) for v in variants},
+            "nodes": len(candidate.graph.node),
+        }
+        gate["applied"] = not gate["rows_not_batch_invariant"] and all(
+            pct >= MIN_AGREEMENT_PCT for pct in gate["greedy_agreement_pct"].values()
+        )
+        if gate["applied"]:
+            shutil.copyfile(work / name, path)
+            for data in external_data_files(path):
+                shutil.copyfile(work / data, bundle_dir / data)
+    log(f"{name}: fused attention {'kept' if gate['applied'] else 'NOT kept'}: {gate}")
+    return gate
+
+
+def batch_variant_rows(path: Path, sources: list[list[int]], pad_id: int) -> int:
+    """How many rows' valid outputs differ in any bit between the row alone and in a padded batch of 32."""
+    import onnxruntime as ort
+
+    from service.engine.runtime import session_options
+
+    session = ort.InferenceSession(str(path), session_options(1), providers=["CPUExecutionProvider"])
+    differing = 0
+    for start in range(0, len(sources), 32):
+        rows = sources[start : start + 32]
+        batched = session.run(None, encoder_feeds(rows, pad_id))
+        for r, row in enumerate(rows):
+            alone = session.run(None, encoder_feeds([row], pad_id, extra=0))
+            n = len(row)
+            bias_same = alone[0][0, ..., :n].tobytes() == batched[0][r, ..., :n].tobytes()
+            kv_same = all(a[0, :, :n].tobytes() == b[r, :, :n].tobytes() for a, b in zip(alone[1:], batched[1:]))
+            differing += not (bias_same and kv_same)
+    return differing
+
+
+def greedy_agreement(old: Path, new: Path, variant: str, sources: list[list[int]]) -> float:
+    """Percentage of sources whose greedy answer from variant `variant` is the same in both bundles."""
+    from service.engine.bundle import load_bundle
+    from service.engine.engine import DecodingOptions, Engine
+
+    answers = []
+    for bundle_dir in (old, new):
+        engine = Engine(load_bundle(bundle_dir), variant=variant, threads=1)
+        options = DecodingOptions(max_new_tokens=engine.max_target_len)
+        answers.append([r.text for r in engine.generate(sources, options, batch_size=64, refill=True)])
+    return 100.0 * sum(a == b for a, b in zip(*answers)) / len(sources)
