@@ -49,11 +49,6 @@ def test_every_encoder_loses_its_shape_plumbing(tiny_bundle_dir, simplified):
         assert all(n.attribute for n in shapes), name
         assert Counter(n.op_type for n in after.graph.node)["Gather"] == 1  # the token embedding
         assert [o.name for o in after.graph.output] == [o.name for o in before.graph.output]
-    # int8: Q, K and V of each layer are one projection, and so are all the cross-attention K and V
-    ops = [Counter(n.op_type for n in onnx.load(str(d / "encoder.int8.onnx")).graph.node) for d in (tiny_bundle_dir, simplified)]
-    config = json.loads((tiny_bundle_dir / "bundle.json").read_text())["config"]
-    enc, dec = config["n_encoder_layers"], config["n_decoder_layers"]
-    assert (ops[0]["MatMulIntegerToFloat"], ops[1]["MatMulIntegerToFloat"]) == (6 * enc + 2 * dec, 4 * enc + 1)
 
 
 def test_outputs_are_bitwise_the_same_padded_and_batched(tiny_bundle_dir, simplified):
