@@ -1,6 +1,7 @@
 """`attnserve-export build RUN --out BUNDLE`, `attnserve-export verify BUNDLE [--run RUN]`,
 `attnserve-export requantize BUNDLE`, `attnserve-export add-lexicon BUNDLE`,
-`attnserve-export add-variant BUNDLE fp16` and `attnserve-export add-context BUNDLE RUN`."""
+`attnserve-export add-variant BUNDLE fp16`, `attnserve-export add-context BUNDLE RUN` and
+`attnserve-export simplify-encoder BUNDLE`."""
 
 from __future__ import annotations
 
@@ -70,6 +71,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="auto: prove CUDA parity where a GPU is present; cpu: the CPU checks only; cuda: a GPU is required",
     )
     av.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads for the CPU checks")
+    se = sub.add_parser(
+        "simplify-encoder", help="rewrite a bundle's encoders without their shape plumbing, proven bitwise the same"
+    )
+    se.add_argument("bundle", type=Path)
+    se.add_argument(
+        "--fused-attention",
+        action="store_true",
+        help="then self-attention as MultiHeadAttention (not bitwise), kept only where its greedy/invariance gate passes",
+    )
     v = sub.add_parser("verify", help="run the parity suite on a bundle; exit 1 on any failure")
     v.add_argument("bundle", type=Path)
     v.add_argument("--run", type=Path, help="the run it came from: recompute the PyTorch reference and compare numerically")
@@ -133,6 +143,14 @@ def _requantize(args) -> int:
     return 0
 
 
+def _simplify_encoder(args) -> int:
+    from export.simplify_encoder import simplify_bundle_encoders
+
+    record = simplify_bundle_encoders(args.bundle, _log, args.fused_attention)
+    print(json.dumps({k: record[k] for k in ("files", "fused_attention") if k in record}, indent=2))
+    return 0
+
+
 def _verify(args) -> int:
     from export.checks.parity import run_parity  # ONNX Runtime; torch only with --run
 
@@ -155,6 +173,7 @@ COMMANDS = {
     "add-variant": _add_variant,
     "add-context": _add_context,
     "requantize": _requantize,
+    "simplify-encoder": _simplify_encoder,
     "verify": _verify,
 }
 
