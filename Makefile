@@ -43,7 +43,7 @@ demo: $(BIN)/.installed-serve
 # where training runs in fp32: configs/g2p.yaml, configs/g2p-cycle2.yaml, models/g2p-en/MODEL_CARD.md), then the
 # heteronym chooser (seconds: configs/context.yaml), added to the bundle without touching its graphs, and the
 # encoders rewritten without their shape plumbing (proven bitwise the same) and int8 self-attention as
-# MultiHeadAttention where its gate passes (export/simplify_encoder.py).
+# MultiHeadAttention where its gate passes (export/pipeline/simplify_encoder.py).
 model: setup
 	$(BIN)/attnserve-train --config configs/g2p.yaml --out runs/g2p
 	$(BIN)/attnserve-export build runs/g2p --out runs/g2p-cycle1 --model-id g2p-en --eval-limit 1000 --no-fp16

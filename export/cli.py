@@ -144,7 +144,7 @@ def _requantize(args) -> int:
 
 
 def _simplify_encoder(args) -> int:
-    from export.simplify_encoder import simplify_bundle_encoders
+    from export.pipeline.simplify_encoder import simplify_bundle_encoders
 
     record = simplify_bundle_encoders(args.bundle, _log, args.fused_attention)
     print(json.dumps({k: record[k] for k in ("files", "fused_attention") if k in record}, indent=2))

@@ -1,4 +1,4 @@
-"""The encoder's self-attention as MultiHeadAttention (export/encoder_attention.py) on the tiny bundle: one
+"""The encoder's self-attention as MultiHeadAttention (export/graphs/encoder_attention.py) on the tiny bundle: one
 node per layer, outputs close to the exported attention's, each row bitwise the same alone and in a padded
 batch, and `simplify-encoder --fused-attention` touching only the encoder that already needs contrib kernels."""
 
@@ -14,9 +14,9 @@ import onnxruntime as ort
 import pytest
 
 from export.cli import main as export_main
-from export.encoder_attention import fuse_self_attention
 from export.errors import BuildError
-from export.simplify_encoder import batch_variant_rows, encoder_feeds
+from export.graphs.encoder_attention import fuse_self_attention
+from export.pipeline.simplify_encoder import batch_variant_rows, encoder_feeds
 from service.engine.bundle import load_bundle
 from service.engine.runtime import session_options
 

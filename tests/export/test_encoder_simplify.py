@@ -1,4 +1,4 @@
-"""`attnserve-export simplify-encoder` (export/simplify_encoder.py, export/encoder_graph.py) on the tiny
+"""`attnserve-export simplify-encoder` (export/pipeline/simplify_encoder.py, export/graphs/encoder_simplify.py) on the tiny
 bundle: its fp32 and int8 encoders lose their shape plumbing, every output stays bitwise the same in
 ONNX Runtime, the manifest's hashes follow, and a rewrite the proof cannot cover is refused."""
 
@@ -15,8 +15,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from export.cli import main as export_main
-from export.encoder_graph import simplify_encoder
-from export.simplify_encoder import compare_outputs, encoder_feeds, parity_batches
+from export.graphs.encoder_simplify import simplify_encoder
+from export.pipeline.simplify_encoder import compare_outputs, encoder_feeds, parity_batches
 from service.engine.bundle import load_bundle
 from service.engine.runtime import session_options
 

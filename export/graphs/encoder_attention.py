@@ -4,11 +4,11 @@ Each layer's attention core (split heads, Q K^T, scale, padding bias, softmax, t
 20 nodes, and in the int8 graph the row-invariant softmax written out) becomes one node reading the Q, K
 and V projections [B, S, D] and `key_padding_mask` = attention_mask as int32 [B, S].
 
-Unlike export/encoder_graph.py this is not bitwise: the kernel's softmax rounds differently from the
+Unlike export/graphs/encoder_simplify.py this is not bitwise: the kernel's softmax rounds differently from the
 exported one (the fp32 graph happened to match bit for bit on the parity corpus with ONNX Runtime 1.32;
 the int8 graph's cross K/V moved by up to 0.04, quantization magnifying the last bits). So
 `attnserve-export simplify-encoder --fused-attention` keeps it only where the gate in
-export/simplify_encoder.py passes: identical greedy answers on the parity corpus and each row's valid
+export/pipeline/simplify_encoder.py passes: identical greedy answers on the parity corpus and each row's valid
 outputs bitwise the same alone and in a padded batch of 32.
 """
 
@@ -17,8 +17,8 @@ from __future__ import annotations
 import onnx
 from onnx import helper
 
-from export.encoder_graph import remove_dead
 from export.errors import BuildError
+from export.graphs.encoder_simplify import remove_dead
 
 MASK = "encoder/key_padding_mask"
 PROJECTIONS = ("q_proj", "k_proj", "v_proj")

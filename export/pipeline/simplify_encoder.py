@@ -1,5 +1,5 @@
 """`attnserve-export simplify-encoder BUNDLE`: every encoder graph of a bundle rewritten without its shape
-plumbing (export/encoder_graph.py), proven bitwise the same on the bundle's parity corpus, then the hashes.
+plumbing (export/graphs/encoder_simplify.py), proven bitwise the same on the bundle's parity corpus, then the hashes.
 
 The proof runs the old and the new graph through ONNX Runtime with the options the server uses, on every
 parity-corpus source in batches of 1, 4 and 32 rows, padded to the batch's longest row plus PAD_EXTRA
@@ -8,7 +8,7 @@ A graph that no rewrite applies to is left untouched. bundle.json records the no
 `encoder_graph`; running the command again changes nothing.
 
 With `--fused-attention`, each encoder's self-attention then becomes MultiHeadAttention
-(export/encoder_attention.py) in the encoders that already need ONNX Runtime's contrib kernels (int8's).
+(export/graphs/encoder_attention.py) in the encoders that already need ONNX Runtime's contrib kernels (int8's).
 It is not bitwise, so it is kept only where its gate passes (every
 variant using that encoder gives the same greedy answers on at least MIN_AGREEMENT_PCT of the parity
 corpus through the engine, and each row's outputs are bitwise the same alone and in a padded batch of 32).
@@ -25,9 +25,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from export.encoder_graph import op_counts, simplify_encoder
 from export.errors import BuildError
-from export.manifest import BUNDLE_JSON, PARITY_CORPUS, external_data_files, write_manifest
+from export.graphs.encoder_attention import fuse_self_attention
+from export.graphs.encoder_simplify import op_counts, simplify_encoder
+from export.pipeline.manifest import BUNDLE_JSON, PARITY_CORPUS, external_data_files, write_manifest
 
 BATCHES = (1, 4, 32)
 MIN_AGREEMENT_PCT = 99.9
@@ -134,7 +135,6 @@ def compare_outputs(old: Path, new: Path, batches: list[list[list[int]]], pad_id
 
 def fuse_attention_gated(bundle_dir: Path, meta: dict, name: str, log: Callable[[str], None]) -> dict:
     """Rewrite encoder `name` with MultiHeadAttention where the gate passes; the gate's figures either way."""
-    from export.encoder_attention import fuse_self_attention
 
     config = meta["config"]
     path = bundle_dir / name
