@@ -408,3 +408,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":  # python -m export.bench, as attnserve-bench
+    sys.exit(main())
