@@ -134,11 +134,12 @@ def engine_in_process(words_file: Path, n: int, small: int, batch: int) -> dict:
     return {"words": n, "small": small, "runs": runs, "cpu_ms_per_word": cpu_ms, "decode_words_per_s": rate}
 
 
-def start_server(repo: Path, batch: int) -> tuple[subprocess.Popen, str]:
+def start_server(repo: Path, batch: int, bundle: Path | None = None) -> tuple[subprocess.Popen, str]:
+    """`attnserve-serve` from checkout `repo` on core 0, serving `bundle` (default: this checkout's default model)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cmd = ["taskset", "-c", "0", sys.executable, "-m", "service", str(ROOT / "models/g2p-en"), "--threads", "1"]
+    cmd = ["taskset", "-c", "0", sys.executable, "-m", "service", str(bundle or ROOT / "models/g2p-en"), "--threads", "1"]
     cmd += ["--port", str(port), "--max-batch-size", str(batch), "--max-concurrent-requests", "1024"]
     env = os.environ | {"PYTHONPATH": str(repo)}
     proc = subprocess.Popen(cmd, cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -3,9 +3,9 @@
     PYTHONPATH=$PWD .venv/bin/python docs/bench/latency_ab.py --a CHECKOUT [--b CHECKOUT] [--rounds 2]
         [--engine-bench REPORT.json] [--out DIR]
 
-Each round serves the default model from checkout A, then from B (`attnserve-serve --threads 1`, max batch
-32, on core 0), and drives it with this checkout's `attnserve-loadtest` on core 1 over the same
-out-of-dictionary pseudo-words (`lexicon: false`, streamed on `/generate_stream`):
+Each round serves the default model from checkout A, then from B (each its own `models/g2p-en` when it has
+one; `attnserve-serve --threads 1`, max batch 32, on core 0), and drives it with this checkout's
+`attnserve-loadtest` on core 1 over the same out-of-dictionary pseudo-words (`lexicon: false`, streamed on `/generate_stream`):
 - 1 client: time to first token, p50 (`--c1-requests` measured requests);
 - 32 clients: inter-token latency p99, TTFT p50 and p99, and output tokens/s (`--c32-requests`).
 With `--engine-bench`, an attnserve-bench report holding the ort-int8 batch-32 8-token cell, the 32-client
@@ -39,7 +39,8 @@ def loadtest(url: str, words_file: Path, clients: int, requests: int, out: Path)
 
 
 def one_run(label: str, repo: Path, words_file: Path, args, tmp: Path) -> dict:
-    proc, url = start_server(repo, 32)
+    own = repo / "models/g2p-en"  # each checkout's own default model when it has one: a change to the bundle counts too
+    proc, url = start_server(repo, 32, own if own.is_dir() else None)
     try:
         c1 = loadtest(url, words_file, 1, args.c1_requests, tmp / f"{label}_c1")
         c32 = loadtest(url, words_file, 32, args.c32_requests, tmp / f"{label}_c32")
