@@ -1,5 +1,5 @@
 """The variant the default model serves, through the whole server: a word's answer is the same alone and among
-64 concurrent clients, greedy and with a seed, while long texts are read in chunks and /score steps its own
+64 concurrent clients, greedy, with a seed and by beam search, while long texts are read in chunks and /score steps its own
 batch beside the generation batch (the scheduler's grouped queue, text chunks and scoring turns all move rows
 in and out of the batch between steps)."""
 
@@ -23,6 +23,7 @@ rng = random.Random(7)
 SYLLABLES = [c + v for c in "bcdfghklmnprstvz" for v in "aeiou"]
 WORDS = sorted({"".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 4))) for _ in range(40)})
 SEEDED = {"do_sample": True, "temperature": 0.9, "top_p": 0.95}
+BEAM = {"num_beams": 4}  # beams move caches between rows inside the shared batch (place_beams, reorder)
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +48,8 @@ def answer(url: str, text: str, **parameters) -> str:
 
 
 def jobs() -> list[tuple[str, dict]]:
-    """Each word greedy and with its own seed."""
-    return [(w, {}) for w in WORDS] + [(w, {**SEEDED, "seed": i}) for i, w in enumerate(WORDS)]
+    """Each word greedy, with its own seed, and by beam search."""
+    return [(w, {}) for w in WORDS] + [(w, {**SEEDED, "seed": i}) for i, w in enumerate(WORDS)] + [(w, BEAM) for w in WORDS]
 
 
 def test_the_server_serves_the_default_variant(url):
@@ -72,7 +73,7 @@ def test_answers_are_the_same_alone_and_among_64_concurrent_clients(url):
         return (w, json.dumps(p)), answer(url, w, **p)
 
     with ThreadPoolExecutor(64) as pool:
-        together = list(pool.map(client, range(320)))
+        together = list(pool.map(client, range(400)))
     words = [(key, got) for key, got in together if key not in ("text", "score")]
     assert len(words) > 200
     assert [got for _, got in words] == [alone[key] for key, _ in words]
