@@ -318,11 +318,11 @@ class SlotBatch(DecodeBatch):
         those rows, and only the positions they have written (a beam's rows share their position)."""
         p = int(self.positions[src].max()) + 1
         if self.device == "cpu":
-            a = self.cache[0]
+            first = self.cache[0]
             # Rows of 16 KiB and more (a default-model row past 16 positions), where no row both gives and takes
             # (beam search's placement): copied row by row, in place, without the temporary a gather makes
             # (half the memory traffic); shorter rows cost less as one gather than as a Python loop.
-            if p * a.shape[1] * a.shape[3] * a.itemsize >= 16384:
+            if p * first.shape[1] * first.shape[3] * first.itemsize >= 16384:
                 dest_list, src_list = dest.tolist(), src.tolist()
                 if set(dest_list).isdisjoint(src_list):
                     for a in self.cache:
