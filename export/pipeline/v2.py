@@ -11,6 +11,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from export.graphs.encoder_simplify import op_counts
 from export.graphs.format import graph_io
 from export.graphs.v2 import DISABLED_OPTIMIZERS, write_decoder_v2
 from export.graphs.variants import convert_fp16, quantize_int8
@@ -35,11 +36,7 @@ def optimized_node_count(path: Path, threads: int = 1) -> dict[str, int]:
         so = session_options(threads)
         so.optimized_model_filepath = str(Path(tmp) / "optimized.onnx")
         ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"], disabled_optimizers=DISABLED_OPTIMIZERS)
-        nodes = onnx.load(so.optimized_model_filepath, load_external_data=False).graph.node
-    counts: dict[str, int] = {}
-    for node in nodes:
-        counts[node.op_type] = counts.get(node.op_type, 0) + 1
-    return {"total": len(nodes), **dict(sorted(counts.items(), key=lambda kv: -kv[1]))}
+        return op_counts(onnx.load(so.optimized_model_filepath, load_external_data=False))
 
 
 def write_v2_variants(
