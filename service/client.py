@@ -26,7 +26,9 @@ A request is checked by the HTTP routes' validator (service/text/validation.py):
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
+import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -190,28 +192,18 @@ class Generator:
         InputError in its place instead of stopping the run."""
         # whole answers, as from `generate`
         options = self.options(**{"token_text": False, **params})
-        window = window or 4 * self.max_batch_size
-        pending: collections.deque[tuple[int, Ticket | InputError]] = collections.deque()
-        source = iter(enumerate(texts))
-        exhausted = False
-        while True:
-            while not exhausted and len(pending) < window:
-                try:
-                    i, text = next(source)
-                except StopIteration:
-                    exhausted = True
-                    break
-                try:
-                    pending.append((i, self.submit(text, options)))
-                except InputError as e:
-                    pending.append((i, e))
-            if not pending:
-                return
-            i, item = pending.popleft()
-            out = item if isinstance(item, InputError) else _result(item)
-            if on_result is not None:
-                on_result(i, out)
-            yield out
+
+        def admit(text: str | list[int]) -> Ticket | InputError:
+            try:
+                return self.submit(text, options)
+            except InputError as e:
+                return e
+
+        with contextlib.closing(self._in_windows(texts, admit, _result, window)) as outcomes:
+            for i, out in enumerate(outcomes):
+                if on_result is not None:
+                    on_result(i, out)
+                yield out
 
     def generate_text_many(
         self,
@@ -251,29 +243,14 @@ class Generator:
                 check_pronunciations(pronunciations, self.engine.tgt_tokenizer)
         except InvalidRequest as e:
             raise InputError(e.message, e.field) from None
-        window = window or 4 * self.max_batch_size
-        pending: collections.deque[TextRequest | InputError] = collections.deque()
-        source = iter(texts)
-        exhausted = False
-        try:
-            while True:
-                while not exhausted and len(pending) < window:
-                    text = next(source, None)
-                    if text is None:
-                        exhausted = True
-                        break
-                    try:  # the one validator, as the HTTP routes' requests
-                        pending.append(self.text.admit(validate(self.text, text, asked, options)))
-                    except InvalidRequest as e:
-                        pending.append(InputError(e.reason, e.field))
-                if not pending:
-                    return
-                job = pending.popleft()
-                yield job if isinstance(job, InputError) else self._text_result(job)
-        finally:  # the caller stopped reading (or a line failed): the lines in flight leave the batch
-            for job in pending:
-                if isinstance(job, TextRequest):
-                    job.cancel()
+
+        def admit(text: str) -> TextRequest | InputError:
+            try:  # the one validator, as the HTTP routes' requests
+                return self.text.admit(validate(self.text, text, asked, options))
+            except InvalidRequest as e:
+                return InputError(e.reason, e.field)
+
+        yield from self._in_windows(texts, admit, self._text_result, window)
 
     def _text_result(self, job: TextRequest) -> TextResult | InputError:
         try:
@@ -309,34 +286,39 @@ class Generator:
     ) -> Iterator[list[ScoredTarget] | InputError]:
         """Scores of many (input, targets) pairs in input order, up to `window` (default 4 x max_batch_size) in
         flight so their rows share the batch; a pair that cannot be read yields its InputError in its place."""
+
+        def admit(pair: tuple[str, list[str]]):
+            try:
+                return admit_scores(self.text, pair[0], list(pair[1]))
+            except InvalidRequest as e:
+                return InputError(e.message)
+
+        def finish(job) -> list[ScoredTarget] | InputError:
+            try:
+                return job.wait()
+            except InvalidRequest as e:
+                return InputError(e.message)
+            except ServiceError as e:
+                raise GenerationError(e.message) from None
+
+        yield from self._in_windows(pairs, admit, finish, window)
+
+    def _in_windows(self, items: Iterable, admit: Callable, finish: Callable, window: int | None) -> Iterator:
+        """Each item's outcome in input order, with up to `window` (default 4 x max_batch_size) admitted at once so
+        their rows share the batch: `admit(item)` starts one, or returns the InputError that takes its place;
+        `finish(job)` waits for its outcome. A caller that stops reading (or a failure) cancels the jobs in flight,
+        so they leave the batch."""
         window = window or 4 * self.max_batch_size
         pending: collections.deque = collections.deque()
-        source = iter(pairs)
-        exhausted = False
+        source = iter(items)
         try:
             while True:
-                while not exhausted and len(pending) < window:
-                    pair = next(source, None)
-                    if pair is None:
-                        exhausted = True
-                        break
-                    try:
-                        pending.append(admit_scores(self.text, pair[0], list(pair[1])))
-                    except InvalidRequest as e:
-                        pending.append(InputError(e.message))
+                pending.extend(admit(item) for item in itertools.islice(source, window - len(pending)))
                 if not pending:
                     return
                 job = pending.popleft()
-                if isinstance(job, InputError):
-                    yield job
-                    continue
-                try:
-                    yield job.wait()
-                except InvalidRequest as e:
-                    yield InputError(e.message)
-                except ServiceError as e:
-                    raise GenerationError(e.message) from None
-        finally:  # the caller stopped reading (or a pair failed): the pairs in flight leave the batch
+                yield job if isinstance(job, InputError) else finish(job)
+        finally:
             for job in pending:
                 if not isinstance(job, InputError):
                     job.cancel()

@@ -296,6 +296,28 @@ def test_generator_matches_the_engine_and_streams(generator):
     assert sampled.seed == 5
 
 
+def test_a_caller_that_stops_reading_many_answers_leaves_none_in_flight(generator, monkeypatch):
+    """generate_many, generate_text_many and score_many share one windowed pipeline: closing it early cancels the
+    requests it admitted ahead, so they leave the batch instead of decoding for nobody."""
+    from service.engine.tickets import Ticket
+
+    cancelled = []
+    cancel = Ticket.cancel
+    monkeypatch.setattr(Ticket, "cancel", lambda t: (cancelled.append(t), cancel(t)))
+    words = WORDS * 8
+    pairs = [(w, ["K AE1 T"]) for w in words]
+    for many in (generator.generate_many(words), generator.generate_text_many(words), generator.score_many(pairs)):
+        cancelled.clear()
+        next(many)
+        assert generator.scheduler.in_flight > 0  # the window ahead was admitted
+        many.close()
+        assert cancelled  # the admitted requests were cancelled, not left to decode
+        deadline = time.monotonic() + 10
+        while generator.scheduler.in_flight and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert generator.scheduler.in_flight == 0
+
+
 def test_a_whole_answer_in_process_decodes_its_text_once_and_a_stream_every_token(generator):
     engine, calls = generator.engine, []
     decode = engine.decode_ids
