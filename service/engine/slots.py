@@ -12,8 +12,9 @@ Buffers, allocated for `capacity` rows and grown by doubling (a copy of the rows
   other steps move only ids and positions in and logits / next_token out.
 - `input_ids` [C, 1] int64; `position_ids` [C, 1] int32, of which `past_lengths` [C] is a view (one
   array: a row's position is its past length); `logits` [C, V] and `next_token` [C] as outputs.
-A step runs on the first n rows, n = the highest slot in use + 1: every buffer is bound from its
-first row with n rows (IOBinding by pointer), rebound only when n, the capacity or W changes. So a
+A step runs on the first n rows, n = the rows in use: slots that rows left are taken by the next rows to join,
+and those still free at the step are filled by the rows above them (`_compact`), so no free slot computes. Every
+buffer is bound from its first row with n rows (IOBinding by pointer), rebound only when n, the capacity or W changes. So a
 step's Python is the one `run_with_iobinding` call, and after it the tokens and positions written
 in place.
 
@@ -224,6 +225,8 @@ class SlotBatch(DecodeBatch):
     def run(self) -> tuple[np.ndarray, np.ndarray | None]:
         """ONE decoder call on the first n rows: (logits [n, V], in-graph argmax [n] or None). Both are views of
         the batch's output buffers, valid until the next step."""
+        if self.n_live < self.n:
+            self._compact()
         if self.bound != self.n:
             self._bind()
         if self.device != "cpu" and self.joined:  # rows joined since the last step: their cross K/V and bias go over
@@ -285,8 +288,8 @@ class SlotBatch(DecodeBatch):
         self.joined = True  # a device batch copies the cross K/V and bias over before its next step
 
     def free(self, rows: list[Row]) -> None:
-        """Rows leave: their slots become free (position 0, computing for nothing) until a row takes them;
-        free slots at the end are dropped from the step."""
+        """Rows leave: their slots become free until a joining row takes them or the rows above move down before the
+        next step (`_compact`); free slots at the end are dropped at once."""
         for q in rows:
             i = self.state.free(q)
             if i is None:
@@ -302,6 +305,37 @@ class SlotBatch(DecodeBatch):
         if n < self.n:
             self.state.take(np.arange(n), [])
             self.n = n
+
+    def _compact(self) -> None:
+        """The rows above the free slots that joining rows left move down into them, so the step runs on n_live rows: a
+        free slot costs the decoder as much as a live row. A moved row takes its self-attention cache (the positions
+        it has written), cross K/V, bias, next token and position, and its row state; what it computes next is the
+        same in any slot."""
+        n_live = self.n_live
+        live = self.live[: self.n, 0]
+        dest = np.flatnonzero(live[:n_live] == 0)
+        src = np.flatnonzero(live[n_live:]) + n_live  # as many live rows above n_live as free slots below it
+        p = int(self.positions[src, 0].max())  # positions below a row's next one are its written cache
+        if self.device == "cpu":
+            for a in self.cache:
+                a[dest, :, :p] = a[src, :, :p]
+        else:  # device memory: a round trip through the host, as `reorder`
+            for v in self.cache:
+                host = v.numpy()
+                host[dest, :, :p] = host[src, :, :p]
+                v.update_inplace(host)
+            self.joined = True  # the cross K/V and bias go over again before the step
+        for c in self.cross:
+            c[dest] = c[src]
+        self.bias[dest] = self.bias[src]
+        self.input_ids[dest] = self.input_ids[src]
+        self.positions[dest] = self.positions[src]
+        self.live[dest] = 1
+        self.live[src] = 0
+        keep = np.arange(n_live)
+        keep[dest] = src
+        self.state.take(keep, [])  # the rows renumbered: a moved row's slot is its new one
+        self.n = n_live
 
     def follow(self, choice: StepChoice) -> None:
         """After token choice: beams take their parents' cache, every row feeds its new token at its next

@@ -89,6 +89,42 @@ def test_joining_writes_a_slot_and_finishing_frees_it(v2):
     assert len(late.token_ids) == 20
 
 
+def test_free_slots_left_at_a_step_are_filled_by_the_rows_above_them(v2):
+    """Rows leaving from the middle with nobody joining: before the next step the highest rows move down into the
+    free slots, so the step runs on the live rows only; moved rows (greedy, seeded sampling and beam 4, whose beams
+    then move again among their rows) give what they give alone."""
+    forced = DecodingOptions(max_new_tokens=12, min_new_tokens=12)
+    sampled = DecodingOptions(max_new_tokens=12, min_new_tokens=12, temperature=0.9, seed=7)
+    beams = DecodingOptions(max_new_tokens=12, num_beams=4)
+    plan = [("attention", forced), ("hello", forced), ("zebra", sampled), ("a", beams), ("phonetics", forced)]
+    plan += [("runtime", sampled), ("cat", forced), ("onnx", forced)]
+    alone = [v2.generate([w], o)[0] for w, o in plan]
+    batch = v2.new_batch()
+    ran_on = []  # the rows each decoder call ran on, and whether every one of them was live
+    run_binding = batch.run_binding
+
+    def counting(binding, options):
+        ran_on.append((batch.n, all(q is not None and q.slot == i for i, q in enumerate(batch.rows))))
+        return run_binding(binding, options)
+
+    batch.run_binding = counting
+    gens = v2.join(batch, [(v2.encode_text(w), o) for w, o in plan])
+    for _ in range(3):
+        v2.step(batch)
+    assert batch.n == len(batch) == 11  # 7 single rows and "a"'s 4 beams (slots 3-6)
+    leaving = [gens[1], gens[2], gens[4]]  # the rows in slots 1, 2 and 7 leave
+    batch.remove(leaving)
+    assert len(batch) == 8 and batch.n == 11  # free slots stay free until a row joins or the next step
+    v2.step(batch)
+    assert ran_on[-1] == (8, True)
+    while len(batch):
+        batch.remove([r.generation for r in v2.step(batch) if r.finish_reason])
+    for (w, _), gen, ref in zip(plan, gens, alone):
+        if gen not in leaving:
+            assert gen.token_ids == ref.token_ids, w
+            assert [h.token_ids for h in gen.hypotheses] == [h.token_ids for h in ref.hypotheses], w
+
+
 def test_greedy_and_sampled_rows_never_copy_their_cache_and_beams_copy_only_moved_rows(v2, monkeypatch):
     copies = []
     original = SlotBatch.reorder
