@@ -98,6 +98,12 @@ class Scheduler:
         self._thread: threading.Thread | None = None
         self.failure: str | None = None  # why the engine loop died, if it did
         self._mean_request_s = 1.0  # moving average, for Retry-After
+        # Requests encoded ahead of a free row: when more requests wait than rows are free, one encoder call takes at
+        # least `join_group` of them (a quarter batch) instead of the two to four rows that free up at a step; those
+        # past the free rows wait here, encoded, and join at the next step boundaries with room. The encoder call's
+        # fixed cost is spread over more rows, and no row of the batch waits for a group to gather.
+        self._encoded: collections.deque[tuple[Ticket, Generation, object]] = collections.deque()
+        self.join_group = max(1, max_batch_size // 4)
 
     # ---- owner side ---------------------------------------------------------------------
     def start(self) -> None:
@@ -234,6 +240,7 @@ class Scheduler:
                         and not self._waiting
                         and not self._shares
                         and not len(batch)
+                        and not self._encoded
                         and not self._scoring
                         and not len(forced)
                     ):
@@ -251,6 +258,8 @@ class Scheduler:
                 self._stopping = True
                 reason = getattr(self, "_stop_reason", None) if self.failure is None else self.unavailable_reason()
                 leftovers = [t for group in self._waiting for t in group] + [t for t in self._by_gen.values()]
+                leftovers += [t for t, _, _ in self._encoded]
+                self._encoded.clear()
                 leftovers += list(self._scoring) + forced.jobs + [t for share in self._shares for t in share.held]
                 self._waiting.clear()
                 self._shares.clear()
@@ -270,9 +279,12 @@ class Scheduler:
         now = time.perf_counter()
         touched: list[Ticket] = []
         self._drop_rows(batch, now, touched)
-        joining = self._take_waiting(len(batch), now, touched)
-        if joining:
-            self._start(batch, joining, touched)
+        rows = len(batch)
+        if self._encoded:
+            rows += self._join_encoded(batch, rows, now, touched)
+        joining, ahead = self._take_waiting(rows, now, touched)
+        if joining or ahead:
+            self._start(batch, joining, ahead, touched)
         self.metrics.running_sequences.set(len(batch))
         if len(batch):
             self._step(batch, touched)
@@ -294,14 +306,19 @@ class Scheduler:
             for t in leaving:
                 del self._by_gen[id(t.generation)]
 
-    def _take_waiting(self, rows: int, now: float, touched: list[Ticket]) -> list[Ticket]:
+    def _take_waiting(self, rows: int, now: float, touched: list[Ticket]) -> tuple[list[Ticket], list[Ticket]]:
         """The waiting requests that join this step, up to the batch bound (a request counts its rows: beams,
-        best_of samples), groups taking turns; queued requests cancelled or past their deadline leave the queue."""
+        best_of samples), groups taking turns, and those encoded ahead with them (`_encoded`) when more wait than
+        fit; queued requests cancelled or past their deadline leave the queue."""
         joining: list[Ticket] = []
+        ahead: list[Ticket] = []
         with self._cv:
             if self._shares:
                 self._next_chunks(now, touched)
-            while self._waiting and rows + self._waiting[0][0].options.n_rows <= self.max_batch_size:
+            while self._waiting:
+                fits = rows + self._waiting[0][0].options.n_rows <= self.max_batch_size
+                if not fits and (self._encoded or not joining or len(joining) + len(ahead) >= self.join_group):
+                    break  # encoded ahead only to fill one encoder call that a free row opened, and only once
                 group = self._waiting.popleft()
                 t = group.popleft()
                 self._n_waiting -= 1
@@ -312,9 +329,11 @@ class Scheduler:
                 elif now > t.deadline:
                     self._finish(t, Failed(TimedOut(self.request_timeout_s)))
                     touched.append(t)
-                else:
+                elif fits and not ahead:
                     joining.append(t)
                     rows += t.options.n_rows
+                else:
+                    ahead.append(t)
             # queued requests past their deadline leave the queue too, not only the ones at its head
             expired = [t for group in self._waiting for t in group if t.cancelled or now > t.deadline]
             if expired:
@@ -326,25 +345,54 @@ class Scheduler:
                     self._finish(t, None if t.cancelled else Failed(TimedOut(self.request_timeout_s)))
                     touched.append(t)
             self.metrics.queue_size.set(self._n_waiting)
-        return joining
+        return joining, ahead
 
-    def _start(self, batch, joining: list[Ticket], touched: list[Ticket]) -> None:
-        """The joining requests' encoder call (one for them all), then their rows join the batch."""
+    def _join_encoded(self, batch, rows: int, now: float, touched: list[Ticket]) -> int:
+        """Requests encoded ahead join, in order, as far as the batch has room; those cancelled or past their deadline
+        end here. Returns the rows that joined."""
+        gens, sources, joined = [], [], 0
+        while self._encoded and rows + joined + self._encoded[0][0].options.n_rows <= self.max_batch_size:
+            t, gen, source = self._encoded.popleft()
+            if t.cancelled or now > t.deadline:
+                self._finish(t, None if t.cancelled else Failed(TimedOut(self.request_timeout_s)))
+                touched.append(t)
+                continue
+            gens.append(gen)
+            sources.append(source)
+            self._by_gen[id(gen)] = t
+            joined += t.options.n_rows
+        if gens:
+            batch.add(gens, sources)
+        return joined
+
+    def _start(self, batch, joining: list[Ticket], ahead: list[Ticket], touched: list[Ticket]) -> None:
+        """One encoder call for the joining requests and those encoded ahead; the first join the batch, the others
+        wait encoded (`_encoded`)."""
+        group = joining + ahead
         t0 = time.perf_counter()
         try:
-            gens, sources = self.engine.start([(t.source_ids, t.options) for t in joining])
+            gens, sources = self.engine.start([(t.source_ids, t.options) for t in group])
         except InputError:  # the handlers validate first; find the request the engine still refuses
-            joining, gens, sources = self._start_one_by_one(joining, touched)
+            group, gens, sources = self._start_one_by_one(group, touched)
         t1 = time.perf_counter()
-        if joining:
-            self.metrics.encoder_duration.observe(t1 - t0)
-            batch.add(gens, sources)
-            for t, gen in zip(joining, gens):
-                t.generation = gen
-                t.t_admitted = t0
+        if not group:
+            return
+        self.metrics.encoder_duration.observe(t1 - t0)
+        now_joining = {id(t) for t in joining}
+        added_gens, added_sources = [], []
+        for t, gen, source in zip(group, gens, sources):
+            t.generation = gen
+            t.t_admitted = t0
+            self.metrics.queue_duration.observe(t0 - t.t_arrival)
+            self.metrics.input_tokens.observe(len(t.source_ids))
+            if id(t) in now_joining:
                 self._by_gen[id(gen)] = t
-                self.metrics.queue_duration.observe(t0 - t.t_arrival)
-                self.metrics.input_tokens.observe(len(t.source_ids))
+                added_gens.append(gen)
+                added_sources.append(source)
+            else:
+                self._encoded.append((t, gen, source))
+        if added_gens:
+            batch.add(added_gens, added_sources)
 
     def _step(self, batch, touched: list[Ticket]) -> None:
         """ONE decoder step for every row; each request's tokens, its wake-up, and the rows that finished leave."""

@@ -1,0 +1,50 @@
+"""Admission into a saturated batch: while more requests wait than rows are free, an encoder call that a free row
+opens takes a quarter batch of waiting requests, and those past the free rows join, already encoded, as rows free
+up. The real default model's engine; the test counts the requests of each encoder call, not times."""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+
+from service_harness import load_engine
+
+from service.engine.engine import DecodingOptions
+from service.engine.scheduler import Failed, Finished, Scheduler
+from service.metrics import ServiceMetrics
+
+DEFAULT_BUNDLE = Path(__file__).resolve().parents[2] / "models" / "g2p-en"
+# made-up words of different lengths, so rows finish at different steps
+WORDS = ["zyx", "quarbly", "flimbertoshing", "snork", "grumbletonian", "wiz", "blorptastic", "mip", "trandleworth"] * 5
+
+
+def join_groups(join_group: int | None) -> list[int]:
+    """How many requests each encoder call took, in order, for WORDS queued at once."""
+    engine = load_engine(DEFAULT_BUNDLE)
+    sched = Scheduler(engine, ServiceMetrics("t"), max_batch_size=8, max_concurrent_requests=64, request_timeout_s=60)
+    if join_group is not None:
+        sched.join_group = join_group
+    options = DecodingOptions(max_new_tokens=16)
+    sched.start()
+    try:
+        tickets = sched.submit_many([(engine.encode_text(w), options) for w in WORDS])  # all queued at once
+        for t in tickets:
+            events = []
+            while not any(isinstance(e, Finished | Failed) for e in events):
+                events += t.next_events_blocking(timeout=30)
+            assert isinstance(events[-1], Finished)
+    finally:
+        sched.stop()
+    by_start = collections.Counter(t.t_admitted for t in tickets)
+    return [by_start[k] for k in sorted(by_start)]
+
+
+def test_a_saturated_batch_encodes_a_quarter_batch_of_waiting_requests_per_call():
+    groups = join_groups(None)  # the default: max_batch_size // 4 = 2
+    assert sum(groups) == len(WORDS) and groups[0] == 8
+    # only the queue's last request may join alone: before it, more waited than were free
+    assert min(groups[:-1]) >= 2, groups
+    # encoding only what fits, single requests are encoded while others wait
+    every_step = join_groups(1)
+    assert min(every_step[:-1]) == 1, every_step
+    assert len(every_step) > len(groups)
