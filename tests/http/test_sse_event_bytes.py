@@ -67,3 +67,23 @@ def test_token_events_are_the_bytes_of_the_whole_event():
         chunks = body(job)
         assert chunks == [expected_event(1, items[0], job), expected_event(2, items[1], job) + expected_event(3, items[2], job)]
         assert isinstance(chunks[-1], LastChunk) and not job.cancelled
+
+
+def test_openai_chunk_events_are_the_bytes_of_the_whole_chunk():
+    """A /v1 stream's token chunk is the envelope's pre-encoded head and tail around its one choice."""
+    from service.http.openai.completions import _event, chunk_event_parts
+
+    envelope = {"id": "chatcmpl-1a2b", "object": "chat.completion.chunk", "created": 1795000000, "model": 'g2p "en" [x]'}
+    choices = [
+        {"index": 0, "delta": {"role": "assistant", "content": "HH"}, "logprobs": None, "finish_reason": None},
+        {
+            "index": 3,
+            "delta": {"content": ' "É\\ü'},
+            "logprobs": {"content": [{"token": "AH0", "logprob": -0.5}]},
+            "finish_reason": None,
+        },
+        {"index": 1, "text": "", "logprobs": None, "finish_reason": "stop"},
+    ]
+    head, tail = chunk_event_parts(envelope)
+    for choice in choices:
+        assert head + orjson.dumps(choice) + tail == _event({**envelope, "choices": [choice]})

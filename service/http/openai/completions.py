@@ -415,6 +415,7 @@ async def _choice_chunks(
     """One choice's chunks: its tokens' events, gathered per wake-up of the engine; keep-alive comments."""
     gathered: list[bytes] = []
     first = True
+    head, tail = chunk_event_parts(envelope)
     async for item in job.stream_items(svc.keepalive_s):
         if item is None:
             yield KEEPALIVE
@@ -428,7 +429,7 @@ async def _choice_chunks(
             continue
         delta, released, finish = text.add(item.token, item.top_tokens, item.finish_reason if item.last else None)
         if delta or released or finish:
-            gathered.append(_event({**envelope, "choices": [render(index, delta, released, finish, first)]}))
+            gathered.append(head + orjson.dumps(render(index, delta, released, finish, first)) + tail)
             first = False
         if finish:
             yield b"".join(gathered)
@@ -463,6 +464,14 @@ async def _merged(streams: list[AsyncIterator[bytes]]) -> AsyncIterator[bytes]:
     finally:
         for t in tasks:
             t.cancel()
+
+
+def chunk_event_parts(envelope: dict) -> tuple[bytes, bytes]:
+    """The bytes around a chunk's one choice: `_event({**envelope, "choices": [choice]})` is head + the choice's JSON
+    + tail (orjson keeps the keys' order), so a token's event serializes only its choice, not the envelope again."""
+    head = _event({**envelope, "choices": []})
+    cut = head.rindex(b"[]")
+    return head[: cut + 1], head[cut + 1 :]
 
 
 def _event(obj: dict) -> bytes:
