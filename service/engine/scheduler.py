@@ -98,8 +98,8 @@ class Scheduler:
         self._thread: threading.Thread | None = None
         self.failure: str | None = None  # why the engine loop died, if it did
         self._mean_request_s = 1.0  # moving average, for Retry-After
-        # Requests encoded ahead of a free row: when more requests wait than rows are free, one encoder call takes at
-        # least `join_group` of them (a quarter batch) instead of the two to four rows that free up at a step; those
+        # Requests encoded ahead of a free row: when half a batch or more waits, one encoder call takes at least
+        # `join_group` of them (a quarter batch) instead of the two to four rows that free up at a step; those
         # past the free rows wait here, encoded, and join at the next step boundaries with room. The encoder call's
         # fixed cost is spread over more rows, and no row of the batch waits for a group to gather.
         self._encoded: collections.deque[tuple[Ticket, Generation, object]] = collections.deque()
@@ -315,9 +315,13 @@ class Scheduler:
         with self._cv:
             if self._shares:
                 self._next_chunks(now, touched)
+            # encoded ahead only where half a batch waits: a shorter queue is served by the rows that free up, and the
+            # longer encoder call would lengthen the step for the running rows (inter-token latency) for little gain
+            deep = self._n_waiting >= 2 * self.join_group
             while self._waiting:
                 fits = rows + self._waiting[0][0].options.n_rows <= self.max_batch_size
-                if not fits and (self._encoded or not joining or len(joining) + len(ahead) >= self.join_group):
+                ahead_ok = deep and not self._encoded and joining and len(joining) + len(ahead) < self.join_group
+                if not fits and not ahead_ok:
                     break  # encoded ahead only to fill one encoder call that a free row opened, and only once
                 group = self._waiting.popleft()
                 t = group.popleft()

@@ -13,9 +13,10 @@ Buffers, allocated for `capacity` rows and grown by doubling (a copy of the rows
 - `input_ids` [C, 1] int64; `position_ids` [C, 1] int32, of which `past_lengths` [C] is a view (one
   array: a row's position is its past length); `logits` [C, V] and `next_token` [C] as outputs.
 A step runs on the first n rows, n = the highest slot in use + 1: slots that rows left are taken by the next rows
-to join; when a quarter or more of the step's slots are still free (a batch draining), the rows above them move
-down into them first (`_compact`): a free slot costs the decoder what a live row costs, and a compaction (row
-copies and a rebinding, about 0.2 ms at 32 rows) pays only where many slots would compute for nothing. Every
+to join; when half or more of the step's slots are still free (a batch draining), the rows above them move down
+into them first (`_compact`): a free slot costs the decoder what a live row costs, but a compaction (row copies
+and a rebinding, 0.2-0.8 ms at 32 rows) lengthens the step for every running row, so it pays only where many
+slots would compute for nothing, step after step. Every
 buffer is bound from its first row with n rows (IOBinding by pointer), rebound only when n, the capacity or W changes. So a
 step's Python is the one `run_with_iobinding` call, and after it the tokens and positions written
 in place.
@@ -227,7 +228,7 @@ class SlotBatch(DecodeBatch):
     def run(self) -> tuple[np.ndarray, np.ndarray | None]:
         """ONE decoder call on the first n rows: (logits [n, V], in-graph argmax [n] or None). Both are views of
         the batch's output buffers, valid until the next step."""
-        if 4 * (self.n - self.n_live) >= self.n:  # a quarter or more of the step would compute for free slots
+        if 2 * (self.n - self.n_live) >= self.n:  # half the step or more would compute for free slots
             self._compact()
         if self.bound != self.n:
             self._bind()
@@ -291,7 +292,7 @@ class SlotBatch(DecodeBatch):
 
     def free(self, rows: list[Row]) -> None:
         """Rows leave: their slots become free until a joining row takes them, or the rows above move down before a
-        step that would run on a quarter or more of free slots (`_compact`); free slots at the end are dropped at once."""
+        step that would run on half or more of free slots (`_compact`); free slots at the end are dropped at once."""
         for q in rows:
             i = self.state.free(q)
             if i is None:

@@ -89,15 +89,16 @@ def test_joining_writes_a_slot_and_finishing_frees_it(v2):
     assert len(late.token_ids) == 20
 
 
-def test_free_slots_left_at_a_step_are_filled_by_the_rows_above_them(v2):
-    """Rows leaving from the middle with nobody joining: before the next step the highest rows move down into the
-    free slots, so the step runs on the live rows only; moved rows (greedy, seeded sampling and beam 4, whose beams
-    then move again among their rows) give what they give alone."""
+def test_a_step_with_half_its_slots_free_runs_on_the_live_rows_only(v2):
+    """Rows leaving from the middle with nobody joining: a slot or two stay free (a compaction would cost the step
+    more than they do), but before a step that would run on half or more of free slots the highest rows move down
+    into them, so it runs on the live rows only; moved rows (greedy, seeded sampling, and beam 4, whose beams then
+    move again among their rows) give what they give alone."""
     forced = DecodingOptions(max_new_tokens=12, min_new_tokens=12)
     sampled = DecodingOptions(max_new_tokens=12, min_new_tokens=12, temperature=0.9, seed=7)
     beams = DecodingOptions(max_new_tokens=12, num_beams=4)
-    plan = [("attention", forced), ("hello", forced), ("zebra", sampled), ("a", beams), ("phonetics", forced)]
-    plan += [("runtime", sampled), ("cat", forced), ("onnx", forced)]
+    plan = [("attention", forced), ("hello", forced), ("zebra", sampled), ("characteristically", beams), ("phonetics", forced)]
+    plan += [("runtime", sampled), ("cat", forced), ("onnx", sampled)]
     alone = [v2.generate([w], o)[0] for w, o in plan]
     batch = v2.new_batch()
     ran_on = []  # the rows each decoder call ran on, and whether every one of them was live
@@ -111,12 +112,15 @@ def test_free_slots_left_at_a_step_are_filled_by_the_rows_above_them(v2):
     gens = v2.join(batch, [(v2.encode_text(w), o) for w, o in plan])
     for _ in range(3):
         v2.step(batch)
-    assert batch.n == len(batch) == 11  # 7 single rows and "a"'s 4 beams (slots 3-6)
-    leaving = [gens[1], gens[2], gens[4]]  # the rows in slots 1, 2 and 7 leave
-    batch.remove(leaving)
-    assert len(batch) == 8 and batch.n == 11  # free slots stay free until a row joins or the next step
+    assert batch.n == len(batch) == 11  # 7 single rows and 4 beams (slots 3-6)
+    batch.remove([gens[1]])  # slot 1
     v2.step(batch)
-    assert ran_on[-1] == (8, True)
+    assert ran_on[-1] == (11, False)  # one free slot of eleven computes
+    leaving = [gens[1], gens[0], gens[2], gens[4], gens[5], gens[6]]  # slots 0, 2, 7, 8 and 9 too
+    batch.remove(leaving[1:])
+    assert len(batch) == 5 and batch.n == 11
+    v2.step(batch)
+    assert ran_on[-1] == (5, True)  # two beams (slots 5, 6) and "onnx" (slot 10) moved into slots 0-2
     while len(batch):
         batch.remove([r.generation for r in v2.step(batch) if r.finish_reason])
     for (w, _), gen, ref in zip(plan, gens, alone):
