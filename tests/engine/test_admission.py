@@ -5,6 +5,7 @@ up. The real default model's engine; the test counts the requests of each encode
 from __future__ import annotations
 
 import collections
+import time
 from pathlib import Path
 
 from service_harness import load_engine
@@ -48,3 +49,45 @@ def test_a_saturated_batch_encodes_a_quarter_batch_of_waiting_requests_per_call(
     every_step = join_groups(1)
     assert min(every_step[:-1]) == 1, every_step
     assert len(every_step) > len(groups)
+
+
+def encoded_ahead(sched: Scheduler, timeout_s: float = 30.0) -> list:
+    """The tickets waiting encoded in `sched`, once there are some (the engine thread fills them)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with sched._cv:
+            waiting = [t for t, _, _ in list(sched._encoded)]
+        if waiting:
+            return waiting
+        time.sleep(0.002)
+    raise AssertionError("nothing was encoded ahead")
+
+
+def test_requests_encoded_ahead_leave_when_cancelled_and_fail_at_shutdown():
+    engine = load_engine(DEFAULT_BUNDLE, step_delay_s=0.02)  # paced: the stock stays while the test looks at it
+    sched = Scheduler(engine, ServiceMetrics("t"), max_batch_size=8, max_concurrent_requests=64, request_timeout_s=60)
+    sched.start()
+    try:
+        options = DecodingOptions(max_new_tokens=16)
+        tickets = sched.submit_many([(engine.encode_text(w), options) for w in WORDS])
+        cancelled = encoded_ahead(sched)
+        for t in cancelled:
+            t.cancel()
+        for t in tickets:
+            if t not in cancelled:
+                events = []
+                while not any(isinstance(e, Finished | Failed) for e in events):
+                    events += t.next_events_blocking(timeout=30)
+                assert isinstance(events[-1], Finished)
+        for t in cancelled:  # they left at the next step boundary (before their first step, unless the test was slow)
+            assert t.done and not any(isinstance(e, Finished | Failed) for e in t.take_events())
+        assert sched.in_flight == 0 and not sched._encoded
+        # a stop with requests encoded ahead fails them as it fails the queued and the running
+        later = sched.submit_many([(engine.encode_text(w), options) for w in WORDS])
+        stranded = encoded_ahead(sched)
+    finally:
+        sched.stop()
+    for t in stranded:
+        events = t.take_events()
+        assert events and isinstance(events[-1], Failed), events
+    assert all(t.done for t in later)
