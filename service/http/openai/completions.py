@@ -43,7 +43,7 @@ from service.http import errors, fields
 from service.http.openai.choices import Choice, ChoiceText, TokenOut, answered_choices
 from service.http.openai.errors import OpenAIError, bad_request, from_error, param_names
 from service.http.openai.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
-from service.http.responses import disconnect_watch
+from service.http.responses import LastChunk, disconnect_watch
 from service.http.schemas import GenerateParameters, GenerateRequest
 from service.http.state import Service
 from service.text.requests import TextRequest
@@ -54,6 +54,11 @@ log = logging.getLogger("attnserve.service")
 
 KEEPALIVE = b": keep-alive\n\n"
 DONE = b"data: [DONE]\n\n"
+
+
+class ChoiceEnd(bytes):
+    """A choice's last chunk (its finish_reason): with one choice, the stream's usage chunk and [DONE] go out in the
+    same write."""
 
 
 def served_model_name(svc: Service) -> str:
@@ -375,7 +380,8 @@ async def stream_answer(
 ) -> AsyncIterator[bytes]:
     """The SSE body: per choice, a chunk per token gathered into one write per wake-up (`render` makes the
     choice object), its last chunk with `finish_reason`; then a usage chunk with `choices: []` when asked,
-    then `data: [DONE]`. A failure mid-stream is an `error` event in OpenAI's shape, and ends it."""
+    then `data: [DONE]` (one choice's last chunk, the usage chunk and [DONE] in one write). A failure mid-stream
+    is an `error` event in OpenAI's shape, and ends it."""
     outcome = "cancelled"
     counted: list[ChoiceText] = []
     streams = []
@@ -385,10 +391,14 @@ async def stream_answer(
             counted.append(text)
             streams.append(_choice_chunks(svc, job, i * planned.n + j, text, envelope, render))
     t_arrival = jobs[0][0].t_arrival
+    ending = b""  # one choice's last chunk, held to go out with what follows it
     try:
         if len(streams) == 1:
             async for chunk in streams[0]:
-                yield chunk
+                if isinstance(chunk, ChoiceEnd):
+                    ending = chunk
+                else:
+                    yield chunk
         else:
             async for chunk in _merged(streams):
                 yield chunk
@@ -396,10 +406,10 @@ async def stream_answer(
             prompt_tokens = sum(row[0].input_length for row in jobs)
             completion = sum(t.tokens for t in counted)
             usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion, "total_tokens": prompt_tokens + completion}
-            yield _event({**envelope, "choices": [], "usage": usage})
+            ending += _event({**envelope, "choices": [], "usage": usage})
         outcome = "success"
         svc.metrics.request_duration.observe(time.perf_counter() - t_arrival)
-        yield DONE
+        yield LastChunk(ending + DONE)  # the last events and the body's end: one write on the fast path
     except (errors.APIError, ServiceError, OpenAIError) as e:
         err = from_error(e, planned.params)
         outcome = err.outcome
@@ -432,7 +442,7 @@ async def _choice_chunks(
             gathered.append(head + orjson.dumps(render(index, delta, released, finish, first)) + tail)
             first = False
         if finish:
-            yield b"".join(gathered)
+            yield ChoiceEnd(b"".join(gathered))
             job.cancel()  # a stop sequence may end running text before its last word
             return
 
