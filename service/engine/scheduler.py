@@ -310,8 +310,8 @@ class Scheduler:
 
     def _take_waiting(self, rows: int, now: float, touched: list[Ticket]) -> tuple[list[Ticket], list[Ticket]]:
         """The waiting requests that join this step, up to the batch bound (a request counts its rows: beams,
-        best_of samples), groups taking turns, and those encoded ahead with them (`_encoded`) when more wait than
-        fit; queued requests cancelled or past their deadline leave the queue."""
+        best_of samples), groups taking turns, and those encoded ahead with them (`_encoded`) when half a batch or
+        more waits; queued requests cancelled or past their deadline leave the queue."""
         joining: list[Ticket] = []
         ahead: list[Ticket] = []
         with self._cv:
@@ -321,7 +321,8 @@ class Scheduler:
             # longer encoder call would lengthen the step for the running rows (inter-token latency) for little gain
             deep = self._n_waiting >= 2 * self.join_group
             while self._waiting:
-                fits = rows + self._waiting[0][0].options.n_rows <= self.max_batch_size
+                # once one request waits encoded ahead, those behind it do too: the queue's order is kept
+                fits = not ahead and rows + self._waiting[0][0].options.n_rows <= self.max_batch_size
                 ahead_ok = deep and not self._encoded and joining and len(joining) + len(ahead) < self.join_group
                 if not fits and not ahead_ok:
                     break  # encoded ahead only to fill one encoder call that a free row opened, and only once
@@ -335,7 +336,7 @@ class Scheduler:
                 elif now > t.deadline:
                     self._finish(t, Failed(TimedOut(self.request_timeout_s)))
                     touched.append(t)
-                elif fits and not ahead:
+                elif fits:
                     joining.append(t)
                     rows += t.options.n_rows
                 else:

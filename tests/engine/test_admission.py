@@ -5,13 +5,16 @@ up. The real default model's engine; the test counts the requests of each encode
 from __future__ import annotations
 
 import collections
+import dataclasses
+import json
 import time
 from pathlib import Path
 
 from service_harness import load_engine
 
-from service.engine.engine import DecodingOptions
+from service.engine.engine import DecodingOptions, GenerationResult
 from service.engine.scheduler import Failed, Finished, Scheduler
+from service.engine.slots import SlotBatch
 from service.metrics import ServiceMetrics
 
 DEFAULT_BUNDLE = Path(__file__).resolve().parents[2] / "models" / "g2p-en"
@@ -91,3 +94,47 @@ def test_requests_encoded_ahead_leave_when_cancelled_and_fail_at_shutdown():
         events = t.take_events()
         assert events and isinstance(events[-1], Failed), events
     assert all(t.done for t in later)
+
+
+def test_answers_queued_behind_a_saturated_batch_of_the_served_variant_are_the_answers_alone(monkeypatch):
+    """The variant the default model serves on CPU (bundle.json default_variant), greedy, with a seed and by beam
+    search: requests encoded ahead, rows that joined into free slots and rows moved down by compaction give each
+    word's answer alone. Each encoder call takes at most a quarter batch beyond the rows it fills, even where a beam
+    search at the queue's head does not fit and single rows behind it would."""
+    engine = load_engine(DEFAULT_BUNDLE)
+    served = json.loads((DEFAULT_BUNDLE / "bundle.json").read_text())["default_variant"]["cpu"]
+    assert engine.variant == served and isinstance(engine.new_batch(), SlotBatch)
+    seeded = DecodingOptions(max_new_tokens=16, do_sample=True, temperature=0.9, top_p=0.95)
+    modes = [DecodingOptions(max_new_tokens=16), seeded, DecodingOptions(max_new_tokens=16, num_beams=4)]
+    jobs = [(w, modes[i % 3] if i % 3 != 1 else dataclasses.replace(seeded, seed=i)) for i, w in enumerate(WORDS)]
+    alone = [engine.generate([w], o)[0] for w, o in jobs]
+    calls, compactions = [], []
+    start, compact = Scheduler._start, SlotBatch._compact
+
+    def counting_start(self, batch, joining, ahead, touched):
+        calls.append((len(joining), len(ahead)))
+        return start(self, batch, joining, ahead, touched)
+
+    def counting_compact(self):
+        compactions.append(self.n - self.n_live)
+        return compact(self)
+
+    monkeypatch.setattr(Scheduler, "_start", counting_start)
+    monkeypatch.setattr(SlotBatch, "_compact", counting_compact)
+    sched = Scheduler(engine, ServiceMetrics("t"), max_batch_size=8, max_concurrent_requests=64, request_timeout_s=60)
+    sched.start()
+    try:
+        tickets = sched.submit_many([(engine.encode_text(w), o) for w, o in jobs])  # all queued at once
+        for t in tickets:
+            events = []
+            while not any(isinstance(e, Finished | Failed) for e in events):
+                events += t.next_events_blocking(timeout=30)
+            assert isinstance(events[-1], Finished)
+    finally:
+        sched.stop()
+    assert any(ahead for _, ahead in calls) and compactions  # both ran
+    assert all(ahead == 0 or joining + ahead <= sched.join_group for joining, ahead in calls), calls
+    for (w, o), t, ref in zip(jobs, tickets, alone):
+        got = GenerationResult.of(t.generation)
+        assert got.token_ids == ref.token_ids, (w, o)
+        assert [h.token_ids for h in got.hypotheses] == [h.token_ids for h in ref.hypotheses], (w, o)
