@@ -16,10 +16,9 @@ A step runs on the first n rows, n = the highest slot in use + 1: slots that row
 to join; when half or more of the step's slots are still free (a batch draining), the rows above them move down
 into them first (`_compact`): a free slot costs the decoder what a live row costs, but a compaction (row copies
 and a rebinding, 0.2-0.8 ms at 32 rows) lengthens the step for every running row, so it pays only where many
-slots would compute for nothing, step after step. Every
-buffer is bound from its first row with n rows (IOBinding by pointer), rebound only when n, the capacity or W changes. So a
-step's Python is the one `run_with_iobinding` call, and after it the tokens and positions written
-in place.
+slots would compute for nothing, step after step. Every buffer is bound from its first row with n rows (IOBinding
+by pointer), rebound only when n, the capacity or W changes. So a step's Python is the one `run_with_iobinding`
+call, and after it the tokens and positions written in place.
 
 Joining writes the row's slot (cross K/V, bias, id, position 0); finishing frees it. Greedy and
 sampled rows never have their cache copied; a beam step copies the cache of the rows whose parent

@@ -12,7 +12,7 @@
 Inside it, `POST /generate`, `/generate_stream`, `/`, `/v1/completions` and `/v1/chat/completions` go first to
 the fast dispatch (service/http/fastpath.py), which skips only FastAPI's routing, dependency and body-parsing
 machinery, and which hands any request it would have to refuse before it has a valid body to the app's stack.
-Everything else goes to FastAPI's stack (its error handlers, routers and mounts), which no longer has a layer
+Everything else goes to FastAPI's stack (its error handlers, routers and mounts), which has no layer
 of its own for these four jobs. `fast_dispatch = False` sends every request through that stack: the tests
 compare the two doors.
 """
