@@ -50,6 +50,16 @@ class ChoiceText:
         self.text += token.text
         if not token.special:
             self.pending.append(TokenOut(token.text, start, token.logprob, [(t.text, t.logprob) for t in top] if top else None))
+        if not self.stop and (token.text or finish is not None):
+            # no stop sequence: nothing is held back, so the text so far and its tokens go out now (what the rule below
+            # gives without one; a stream's every token comes through here)
+            end = len(self.text)
+            delta, released, self.pending = self.text[self.sent :], self.pending, []
+            self.sent = end
+            if finish is not None:
+                released = [t for t in released if t.offset < end]
+                self.finish_reason = finish = FINISH.get(finish, "stop")
+            return delta, released, finish
         cut = self._stop_at()
         if cut is not None:
             end, finish = cut, "stop"

@@ -28,12 +28,15 @@ nothing was skipped), and as a count in the `x-attnserve-skipped-characters` hea
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Protocol
 
 import orjson
 
@@ -47,7 +50,7 @@ from service.http.responses import LastChunk, disconnect_watch
 from service.http.schemas import GenerateParameters, GenerateRequest
 from service.http.state import Service
 from service.text.requests import TextRequest
-from service.text.units import StreamToken, lexicon_answers
+from service.text.units import CaughtUp, StreamToken, lexicon_answers
 from service.text.validation import Limits, check_names, invalid, text_params
 
 log = logging.getLogger("attnserve.service")
@@ -80,7 +83,7 @@ class Plan:
     logprobs: int | None  # None: none asked; k: each token's and the k most likely at each step
     include_usage: bool
     input_param: str  # the field the prompt came in: "prompt" or "messages"
-    params: dict[str, str]  # the shared layers' fields as this request's OpenAI params (errors.param_names)
+    params: Mapping[str, str]  # the shared layers' fields as this request's OpenAI params (errors.param_names)
 
     @property
     def n_requests(self) -> int:
@@ -130,8 +133,7 @@ def plan(
 ) -> Plan:
     """Check the parameters against the server's limits (400s naming the field) and build the requests' parameters.
     `max_tokens`, `logprobs`: (the field's name in this route, its value)."""
-    # OpenAI's own fields (n, stream_options) are their own params
-    params = param_names(input_param, max_new_tokens=max_tokens[0], top_n_tokens=logprobs[0]) | OWN_PARAMS
+    params = plan_params(input_param, max_tokens[0], logprobs[0])
     check_model(svc, body.model)
     check_prompts(prompts, input_param)
     try:
@@ -173,6 +175,13 @@ def plan(
 
 
 OWN_PARAMS = {"n": "n", "stream_options": "stream_options"}
+
+
+@functools.lru_cache(maxsize=16)
+def plan_params(input_param: str, max_tokens_name: str, logprobs_name: str) -> Mapping[str, str]:
+    """The param table of a request (`param_names`) with OpenAI's own fields (n, stream_options) as their own params:
+    a few tables serve every request (the routes' field names), so each is built once."""
+    return MappingProxyType(param_names(input_param, max_new_tokens=max_tokens_name, top_n_tokens=logprobs_name) | OWN_PARAMS)
 
 
 def check_prompts(prompts: list[str], input_param: str) -> None:
@@ -232,30 +241,46 @@ def request_parameters(
     seed: int | None,
     best_of: int | None,
 ) -> GenerateParameters:
-    """One request's TGI parameters from the OpenAI body: the sampling fields only when sampling."""
+    """One request's TGI parameters from the OpenAI body: the sampling fields only when sampling. An unseeded set seen
+    before is the same object again (`_PARAMETERS`): it is only read, and validating it costs the event loop more than
+    the rest of planning the request."""
     top_k = body.top_k if body.top_k and body.top_k > 0 else None
-    return GenerateParameters(
-        max_new_tokens=max_new_tokens,
-        do_sample=sampling,
-        temperature=body.temperature if sampling else None,
-        top_k=top_k if sampling else None,
-        top_p=body.top_p if sampling else None,
-        repetition_penalty=body.repetition_penalty,
-        frequency_penalty=body.frequency_penalty,
-        presence_penalty=body.presence_penalty,
-        seed=seed,
-        stop=list(body.stop) if body.stop else None,
-        details=True,
-        best_of=best_of,
-        num_beams=body.num_beams,
-        top_n_tokens=top_n_tokens or None,
-        lexicon=body.lexicon,
-        punctuation=body.punctuation,
-        alphabet=body.alphabet,
-        stress=body.stress,
-        pronunciations=body.pronunciations,
-        context=body.context,
-    )
+    fields = {
+        "max_new_tokens": max_new_tokens,
+        "do_sample": sampling,
+        "temperature": body.temperature if sampling else None,
+        "top_k": top_k if sampling else None,
+        "top_p": body.top_p if sampling else None,
+        "repetition_penalty": body.repetition_penalty,
+        "frequency_penalty": body.frequency_penalty,
+        "presence_penalty": body.presence_penalty,
+        "seed": seed,
+        "stop": list(body.stop) if body.stop else None,
+        "details": True,
+        "best_of": best_of,
+        "num_beams": body.num_beams,
+        "top_n_tokens": top_n_tokens or None,
+        "lexicon": body.lexicon,
+        "punctuation": body.punctuation,
+        "alphabet": body.alphabet,
+        "stress": body.stress,
+        "pronunciations": body.pronunciations,
+        "context": body.context,
+    }
+    if seed is not None or body.pronunciations:  # a seeded set rarely comes again; a dict of words is no key
+        return GenerateParameters(**fields)
+    key = tuple(tuple(v) if isinstance(v, list) else v for v in fields.values())
+    known = _PARAMETERS.get(key)
+    if known is None:
+        known = GenerateParameters(**fields)
+        if len(_PARAMETERS) >= PARAMETERS_MEMO:
+            _PARAMETERS.clear()
+        _PARAMETERS[key] = known
+    return known
+
+
+PARAMETERS_MEMO = 256  # unseeded parameter sets kept by request_parameters
+_PARAMETERS: dict[tuple, GenerateParameters] = {}
 
 
 def admit(svc: Service, planned: Plan) -> list[list[TextRequest]]:
@@ -367,7 +392,15 @@ async def answer_whole(svc: Service, request, planned: Plan, jobs: list[list[Tex
     return Answer(new_id(prefix), int(time.time()), served_model_name(svc), choices, prompt_tokens)
 
 
-Render = Callable[[int, str, list[TokenOut], str | None, bool], dict]  # index, text, tokens, finish, first -> choice
+class Render(Protocol):
+    """A route's choice object of a stream chunk (service/http/openai/shapes.py)."""
+
+    def __call__(self, index: int, text: str, tokens: list[TokenOut], finish: str | None, first: bool) -> dict:
+        """The choice of a chunk: its index, the text it adds, the tokens it shows, its finish reason, whether first."""
+
+    def plain(self, index: int, text: str) -> bytes | None:
+        """The JSON of `self(index, text, [], None, False)` (what orjson makes of it) written from pre-encoded parts,
+        for most of a stream's chunks; None where the choice shows more (log-probabilities)."""
 
 
 async def stream_answer(
@@ -383,28 +416,30 @@ async def stream_answer(
     then `data: [DONE]` (one choice's last chunk, the usage chunk and [DONE] in one write). A failure mid-stream
     is an `error` event in OpenAI's shape, and ends it."""
     outcome = "cancelled"
-    counted: list[ChoiceText] = []
-    streams = []
-    for i, row in enumerate(jobs):
-        for j, job in enumerate(row):
-            text = ChoiceText(planned.stop)
-            counted.append(text)
-            streams.append(_choice_chunks(svc, job, i * planned.n + j, text, envelope, render))
+    head, tail = chunk_event_parts(envelope)
+    choices = [
+        ChoiceStream(job, i * planned.n + j, ChoiceText(planned.stop), render, head, tail)
+        for i, row in enumerate(jobs)
+        for j, job in enumerate(row)
+    ]
     t_arrival = jobs[0][0].t_arrival
     ending = b""  # one choice's last chunk, held to go out with what follows it
     try:
-        if len(streams) == 1:
-            async for chunk in streams[0]:
-                if isinstance(chunk, ChoiceEnd):
-                    ending = chunk
-                else:
-                    yield chunk
+        if len(choices) == 1:  # the choice's items read here, not through a generator of its own: one less per token
+            one = choices[0]
+            async for item in one.job.stream_items(svc.keepalive_s):
+                out = one.take(item)
+                if isinstance(out, ChoiceEnd):
+                    ending = out
+                    break
+                if out:
+                    yield out
         else:
-            async for chunk in _merged(streams):
+            async for chunk in _merged([_choice_chunks(svc, choice) for choice in choices]):
                 yield chunk
         if planned.include_usage:
             prompt_tokens = sum(row[0].input_length for row in jobs)
-            completion = sum(t.tokens for t in counted)
+            completion = sum(choice.text.tokens for choice in choices)
             usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion, "total_tokens": prompt_tokens + completion}
             ending += _event({**envelope, "choices": [], "usage": usage})
         outcome = "success"
@@ -419,32 +454,51 @@ async def stream_answer(
         svc.metrics.request_done(route, outcome)
 
 
-async def _choice_chunks(
-    svc: Service, job: TextRequest, index: int, text: ChoiceText, envelope: dict, render: Render
-) -> AsyncIterator[bytes]:
-    """One choice's chunks: its tokens' events, gathered per wake-up of the engine; keep-alive comments."""
-    gathered: list[bytes] = []
-    first = True
-    head, tail = chunk_event_parts(envelope)
-    async for item in job.stream_items(svc.keepalive_s):
+class ChoiceStream:
+    """One choice of a stream: its request's items become its chunks' bytes, gathered per wake-up of the engine."""
+
+    def __init__(self, job: TextRequest, index: int, text: ChoiceText, render: Render, head: bytes, tail: bytes):
+        self.job, self.index, self.text, self.render = job, index, text, render
+        self.head, self.tail = head, tail  # the bytes around a chunk's one choice (`chunk_event_parts`)
+        self.gathered: list[bytes] = []
+        self.first = True
+
+    def take(self, item: StreamToken | Failed | CaughtUp | None) -> bytes | None:
+        """What to write after `item`: the events gathered when caught up with the engine, a keep-alive comment, or
+        nothing yet; the choice's last chunk as a ChoiceEnd (its request then ends: a stop sequence may end running
+        text before its last word). A failure raises its error."""
         if item is None:
-            yield KEEPALIVE
-            continue
+            return KEEPALIVE
+        if isinstance(item, CaughtUp):
+            out = b"".join(self.gathered)
+            self.gathered.clear()
+            return out
         if isinstance(item, Failed):
             raise item.error
-        if not isinstance(item, StreamToken):  # caught up with the engine: write what is gathered
-            if gathered:
-                yield b"".join(gathered)
-                gathered.clear()
-            continue
-        delta, released, finish = text.add(item.token, item.top_tokens, item.finish_reason if item.last else None)
-        if delta or released or finish:
-            gathered.append(head + orjson.dumps(render(index, delta, released, finish, first)) + tail)
-            first = False
+        delta, released, finish = self.text.add(item.token, item.top_tokens, item.finish_reason if item.last else None)
         if finish:
-            yield ChoiceEnd(b"".join(gathered))
-            job.cancel()  # a stop sequence may end running text before its last word
+            choice = orjson.dumps(self.render(self.index, delta, released, finish, self.first))
+            self.gathered.append(self.head + choice + self.tail)
+            self.job.cancel()
+            return ChoiceEnd(b"".join(self.gathered))
+        if delta or released:
+            choice = None if self.first else self.render.plain(self.index, delta)
+            if choice is None:
+                choice = orjson.dumps(self.render(self.index, delta, released, None, self.first))
+            self.gathered.append(self.head + choice + self.tail)
+            self.first = False
+        return None
+
+
+async def _choice_chunks(svc: Service, choice: ChoiceStream) -> AsyncIterator[bytes]:
+    """One choice's chunks as a generator of its own (several choices are merged as they come)."""
+    async for item in choice.job.stream_items(svc.keepalive_s):
+        out = choice.take(item)
+        if isinstance(out, ChoiceEnd):
+            yield out
             return
+        if out:
+            yield out
 
 
 async def _merged(streams: list[AsyncIterator[bytes]]) -> AsyncIterator[bytes]:

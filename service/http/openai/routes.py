@@ -118,7 +118,7 @@ async def completions(svc: ServiceDep, request: Request, body: CompletionRequest
         "cmpl",
         "text_completion",
         shapes.completion_body,
-        shapes.completion_chunk_renderer,
+        shapes.CompletionChunks,
         body,
     )
 
@@ -133,7 +133,7 @@ async def completions(svc: ServiceDep, request: Request, body: CompletionRequest
 async def chat_completions(svc: ServiceDep, request: Request, body: ChatCompletionRequest) -> Response:
     planned = c.chat_request(svc, body)
     return await answer(
-        svc, request, planned, CHAT, "chatcmpl", "chat.completion.chunk", shapes.chat_body, shapes.chat_chunk_renderer, body
+        svc, request, planned, CHAT, "chatcmpl", "chat.completion.chunk", shapes.chat_body, shapes.ChatChunks, body
     )
 
 

@@ -4,8 +4,10 @@
 
 from __future__ import annotations
 
+import orjson
+
 from service.http.openai.choices import TokenOut, with_warnings
-from service.http.openai.completions import Answer, Plan, Render
+from service.http.openai.completions import Answer, Plan
 
 
 def completion_logprobs(tokens: list[TokenOut], with_top: bool) -> dict:
@@ -68,18 +70,34 @@ def chat_body(answer: Answer, planned: Plan) -> dict:
     }
 
 
-def completion_chunk_renderer(planned: Plan) -> Render:
-    def render(index: int, text: str, tokens: list[TokenOut], finish: str | None, first: bool) -> dict:
-        logprobs = completion_logprobs(tokens, bool(planned.logprobs)) if planned.logprobs is not None else None
+class CompletionChunks:
+    """/v1/completions' stream chunk choice (a `Render`)."""
+
+    def __init__(self, planned: Plan):
+        self.logprobs = planned.logprobs
+
+    def __call__(self, index: int, text: str, tokens: list[TokenOut], finish: str | None, first: bool) -> dict:
+        logprobs = completion_logprobs(tokens, bool(self.logprobs)) if self.logprobs is not None else None
         return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}
 
-    return render
+    def plain(self, index: int, text: str) -> bytes | None:
+        if self.logprobs is not None:
+            return None
+        return b'{"index":%d,"text":%b,"logprobs":null,"finish_reason":null}' % (index, orjson.dumps(text))
 
 
-def chat_chunk_renderer(planned: Plan) -> Render:
-    def render(index: int, text: str, tokens: list[TokenOut], finish: str | None, first: bool) -> dict:
+class ChatChunks:
+    """/v1/chat/completions' stream chunk choice (a `Render`): the first delta carries the role."""
+
+    def __init__(self, planned: Plan):
+        self.logprobs = planned.logprobs
+
+    def __call__(self, index: int, text: str, tokens: list[TokenOut], finish: str | None, first: bool) -> dict:
         delta = {"role": "assistant", "content": text} if first else {"content": text}
-        logprobs = chat_logprobs(tokens) if planned.logprobs is not None else None
+        logprobs = chat_logprobs(tokens) if self.logprobs is not None else None
         return {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
 
-    return render
+    def plain(self, index: int, text: str) -> bytes | None:
+        if self.logprobs is not None:
+            return None
+        return b'{"index":%d,"delta":{"content":%b},"logprobs":null,"finish_reason":null}' % (index, orjson.dumps(text))
