@@ -42,7 +42,7 @@ from service.engine.runtime import ENGINE_THREAD_OS_NAME, name_os_thread
 from service.engine.scoring import ForcedBatch
 from service.engine.tickets import Failed, Finished, ScoreTicket, TextShare, Ticket
 from service.errors import InvalidRequest, Overloaded, TimedOut, Unavailable, retry_after_s
-from service.metrics import ServiceMetrics
+from service.metrics import ServiceMetrics, observe_many
 
 # the tickets and their events live in service/engine/tickets.py; named here too, where the owners import them
 __all__ = ["Failed", "Finished", "Scheduler", "ScoreTicket", "TextShare", "Ticket", "check_rows"]
@@ -411,13 +411,15 @@ class Scheduler:
         self.metrics.batch_size.observe(n_rows)
         self.metrics.generated_tokens_total.inc(n_rows)
         finished = []
+        gaps: dict[float, int] = {}  # inter-token gaps -> how many: every streaming row has the same one (the step)
         for r in results:
             t = self._by_gen[id(r.generation)]
             if t.t_first_token is None:
                 t.t_first_token = t1
                 self.metrics.time_to_first_token.observe(t1 - t.t_arrival)
             else:
-                self.metrics.inter_token_latency.observe(t1 - t.t_last_token)
+                gap = t1 - t.t_last_token
+                gaps[gap] = gaps.get(gap, 0) + 1
             t.t_last_token = t1
             # a streaming request gets an event per token; one of several rows gets one at its end
             t.n_tokens = t.n_tokens + 1 if r.generation.streams else r.generation.generated_tokens
@@ -432,6 +434,8 @@ class Scheduler:
             elif t.streaming_owner and (t.n_tokens == 1 or t1 - t.t_woken >= self.stream_interval_s):
                 t.t_woken = t1
                 touched.append(t)
+        for gap, count in gaps.items():
+            observe_many(self.metrics.inter_token_latency, gap, count)
         if finished:
             batch.remove([t.generation for t in finished])
             for t in finished:

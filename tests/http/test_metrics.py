@@ -49,3 +49,22 @@ def test_metrics_counts_match_a_known_set_of_requests(tiny_bundle_dir):
         assert metric(m, "attnserve_queue_size") == 0 and metric(m, "attnserve_running_sequences") == 0
         model_id = json.loads((tiny_bundle_dir / "bundle.json").read_text())["model_id"]
         assert all(dict(labels).get("model") == model_id for (name, labels) in m if name.startswith("attnserve_"))
+
+
+def test_observe_many_writes_what_as_many_observes_write():
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from service.metrics import LATENCY_BUCKETS, ServiceMetrics, observe_many
+
+    one_by_one, at_once = ServiceMetrics("m", CollectorRegistry()), ServiceMetrics("m", CollectorRegistry())
+    # values a binary fraction, so that n times the value is the sum of n of them exactly; on, between and past bounds
+    for value, count in [(0.0005, 3), (0.0009765625, 7), (0.25, 1), (0.0, 2), (1024.0, 4), (0.0078125, 0)]:
+        for _ in range(count):
+            one_by_one.inter_token_latency.observe(value)
+        observe_many(at_once.inter_token_latency, value, count)
+
+    def lines(metrics: ServiceMetrics) -> list[bytes]:  # each registry's creation times aside
+        return [line for line in generate_latest(metrics.registry).splitlines() if b"_created" not in line]
+
+    assert lines(at_once) == lines(one_by_one)
+    assert len(LATENCY_BUCKETS) > 10 and b'attnserve_inter_token_latency_seconds_count{model="m"} 17.0' in lines(at_once)
