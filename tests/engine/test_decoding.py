@@ -452,3 +452,17 @@ def test_log_softmax_rows_normalise():
     lp = log_softmax(x)
     assert lp.dtype == np.float64
     assert np.allclose(np.exp(lp).sum(-1), 1.0)
+
+
+def test_a_hypothesis_score_is_numpys_mean_of_its_logprobs_and_end_token():
+    import random
+
+    from service.engine.stopping import Hypothesis
+
+    rng = random.Random(0)
+    for _ in range(5000):
+        logprobs = [rng.uniform(-20, 0) * rng.choice([1e-3, 1, 1e3]) for _ in range(rng.randint(0, 40))]
+        eos = rng.choice([None, rng.uniform(-5, 0)])
+        every = logprobs + ([eos] if eos is not None else [])
+        expected = float(np.mean(every)) if every else 0.0
+        assert Hypothesis([7] * len(logprobs), logprobs, "eos_token", eos).score == expected
