@@ -6,7 +6,8 @@ Buffers, allocated for `capacity` rows and grown by doubling (a copy of the rows
   graph's GroupQueryAttention writes each row's new position in place. Row b's past is positions
   below `past_lengths[b]`; what lies beyond is never read, so a slot is reused without clearing.
 - cross K/V [C, H, W, Dh] and `encoder_attention_bias` [C, 1, 1, W]: W is the longest source in the
-  batch rounded up to a multiple of CROSS_KEY_MULTIPLE (4); padding keys are zeros under -1e9. A row
+  batch rounded up to a multiple of CROSS_KEY_MULTIPLE (4); padding keys are zeros under -1e9 (a slot remembers
+  how far its last source wrote, `written`, so a row joining clears only what a longer one left there). A row
   alone gets the same rounding, which keeps its arithmetic bitwise the same in any batch. On a GPU they
   are written on the host and copied to device buffers before the first step after rows joined, so the
   other steps move only ids and positions in and logits / next_token out.
@@ -121,6 +122,7 @@ class SlotBatch(DecodeBatch):
         self.state = RowState(e.vocab_size)
         self.capacity = 0
         self.width = 0
+        self.written = np.zeros(0, np.int64)  # per slot: the cross K/V beyond this source position are zeros
         self.n = 0  # rows the step runs on (== len(self.state.rows))
         self.n_live = 0
         self.cache: list = []
@@ -162,9 +164,11 @@ class SlotBatch(DecodeBatch):
                 c[:n, :, :keep] = self.cross[j][:n, :, :keep]
             cross.append(c)
         bias = np.full((capacity, 1, 1, width), NEG_INF, e.bias_dtype)
+        written = np.zeros(capacity, np.int64)
         if self.width:
             bias[:n, :, :, :keep] = self.bias[:n, :, :, :keep]
-        self.cross, self.bias = cross, bias
+            written[:n] = np.minimum(self.written[:n], keep)
+        self.cross, self.bias, self.written = cross, bias, written
         if self.device != "cpu":  # their device copies, bound instead: a step then moves only ids and positions in
             self.cross_device = [ort.OrtValue.ortvalue_from_numpy(c, self.device, 0) for c in cross]
             self.bias_device = ort.OrtValue.ortvalue_from_numpy(bias, self.device, 0)
@@ -278,9 +282,12 @@ class SlotBatch(DecodeBatch):
         """Slot i takes a row of source `src`: its cross K/V and bias, the start token at position 0. The cache is
         not touched: position 0 is written by the row's first step and nothing beyond its length is read."""
         s = src.length
+        stale = int(self.written[i])  # a longer source's keys left in the slot, which must read as zeros again
         for j, c in enumerate(self.cross):
             c[i, :, :s] = src.cross[j]
-            c[i, :, s:] = 0
+            if stale > s:
+                c[i, :, s:stale] = 0
+        self.written[i] = s
         self.bias[i, 0, 0, :] = NEG_INF
         self.bias[i, 0, 0, :s] = src.bias
         self.input_ids[i, 0] = self.layout.bos_id
@@ -328,6 +335,7 @@ class SlotBatch(DecodeBatch):
             self.joined = True  # the cross K/V and bias go over again before the step
         for c in self.cross:
             c[dest] = c[src]
+        self.written[dest] = self.written[src]
         self.bias[dest] = self.bias[src]
         self.input_ids[dest] = self.input_ids[src]
         self.positions[dest] = self.positions[src]

@@ -129,6 +129,41 @@ def test_a_step_with_half_its_slots_free_runs_on_the_live_rows_only(v2):
             assert [h.token_ids for h in gen.hypotheses] == [h.token_ids for h in ref.hypotheses], w
 
 
+def test_a_slot_a_shorter_source_takes_holds_zeros_past_it_even_after_rows_moved(v2):
+    """A joining row writes its source's cross K/V and clears only what a longer source left in its slot (`written`):
+    whatever the slots' history (longer and shorter sources, compaction moving rows down, the buffers growing), every
+    live row's keys past its source are zeros, and its answer is its answer alone."""
+    forced = DecodingOptions(max_new_tokens=6, min_new_tokens=6)
+    batch = v2.new_batch()
+
+    def check(gens):
+        for g in gens:
+            for q in g.rows:
+                s = len(g.source_ids)
+                assert batch.written[q.slot] == s
+                assert all(not c[q.slot, :, s:].any() for c in batch.cross), g.source_ids
+                assert all(c[q.slot, :, :s].any() for c in batch.cross)
+
+    long_words = ["characteristically", "phonetics", "attention", "runtime"]
+    first = v2.join(batch, [(v2.encode_text(w), forced) for w in long_words])
+    v2.step(batch)
+    batch.remove(first[:3])  # slots 0-2 keep the long sources' keys
+    short = v2.join(batch, [(v2.encode_text(w), forced) for w in ["a", "it"]])  # slots 0 and 1
+    assert [g.rows[0].slot for g in short] == [0, 1]
+    check([*short, first[3]])
+    batch.remove([short[0]])  # slot 0 free, slot 2 free: half of four slots
+    v2.step(batch)  # compaction: "runtime" moves down from slot 3 into slot 0
+    assert batch.n == 2 and first[3].rows[0].slot == 0
+    check([short[1], first[3]])
+    more = v2.join(batch, [(v2.encode_text(w), forced) for w in ["cat", "hello", "zebra", "onnx", "a", "it"]])  # grows
+    check([short[1], first[3], *more])
+    gens = [short[1], first[3], *more]
+    while len(batch):
+        batch.remove([r.generation for r in v2.step(batch) if r.finish_reason])
+    for g in gens:
+        assert g.token_ids == v2.generate([g.source_ids], forced)[0].token_ids
+
+
 def test_greedy_and_sampled_rows_never_copy_their_cache_and_beams_copy_only_moved_rows(v2, monkeypatch):
     copies = []
     original = SlotBatch.reorder
