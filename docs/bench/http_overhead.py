@@ -23,7 +23,8 @@ e. the serving tax per route: the server's CPU per request over HTTP (/generate,
    word: `attnserve-bench` ort-int8 `cpu_ms_per_step` at batch 32 and 8 tokens (`--engine-bench FILE`
    reuses a report that has that cell; otherwise it runs on core 0 here), / 32, x (the mean generated
    tokens per answer + 1 for the end token), the mean taken over the same words in-process. `--only-tax`
-   measures (e) alone.
+   measures (e) alone; with it, `--cores S,C` puts the server on core S and the client on core C instead
+   (on a larger host: cores away from the ones that take its interrupts).
 
 `--server-repo DIR` serves from another checkout (A/B comparisons; the load client and the
 in-process engine stay this one's). Writes DIR/http_overhead_LABEL_TIME.json and prints a table.
@@ -49,6 +50,9 @@ from pathlib import Path
 from measure import cpu_model  # docs/bench/, beside this script
 
 ROOT = Path(__file__).resolve().parents[2]
+# the server's core and the load client's (`--cores`): 0 and 1 on the 2-core machine; on a larger host, cores away
+# from the ones that take the machine's interrupts
+SERVER_CORE, CLIENT_CORE = 0, 1
 BIN = Path(sys.executable).parent  # the venv's console scripts
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -139,7 +143,8 @@ def start_server(repo: Path, batch: int, bundle: Path | None = None) -> tuple[su
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cmd = ["taskset", "-c", "0", sys.executable, "-m", "service", str(bundle or ROOT / "models/g2p-en"), "--threads", "1"]
+    cmd = ["taskset", "-c", str(SERVER_CORE), sys.executable, "-m", "service", str(bundle or ROOT / "models/g2p-en")]
+    cmd += ["--threads", "1"]
     cmd += ["--port", str(port), "--max-batch-size", str(batch), "--max-concurrent-requests", "1024"]
     env = os.environ | {"PYTHONPATH": str(repo)}
     proc = subprocess.Popen(cmd, cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -284,7 +289,7 @@ def serving_tax(url: str, pid: int, words: list[str], clients: list[int], reques
     with urllib.request.urlopen(url + "/v1/models", timeout=10) as r:
         model = json.load(r)["data"][0]["id"]
     affinity = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {1})  # the client on core 1, the server alone on core 0
+    os.sched_setaffinity(0, {CLIENT_CORE})  # the client on its core, the server alone on its own
     try:
         levels = [tax_level(url, pid, route, words, model, c, requests) for c in clients for route in routes]
     finally:
@@ -409,9 +414,14 @@ def main() -> int:
     p.add_argument("--tax-requests", type=int, default=2000, help="(e): measured requests per route and client count")
     p.add_argument("--engine-bench", type=Path, help="(e): an attnserve-bench report with the ort-int8 batch-32 8-token cell")
     p.add_argument("--only-tax", action="store_true", help="measure (e) alone")
+    p.add_argument("--cores", default="0,1", help="(e): the server's core and the client's (default 0,1)")
     args = p.parse_args()
-    if len(os.sched_getaffinity(0)) < 2:
-        p.error("needs cores 0 and 1")
+    global SERVER_CORE, CLIENT_CORE
+    SERVER_CORE, CLIENT_CORE = (int(c) for c in args.cores.split(","))
+    if not {SERVER_CORE, CLIENT_CORE} <= os.sched_getaffinity(0) or SERVER_CORE == CLIENT_CORE:
+        p.error(f"needs two different cores of this machine, got {args.cores}")
+    if not args.only_tax and (SERVER_CORE, CLIENT_CORE) != (0, 1):
+        p.error("--cores is for --only-tax: the other parts run on cores 0 and 1")
     load = [os.getloadavg()]
     tmp = Path(tempfile.mkdtemp(prefix="http_overhead_"))
     words = pseudo_words(args.words)
