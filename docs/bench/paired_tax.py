@@ -1,0 +1,124 @@
+"""Two checkouts' servers side by side, in short alternating blocks: the server CPU per request of each, and
+the tax, on a machine too noisy for A B A B runs minutes apart.
+
+    PYTHONPATH=$PWD .venv/bin/python docs/bench/paired_tax.py --a CHECKOUT_A --b CHECKOUT_B [--rounds 12]
+        [--block 600] [--routes /generate_stream,/v1/chat/completions,/generate] [--engine-bench REPORT.json]
+
+Both servers serve the default model on the same core (0; `--threads 1`, max batch 32) for the whole run;
+the load (`http_overhead.py`'s lean closed-loop client, 64 clients, out-of-dictionary pseudo-words) goes to one
+at a time from core 1, in blocks of `--block` requests per route, A then B in odd rounds and B then A in even
+ones. The idle server costs next to nothing, so a drift of the machine's speed hits both alike within a round.
+Prints, per route, each side's median CPU per request (event loop / engine thread) and the median of the
+rounds' B / A ratios; with `--engine-bench` (an attnserve-bench report holding the ort-int8 batch-32 8-token
+cell), or `--bench` (that cell measured here on core 0 before the servers start and after they stop, the mean
+of the two), also each side's median tax. Writes DIR/paired_tax_TIME.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+from http_overhead import (  # docs/bench/, beside this script
+    ROOT,
+    _closed_loop,
+    checkout_name,
+    engine_cpu_per_step,
+    mean_generated_tokens,
+    pseudo_words,
+    start_server,
+    thread_cpu_s,
+)
+from measure import machine
+
+
+def block(url: str, pid: int, route: str, words: list[str], model: str, n: int) -> dict[str, float]:
+    """n requests at 64 clients: the server's CPU per request, ms, in all and by thread."""
+    before = thread_cpu_s(pid)
+    asyncio.run(_closed_loop(url, route, words, model, 64, n))
+    after = thread_cpu_s(pid)
+    per = {k: (after[k] - before.get(k, 0.0)) / n * 1e3 for k in after}
+    return {"total": sum(per.values()), **per}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--a", type=Path, required=True, help="checkout A (its service/ is served)")
+    p.add_argument("--b", type=Path, default=ROOT, help="checkout B (default: this one)")
+    p.add_argument("--rounds", type=int, default=12)
+    p.add_argument("--block", type=int, default=600, help="requests per route, server and round")
+    p.add_argument("--routes", default="/generate_stream,/v1/chat/completions,/generate")
+    p.add_argument("--engine-bench", type=Path, help="an attnserve-bench report with the ort-int8 batch-32 8-token cell")
+    p.add_argument("--bench", action="store_true", help="measure the engine's cell here, before and after the rounds")
+    p.add_argument("--out", type=Path, default=ROOT / "docs/bench")
+    args = p.parse_args()
+    routes = args.routes.split(",")
+    words = pseudo_words(600)
+    bench_before = engine_cpu_per_step(None)["cpu_ms_per_step"] if args.bench else None  # before the servers start
+    servers = {"A": start_server(args.a, 32), "B": start_server(args.b, 32)}
+    runs: dict[str, dict[str, list[dict]]] = {side: {r: [] for r in routes} for side in servers}
+    affinity = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {1})
+    try:
+        for _, url in servers.values():  # warm-up, one block each
+            for route in routes:
+                asyncio.run(_closed_loop(url, route, words, "g2p-en", 64, 200))
+        for i in range(args.rounds):
+            order = ("A", "B") if i % 2 == 0 else ("B", "A")
+            for route in routes:
+                for side in order:
+                    proc, url = servers[side]
+                    runs[side][route].append(block(url, proc.pid, route, words, "g2p-en", args.block))
+    finally:
+        os.sched_setaffinity(0, affinity)
+        for proc, _ in servers.values():
+            proc.terminate()
+            proc.wait(timeout=60)
+    engine_ms = None
+    if args.engine_bench or args.bench:
+        steps = [engine_cpu_per_step(args.engine_bench)["cpu_ms_per_step"]] if args.engine_bench else [bench_before]
+        if args.bench:
+            steps.append(engine_cpu_per_step(None)["cpu_ms_per_step"])  # after the rounds, the servers gone
+        engine_ms = statistics.mean(steps) / 32 * (mean_generated_tokens(words) + 1)
+        print(f"engine CPU per word: {engine_ms:.3f} ms (bench ms per step: {', '.join(f'{x:.3f}' for x in steps)})")
+    summary = {}
+    print(
+        f"| route | A: ms per request (loop / engine) | B | B / A, median of {args.rounds} rounds |"
+        + (" tax A | tax B |" if engine_ms else "")
+    )
+    print("|---|---|---|---|" + ("---|---|" if engine_ms else ""))
+    for route in routes:
+        med = {s: {k: statistics.median(b[k] for b in runs[s][route]) for k in ("total", "event_loop", "engine")} for s in runs}
+        ratios = [b["total"] / a["total"] for a, b in zip(runs["A"][route], runs["B"][route])]
+        summary[route] = {"median_ms": med, "b_over_a_median": statistics.median(ratios), "b_over_a": ratios}
+        cells = [f"{med[s]['total']:.3f} ({med[s]['event_loop']:.3f} / {med[s]['engine']:.3f})" for s in ("A", "B")]
+        line = f"| `{route}` | {cells[0]} | {cells[1]} | {statistics.median(ratios):.3f} ({min(ratios):.2f}-{max(ratios):.2f}) |"
+        if engine_ms:
+            summary[route]["tax"] = {s: med[s]["total"] / engine_ms for s in med}
+            line += f" {med['A']['total'] / engine_ms:.2f} | {med['B']['total'] / engine_ms:.2f} |"
+        print(line)
+    result = {
+        "command": "python docs/bench/paired_tax.py " + " ".join(os.sys.argv[1:]),
+        "machine": machine(),
+        "a": checkout_name(args.a),
+        "b": checkout_name(args.b),
+        "rounds": args.rounds,
+        "block": args.block,
+        "engine_cpu_ms_per_word": engine_ms,  # the mean of the bench runs before and after with --bench
+        "routes": summary,
+        "runs": runs,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"paired_tax_{time.strftime('%Y%m%dT%H%M%S')}.json"
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"raw: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
