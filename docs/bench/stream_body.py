@@ -18,6 +18,11 @@ from types import SimpleNamespace
 import uvloop
 
 from service.http.openai import completions, shapes
+
+try:  # the stream's module in this checkout; an earlier one kept it in completions
+    from service.http.openai.streaming import stream_answer
+except ImportError:
+    stream_answer = completions.stream_answer
 from service.http.responses import sse_events
 from service.text.units import CAUGHT_UP, StreamToken, Token
 
@@ -70,7 +75,7 @@ async def tgi() -> None:
 
 
 async def openai() -> None:
-    async for _ in completions.stream_answer(SVC, PLANNED, [[FakeJob()]], "/v1/chat/completions", ENVELOPE, RENDER):
+    async for _ in stream_answer(SVC, PLANNED, [[FakeJob()]], "/v1/chat/completions", ENVELOPE, RENDER):
         pass
 
 

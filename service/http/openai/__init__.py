@@ -2,6 +2,7 @@
 
     routes.py       POST /v1/completions, POST /v1/chat/completions, GET /v1/models
     completions.py  OpenAI's parameters as the TGI routes' requests (Service.admit), the answers in OpenAI's shapes
+    streaming.py    a streamed answer: the chunks per wake-up of the engine, the usage chunk, [DONE]
     schemas.py      the request and response bodies (/docs)
     errors.py       OpenAI's error shape on /v1/*
 

@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from service.errors import ServiceError
 from service.http import errors
 from service.http.dependencies import GENERATION_GUARDS, ServiceDep, authorize
-from service.http.openai import choices, shapes
+from service.http.openai import choices, shapes, streaming
 from service.http.openai import completions as c
 from service.http.openai.errors import OpenAIError, OpenAIErrorShape, from_error, param_names
 from service.http.openai.schemas import (
@@ -151,7 +151,7 @@ async def answer(
             "created": int(time.time()),
             "model": c.served_model_name(svc),
         }
-        events = c.stream_answer(svc, planned, jobs, route, envelope, renderer(planned))
+        events = streaming.stream_answer(svc, planned, jobs, route, envelope, renderer(planned))
         return SSEResponse(events, headers=SSE_HEADERS | ignored)
     done = await c.answer_whole(svc, request, planned, jobs, prefix)
     if done is None:

@@ -1,5 +1,6 @@
 """OpenAI's two answer shapes, whole and streamed: /v1/completions' `text_completion` and /v1/chat/completions'
-`chat.completion`, their log-probabilities, and the choice object of each stream chunk (a `Render`).
+`chat.completion`, their log-probabilities, and the choice object of each stream chunk (a `Render`,
+service/http/openai/streaming.py).
 """
 
 from __future__ import annotations

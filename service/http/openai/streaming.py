@@ -1,0 +1,182 @@
+"""An OpenAI completion's stream: per choice, a chunk per token gathered into one write per wake-up of the engine, its
+last chunk with the finish reason, then the usage chunk when asked and `data: [DONE]`. The requests and whole answers
+are service/http/openai/completions.py's; the choice objects of the chunks, shapes.py's (`Render`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from typing import Protocol
+
+import orjson
+
+from service.engine.scheduler import Failed
+from service.errors import ServiceError
+from service.http import errors
+from service.http.openai.choices import ChoiceText, TokenOut
+from service.http.openai.completions import Plan, cancel_all
+from service.http.openai.errors import OpenAIError, from_error
+from service.http.responses import LastChunk
+from service.http.state import Service
+from service.text.requests import TextRequest
+from service.text.units import CaughtUp, StreamToken
+
+KEEPALIVE = b": keep-alive\n\n"
+DONE = b"data: [DONE]\n\n"
+
+
+class ChoiceEnd(bytes):
+    """A choice's last chunk (its finish_reason): with one choice, the stream's usage chunk and [DONE] go out in the
+    same write."""
+
+
+class Render(Protocol):
+    """A route's choice object of a stream chunk (service/http/openai/shapes.py)."""
+
+    def __call__(self, index: int, text: str, tokens: list[TokenOut], finish: str | None, first: bool) -> dict:
+        """The choice of a chunk: its index, the text it adds, the tokens it shows, its finish reason, whether first."""
+
+    def plain(self, index: int, text: str) -> bytes | None:
+        """The JSON of `self(index, text, [], None, False)` (what orjson makes of it) written from pre-encoded parts,
+        for most of a stream's chunks; None where the choice shows more (log-probabilities)."""
+
+
+async def stream_answer(
+    svc: Service,
+    planned: Plan,
+    jobs: list[list[TextRequest]],
+    route: str,
+    envelope: dict,
+    render: Render,
+) -> AsyncIterator[bytes]:
+    """The SSE body: per choice, a chunk per token gathered into one write per wake-up (`render` makes the
+    choice object), its last chunk with `finish_reason`; then a usage chunk with `choices: []` when asked,
+    then `data: [DONE]` (one choice's last chunk, the usage chunk and [DONE] in one write). A failure mid-stream
+    is an `error` event in OpenAI's shape, and ends it."""
+    outcome = "cancelled"
+    head, tail = chunk_event_parts(envelope)
+    choices = [
+        ChoiceStream(job, i * planned.n + j, ChoiceText(planned.stop), render, head, tail)
+        for i, row in enumerate(jobs)
+        for j, job in enumerate(row)
+    ]
+    t_arrival = jobs[0][0].t_arrival
+    ending = b""  # one choice's last chunk, held to go out with what follows it
+    try:
+        if len(choices) == 1:  # the choice's items read here, not through a generator of its own: one less per token
+            one = choices[0]
+            async for item in one.job.stream_items(svc.keepalive_s):
+                out = one.take(item)
+                if isinstance(out, ChoiceEnd):
+                    ending = out
+                    break
+                if out:
+                    yield out
+        else:
+            async for chunk in _merged([_choice_chunks(svc, choice) for choice in choices]):
+                yield chunk
+        if planned.include_usage:
+            prompt_tokens = sum(row[0].input_length for row in jobs)
+            completion = sum(choice.text.tokens for choice in choices)
+            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion, "total_tokens": prompt_tokens + completion}
+            ending += _event({**envelope, "choices": [], "usage": usage})
+        outcome = "success"
+        svc.metrics.request_duration.observe(time.perf_counter() - t_arrival)
+        yield LastChunk(ending + DONE)  # the last events and the body's end: one write on the fast path
+    except (errors.APIError, ServiceError, OpenAIError) as e:
+        err = from_error(e, planned.params)
+        outcome = err.outcome
+        yield _event(err.body())
+    finally:
+        cancel_all(jobs)
+        svc.metrics.request_done(route, outcome)
+
+
+class ChoiceStream:
+    """One choice of a stream: its request's items become its chunks' bytes, gathered per wake-up of the engine."""
+
+    def __init__(self, job: TextRequest, index: int, text: ChoiceText, render: Render, head: bytes, tail: bytes):
+        self.job, self.index, self.text, self.render = job, index, text, render
+        self.head, self.tail = head, tail  # the bytes around a chunk's one choice (`chunk_event_parts`)
+        self.gathered: list[bytes] = []
+        self.first = True
+
+    def take(self, item: StreamToken | Failed | CaughtUp | None) -> bytes | None:
+        """What to write after `item`: the events gathered when caught up with the engine, a keep-alive comment, or
+        nothing yet; the choice's last chunk as a ChoiceEnd (its request then ends: a stop sequence may end running
+        text before its last word). A failure raises its error."""
+        if item is None:
+            return KEEPALIVE
+        if isinstance(item, CaughtUp):
+            out = b"".join(self.gathered)
+            self.gathered.clear()
+            return out
+        if isinstance(item, Failed):
+            raise item.error
+        delta, released, finish = self.text.add(item.token, item.top_tokens, item.finish_reason if item.last else None)
+        if finish:
+            choice = orjson.dumps(self.render(self.index, delta, released, finish, self.first))
+            self.gathered.append(self.head + choice + self.tail)
+            self.job.cancel()
+            return ChoiceEnd(b"".join(self.gathered))
+        if delta or released:
+            choice = None if self.first else self.render.plain(self.index, delta)
+            if choice is None:
+                choice = orjson.dumps(self.render(self.index, delta, released, None, self.first))
+            self.gathered.append(self.head + choice + self.tail)
+            self.first = False
+        return None
+
+
+async def _choice_chunks(svc: Service, choice: ChoiceStream) -> AsyncIterator[bytes]:
+    """One choice's chunks as a generator of its own (several choices are merged as they come)."""
+    async for item in choice.job.stream_items(svc.keepalive_s):
+        out = choice.take(item)
+        if isinstance(out, ChoiceEnd):
+            yield out
+            return
+        if out:
+            yield out
+
+
+async def _merged(streams: list[AsyncIterator[bytes]]) -> AsyncIterator[bytes]:
+    """The chunks of several choices as they come (each choice's in order)."""
+    queue: asyncio.Queue = asyncio.Queue()
+    end = object()
+
+    async def pump(stream: AsyncIterator[bytes]) -> None:
+        try:
+            async for chunk in stream:
+                await queue.put(chunk)
+            await queue.put(end)
+        except Exception as e:  # handed to the reader, which ends the stream with it
+            await queue.put(e)
+
+    tasks = [asyncio.ensure_future(pump(s)) for s in streams]
+    try:
+        remaining = len(tasks)
+        while remaining:
+            item = await queue.get()
+            if item is end:
+                remaining -= 1
+            elif isinstance(item, Exception):
+                raise item
+            else:
+                yield item
+    finally:
+        for t in tasks:
+            t.cancel()
+
+
+def chunk_event_parts(envelope: dict) -> tuple[bytes, bytes]:
+    """The bytes around a chunk's one choice: `_event({**envelope, "choices": [choice]})` is head + the choice's JSON
+    + tail (orjson keeps the keys' order), so a token's event serializes only its choice, not the envelope again."""
+    head = _event({**envelope, "choices": []})
+    cut = head.rindex(b"[]")
+    return head[: cut + 1], head[cut + 1 :]
+
+
+def _event(obj: dict) -> bytes:
+    return b"data: " + orjson.dumps(obj) + b"\n\n"
