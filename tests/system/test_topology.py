@@ -222,9 +222,13 @@ def test_nginx_balances_streams_and_survives_a_replica_kill(topology):
     phase3 = loadtest_summary(loadtest(nginx, tmp / "phase3", "--requests", "30"), tmp / "phase3")
     assert phase3["ok"] == 30 and phase3["failed"] == 0, phase3["error_samples"]
 
-    # Every PromQL query of the Grafana dashboard returns data, with finite values from the load.
+    # Every PromQL query of the Grafana dashboard returns data, with finite values from the load. A rate needs two
+    # scrapes of a series, and every series was born during the load, when a scrape of the one replica left may time
+    # out on a loaded machine (one CI run found no data at once): each query gets a few scrape intervals to show it.
+    deadline = time.monotonic() + 4 * SCRAPE_INTERVAL_S
     for expr in dashboard_queries():
-        result = promql(prom, expr)
+        while not (result := promql(prom, expr)) and time.monotonic() < deadline:
+            time.sleep(1)
         assert result, f"no data for dashboard query {expr}"
         assert any(math.isfinite(float(r["value"][1])) for r in result), f"{expr}: {result}"
     # ... and so does its $model variable, `label_values(METRIC, LABEL)`, which Grafana asks as below.
