@@ -71,34 +71,35 @@ def chat_body(answer: Answer, planned: Plan) -> dict:
     }
 
 
-class CompletionChunks:
-    """/v1/completions' stream chunk choice (a `Render`)."""
+class _Chunks:
+    """A route's stream chunk choice (a `Render`): the whole dict, and a middle chunk's (no tokens shown, no finish, not
+    the first) as `PLAIN` filled in, the bytes orjson gives that dict."""
+
+    PLAIN: bytes  # %d: the index, %b: the text's JSON
 
     def __init__(self, planned: Plan):
         self.logprobs = planned.logprobs
+
+    def plain(self, index: int, text: str) -> bytes | None:
+        return None if self.logprobs is not None else self.PLAIN % (index, orjson.dumps(text))
+
+
+class CompletionChunks(_Chunks):
+    """/v1/completions' stream chunk choice."""
+
+    PLAIN = b'{"index":%d,"text":%b,"logprobs":null,"finish_reason":null}'
 
     def __call__(self, index: int, text: str, tokens: list[TokenOut], finish: str | None, first: bool) -> dict:
         logprobs = completion_logprobs(tokens, bool(self.logprobs)) if self.logprobs is not None else None
         return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}
 
-    def plain(self, index: int, text: str) -> bytes | None:
-        if self.logprobs is not None:
-            return None
-        return b'{"index":%d,"text":%b,"logprobs":null,"finish_reason":null}' % (index, orjson.dumps(text))
 
+class ChatChunks(_Chunks):
+    """/v1/chat/completions' stream chunk choice: the first delta carries the role."""
 
-class ChatChunks:
-    """/v1/chat/completions' stream chunk choice (a `Render`): the first delta carries the role."""
-
-    def __init__(self, planned: Plan):
-        self.logprobs = planned.logprobs
+    PLAIN = b'{"index":%d,"delta":{"content":%b},"logprobs":null,"finish_reason":null}'
 
     def __call__(self, index: int, text: str, tokens: list[TokenOut], finish: str | None, first: bool) -> dict:
         delta = {"role": "assistant", "content": text} if first else {"content": text}
         logprobs = chat_logprobs(tokens) if self.logprobs is not None else None
         return {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
-
-    def plain(self, index: int, text: str) -> bytes | None:
-        if self.logprobs is not None:
-            return None
-        return b'{"index":%d,"delta":{"content":%b},"logprobs":null,"finish_reason":null}' % (index, orjson.dumps(text))
