@@ -22,16 +22,11 @@ DEFAULT_BUNDLE = Path(__file__).resolve().parents[2] / "models" / "g2p-en"
 WORDS = ["zyx", "quarbly", "flimbertoshing", "snork", "grumbletonian", "wiz", "blorptastic", "mip", "trandleworth"] * 5
 
 
-def join_groups(join_group: int | None) -> list[int]:
-    """How many requests each encoder call took, in order, for WORDS queued at once."""
-    engine = load_engine(DEFAULT_BUNDLE)
-    sched = Scheduler(engine, ServiceMetrics("t"), max_batch_size=8, max_concurrent_requests=64, request_timeout_s=60)
-    if join_group is not None:
-        sched.join_group = join_group
-    options = DecodingOptions(max_new_tokens=16)
+def run_all(sched: Scheduler, requests: list) -> list:
+    """Start the scheduler, queue every request at once, wait until each has finished (and not failed), stop it."""
     sched.start()
     try:
-        tickets = sched.submit_many([(engine.encode_text(w), options) for w in WORDS])  # all queued at once
+        tickets = sched.submit_many(requests)
         for t in tickets:
             events = []
             while not any(isinstance(e, Finished | Failed) for e in events):
@@ -39,6 +34,17 @@ def join_groups(join_group: int | None) -> list[int]:
             assert isinstance(events[-1], Finished)
     finally:
         sched.stop()
+    return tickets
+
+
+def join_groups(join_group: int | None) -> list[int]:
+    """How many requests each encoder call took, in order, for WORDS queued at once."""
+    engine = load_engine(DEFAULT_BUNDLE)
+    sched = Scheduler(engine, ServiceMetrics("t"), max_batch_size=8, max_concurrent_requests=64, request_timeout_s=60)
+    if join_group is not None:
+        sched.join_group = join_group
+    options = DecodingOptions(max_new_tokens=16)
+    tickets = run_all(sched, [(engine.encode_text(w), options) for w in WORDS])
     by_start = collections.Counter(t.t_admitted for t in tickets)
     return [by_start[k] for k in sorted(by_start)]
 
@@ -122,16 +128,7 @@ def test_answers_queued_behind_a_saturated_batch_of_the_served_variant_are_the_a
     monkeypatch.setattr(Scheduler, "_start", counting_start)
     monkeypatch.setattr(SlotBatch, "_compact", counting_compact)
     sched = Scheduler(engine, ServiceMetrics("t"), max_batch_size=8, max_concurrent_requests=64, request_timeout_s=60)
-    sched.start()
-    try:
-        tickets = sched.submit_many([(engine.encode_text(w), o) for w, o in jobs])  # all queued at once
-        for t in tickets:
-            events = []
-            while not any(isinstance(e, Finished | Failed) for e in events):
-                events += t.next_events_blocking(timeout=30)
-            assert isinstance(events[-1], Finished)
-    finally:
-        sched.stop()
+    tickets = run_all(sched, [(engine.encode_text(w), o) for w, o in jobs])
     assert any(ahead for _, ahead in calls) and compactions  # both ran
     assert all(ahead == 0 or joining + ahead <= sched.join_group for joining, ahead in calls), calls
     for (w, o), t, ref in zip(jobs, tickets, alone):
