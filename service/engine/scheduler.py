@@ -44,6 +44,9 @@ from service.engine.tickets import Failed, Finished, ScoreTicket, TextShare, Tic
 from service.errors import InvalidRequest, Overloaded, TimedOut, Unavailable, retry_after_s
 from service.metrics import ServiceMetrics, observe_many
 
+# how many groups past the queue's head an encoder call of a deep queue chooses from by length, in calls' worth
+CALL_WINDOW = 2
+
 # the tickets and their events live in service/engine/tickets.py; named here too, where the owners import them
 __all__ = ["Failed", "Finished", "Scheduler", "ScoreTicket", "TextShare", "Ticket", "check_rows"]
 
@@ -320,12 +323,15 @@ class Scheduler:
             # encoded ahead only where half a batch waits: a shorter queue is served by the rows that free up, and the
             # longer encoder call would lengthen the step for the running rows (inter-token latency) for little gain
             deep = self._n_waiting >= 2 * self.join_group
-            while self._waiting:
-                # once one request waits encoded ahead, those behind it do too: the queue's order is kept
-                fits = not ahead and rows + self._waiting[0][0].options.n_rows <= self.max_batch_size
-                ahead_ok = deep and not self._encoded and joining and len(joining) + len(ahead) < self.join_group
-                if not fits and not ahead_ok:
-                    break  # encoded ahead only to fill one encoder call that a free row opened, and only once
+            if deep and not self._encoded and rows + self._waiting[0][0].options.n_rows <= self.max_batch_size:
+                # one encoder call for a quarter batch, chosen by length: those that fit join, the others wait encoded
+                for t in self._pick_call(self.join_group, now):
+                    if not ahead and rows + t.options.n_rows <= self.max_batch_size:
+                        joining.append(t)
+                        rows += t.options.n_rows
+                    else:  # once one waits encoded, the call's later ones do too: they join in this order
+                        ahead.append(t)
+            while self._waiting and not ahead and rows + self._waiting[0][0].options.n_rows <= self.max_batch_size:
                 group = self._waiting.popleft()
                 t = group.popleft()
                 self._n_waiting -= 1
@@ -336,11 +342,9 @@ class Scheduler:
                 elif now > t.deadline:
                     self._finish(t, Failed(TimedOut(self.request_timeout_s)))
                     touched.append(t)
-                elif fits:
+                else:
                     joining.append(t)
                     rows += t.options.n_rows
-                else:
-                    ahead.append(t)
             # queued requests past their deadline leave the queue too, not only the ones at its head
             expired = [t for group in self._waiting for t in group if t.cancelled or now > t.deadline]
             if expired:
@@ -353,6 +357,50 @@ class Scheduler:
                     touched.append(t)
             self.metrics.queue_size.set(self._n_waiting)
         return joining, ahead
+
+    def _pick_call(self, size: int, now: float) -> list[Ticket]:
+        """Up to `size` waiting requests for one encoder call, in turn order (under `_cv`). The encoder pads every
+        source of a call to the longest, and in queue order a call of eight pseudo-words was a fifth padding; so the
+        call takes the next request in turn, then those of the next `CALL_WINDOW` x `size` in turn whose sources are
+        nearest its length, not longer where they can be. A group's tickets still go in their order (a later one
+        only with those before it), and a group that gave one moves to the back, as in `_take_waiting`; the others
+        keep their places: a request passed over goes a call or two later, and the head of the queue every time.
+        Cancelled and expired requests are not picked (`_take_waiting` ends them next)."""
+        reach = CALL_WINDOW * size
+        window = [self._waiting.popleft() for _ in range(min(len(self._waiting), reach))]
+        turns: list[tuple[int, int]] = []  # (group, index in it): the order the queue would give them
+        for depth in range(reach):
+            turns += [(g, depth) for g, group in enumerate(window) if depth < len(group)][: reach - len(turns)]
+            if len(turns) == reach or not any(depth + 1 < len(group) for group in window):
+                break
+        live = [gj for gj in turns if not (window[gj[0]][gj[1]].cancelled or now > window[gj[0]][gj[1]].deadline)]
+        taken = [0] * len(window)  # how many of each group's first tickets the call takes
+        if live:
+            length = len(window[live[0][0]][live[0][1]].source_ids)
+
+            def fit(gj: tuple[int, int]) -> tuple[bool, bool, int]:
+                n = len(window[gj[0]][gj[1]].source_ids)
+                return gj != live[0], n > length, abs(n - length)
+
+            ranked = sorted(live, key=fit)  # stable: turn order among equals
+            chosen: set[tuple[int, int]] = set()
+            while len(chosen) < size:  # a group's ticket only after those before it in the group
+                more = next(((g, j) for g, j in ranked if (g, j) not in chosen and j == taken[g]), None)
+                if more is None:
+                    break
+                chosen.add(more)
+                taken[more[0]] += 1
+            call = [window[g][j] for g, j in turns if (g, j) in chosen]
+        else:
+            call = []
+        self._waiting.extendleft(window[g] for g in reversed(range(len(window))) if not taken[g])
+        for g, group in enumerate(window):
+            for _ in range(taken[g]):
+                group.popleft()
+            if taken[g] and group:
+                self._waiting.append(group)
+        self._n_waiting -= len(call)
+        return call
 
     def _join_encoded(self, batch, rows: int, now: float, touched: list[Ticket]) -> int:
         """Requests encoded ahead join, in order, as far as the batch has room; those cancelled or past their deadline

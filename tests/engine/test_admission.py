@@ -12,8 +12,9 @@ from pathlib import Path
 
 from service_harness import load_engine
 
+from service.engine import scheduler as scheduler_module
 from service.engine.engine import DecodingOptions, GenerationResult
-from service.engine.scheduler import Failed, Finished, Scheduler
+from service.engine.scheduler import Failed, Finished, Scheduler, Ticket
 from service.engine.slots import SlotBatch
 from service.metrics import ServiceMetrics
 
@@ -22,11 +23,12 @@ DEFAULT_BUNDLE = Path(__file__).resolve().parents[2] / "models" / "g2p-en"
 WORDS = ["zyx", "quarbly", "flimbertoshing", "snork", "grumbletonian", "wiz", "blorptastic", "mip", "trandleworth"] * 5
 
 
-def run_all(sched: Scheduler, requests: list) -> list:
-    """Start the scheduler, queue every request at once, wait until each has finished (and not failed), stop it."""
+def run_all(sched: Scheduler, requests: list, separately: bool = False) -> list:
+    """Start the scheduler, queue every request at once (one group, as one text's words; `separately`: one request
+    per submit, as many clients' words), wait until each has finished (and not failed), stop it."""
     sched.start()
     try:
-        tickets = sched.submit_many(requests)
+        tickets = [sched.submit(*r) for r in requests] if separately else sched.submit_many(requests)
         for t in tickets:
             events = []
             while not any(isinstance(e, Finished | Failed) for e in events):
@@ -114,11 +116,32 @@ def test_answers_queued_behind_a_saturated_batch_of_the_served_variant_are_the_a
     modes = [DecodingOptions(max_new_tokens=16), seeded, DecodingOptions(max_new_tokens=16, num_beams=4)]
     jobs = [(w, modes[i % 3] if i % 3 != 1 else dataclasses.replace(seeded, seed=i)) for i, w in enumerate(WORDS)]
     alone = [engine.generate([w], o)[0] for w, o in jobs]
-    calls, compactions = [], []
+    for separately in (False, True):  # one group (compaction runs as the batch drains); many: calls chosen by length
+        calls, order, compactions = [], [], []
+        record_calls(monkeypatch, calls, order, compactions)
+        sched = Scheduler(engine, ServiceMetrics("t"), max_batch_size=8, max_concurrent_requests=64, request_timeout_s=60)
+        tickets = run_all(sched, [(engine.encode_text(w), o) for w, o in jobs], separately)
+        monkeypatch.undo()
+        assert any(ahead for _, ahead in calls)
+        assert all(ahead == 0 or joining + ahead <= sched.join_group for joining, ahead in calls), calls
+        if separately:
+            assert order != tickets  # some encoder call took a request out of turn, by its length
+        else:
+            assert compactions
+        for (w, o), t, ref in zip(jobs, tickets, alone):
+            got = GenerationResult.of(t.generation)
+            assert got.token_ids == ref.token_ids, (w, o, separately)
+            assert [h.token_ids for h in got.hypotheses] == [h.token_ids for h in ref.hypotheses], (w, o, separately)
+
+
+def record_calls(monkeypatch, calls: list, order: list, compactions: list) -> None:
+    """Record each encoder call's (joining, ahead) counts in `calls`, its tickets in `order`, and the free slots
+    of each compaction in `compactions`."""
     start, compact = Scheduler._start, SlotBatch._compact
 
     def counting_start(self, batch, joining, ahead, touched):
         calls.append((len(joining), len(ahead)))
+        order.extend(joining + ahead)
         return start(self, batch, joining, ahead, touched)
 
     def counting_compact(self):
@@ -127,11 +150,31 @@ def test_answers_queued_behind_a_saturated_batch_of_the_served_variant_are_the_a
 
     monkeypatch.setattr(Scheduler, "_start", counting_start)
     monkeypatch.setattr(SlotBatch, "_compact", counting_compact)
-    sched = Scheduler(engine, ServiceMetrics("t"), max_batch_size=8, max_concurrent_requests=64, request_timeout_s=60)
-    tickets = run_all(sched, [(engine.encode_text(w), o) for w, o in jobs])
-    assert any(ahead for _, ahead in calls) and compactions  # both ran
-    assert all(ahead == 0 or joining + ahead <= sched.join_group for joining, ahead in calls), calls
-    for (w, o), t, ref in zip(jobs, tickets, alone):
-        got = GenerationResult.of(t.generation)
-        assert got.token_ids == ref.token_ids, (w, o)
-        assert [h.token_ids for h in got.hypotheses] == [h.token_ids for h in ref.hypotheses], (w, o)
+
+
+def test_a_deep_queue_encodes_the_next_request_with_those_of_nearest_length_within_the_window():
+    """`_pick_call`: the queue's head always goes; the others come from the next CALL_WINDOW x size tickets in turn,
+    nearest the head's length and not longer first; a group's tickets go in their order; the groups passed over
+    keep their places at the front, a group that gave a ticket moves to the back; cancelled requests stay."""
+    engine = load_engine(DEFAULT_BUNDLE)
+    sched = Scheduler(engine, ServiceMetrics("t"), max_batch_size=16, max_concurrent_requests=64, request_timeout_s=60)
+    options = DecodingOptions(max_new_tokens=4)
+
+    def ticket(n: int) -> Ticket:
+        return Ticket([5] * n, options, deadline=time.perf_counter() + 60, loop=None)
+
+    singles = [ticket(n) for n in (6, 9, 2, 6, 5, 7, 6, 4)]
+    text = [ticket(n) for n in (6, 6, 3)]  # one text's words: one group
+    singles[3].cancel()
+    groups = (
+        [collections.deque([t]) for t in singles[:5]] + [collections.deque(text)] + [collections.deque([t]) for t in singles[5:]]
+    )
+    sched._waiting.extend(groups)
+    sched._n_waiting = sum(len(g) for g in groups)
+    assert scheduler_module.CALL_WINDOW * 4 == 8  # the window: the next 8 tickets in turn, of the first 8 groups
+    call = sched._pick_call(4, time.perf_counter())
+    # head (6); the other 6s, but not the cancelled one; then 5 (shorter before longer): in turn order
+    assert call == [singles[0], singles[4], text[0], singles[6]], [len(t.source_ids) for t in call]
+    assert sched._n_waiting == 11 - 4
+    # passed over, in their places; then the text, its first word taken, at the back
+    assert [list(g) for g in sched._waiting] == [[singles[1]], [singles[2]], [singles[3]], [singles[5]], [singles[7]], text[1:]]
