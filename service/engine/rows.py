@@ -202,6 +202,7 @@ class RowState:
         self.steps = 0
         self.joined_at = np.zeros(0, np.int64)  # [B]
         self.penalised = False  # whether any row has a penalty: only then are token counts kept (only such rows read them)
+        self._flags: list[RowFlags] = []  # [B] what `summary` reads of each row's settings, as Python values
         self._summary: StepSummary | None = None
 
     def __len__(self) -> int:
@@ -215,28 +216,29 @@ class RowState:
     @property
     def summary(self) -> StepSummary:
         """What the active rows need from a step, kept until a row joins or leaves: a step whose rows
-        need nothing beyond the in-graph argmax skips every array operation of the general path."""
+        need nothing beyond the in-graph argmax skips every array operation of the general path. Read from the
+        rows' flags in Python: rows join and leave at most steps under load, and a dozen numpy calls over the
+        parameter table's columns cost several times a loop over a batch's rows."""
         if self._summary is None:
-            active, params = self.active, self.params
-            ends_from = (self.joined_at + params.min_new_tokens).tolist()  # each row's join step plus its min_new_tokens
+            flags = self._flags
+            active_rows = [i for i, r in enumerate(self.rows) if r is not None]
+            until = [(i, flags[i].min_new_tokens) for i in active_rows if flags[i].greedy_min_new]
+            beams = any(flags[i].beam for i in active_rows)
             self._summary = StepSummary(
-                active_rows=np.flatnonzero(active).tolist(),
-                logprobs=bool((params.logprobs & active).any()),
-                processing=bool((params.needs_processing & active).any()),
+                active_rows=active_rows,
+                logprobs=any(flags[i].logprobs for i in active_rows),
+                processing=any(flags[i].processing for i in active_rows),
                 # greedy rows whose in-graph argmax may have to give way: with min_new_tokens, no other processing
-                min_new_until=[
-                    (i, ends_from[i])
-                    for i in np.flatnonzero(
-                        (params.min_new_tokens > 0) & active & (params.mode == GREEDY) & ~params.needs_processing
-                    ).tolist()
-                ],
-                ends_from=ends_from,
+                min_new_until=[(i, int(self.joined_at[i]) + n) for i, n in until],
+                # each row's join step plus its min_new_tokens: read by beam searches only
+                ends_from=(self.joined_at + self.params.min_new_tokens).tolist() if beams else [],
             )
         return self._summary
 
     def put(self, i: int, row: Row) -> None:
         opts = row.generation.options
         self.params.set_row(i, opts)
+        self._flags[i] = RowFlags.of(opts)
         self.counts[i] = 0
         self.joined_at[i] = self.steps
         self.penalised = self.penalised or bool(opts.repetition_penalty or opts.frequency_penalty or opts.presence_penalty)
@@ -265,7 +267,9 @@ class RowState:
         self.params = self.params.take(keep, [q.generation.options for q in add])
         self.counts = np.concatenate([self.counts[keep], np.zeros((n_add, self.vocab_size), np.int32)])
         self.joined_at = np.concatenate([self.joined_at[keep], np.full(n_add, self.steps, np.int64)])
-        self.rows = [self.rows[i] for i in keep] + list(add)
+        kept = keep.tolist() if isinstance(keep, np.ndarray) else list(keep)
+        self.rows = [self.rows[i] for i in kept] + list(add)
+        self._flags = [self._flags[i] for i in kept] + [RowFlags.of(q.generation.options) for q in add]
         self.active = np.array([q is not None for q in self.rows], dtype=bool)
         self.penalised = any(
             bool(o.repetition_penalty or o.frequency_penalty or o.presence_penalty)
@@ -287,6 +291,26 @@ class RowState:
             idx = np.flatnonzero(self.active)
             self.counts[idx, tokens[idx]] += 1
         self.steps += 1
+
+
+@dataclass(frozen=True, slots=True)
+class RowFlags:
+    """What a step's summary reads of one row's settings (the same as the parameter table's columns say)."""
+
+    logprobs: bool  # its raw log-probabilities are read (reported, or ranking candidates)
+    processing: bool  # picked from processed logits (RowParams.needs_processing)
+    min_new_tokens: int
+    greedy_min_new: bool  # greedy with min_new_tokens and nothing else: the in-graph argmax unless it is the end token
+    beam: bool
+
+    @staticmethod
+    def of(options: DecodingOptions) -> RowFlags:
+        v = RowParams.values(options)
+        processing = (
+            v["mode"] == SAMPLE or v["repetition_penalty"] != 1.0 or v["frequency_penalty"] != 0.0 or v["presence_penalty"] != 0.0
+        )
+        greedy_min_new = v["min_new_tokens"] > 0 and v["mode"] == GREEDY and not processing
+        return RowFlags(bool(v["logprobs"]), processing, int(v["min_new_tokens"]), greedy_min_new, v["mode"] == BEAM)
 
 
 @dataclass(frozen=True)
