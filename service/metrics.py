@@ -112,3 +112,26 @@ def observe_many(histogram, amount: float, count: int) -> None:
     histogram._raise_if_not_observable()
     histogram._sum.inc(amount * count)
     buckets[bisect_left(histogram._upper_bounds, amount)].inc(count)
+
+
+def observe_each(histogram, amounts: list[float]) -> None:
+    """One observation of each of `amounts` on a histogram child, as an `observe` call each makes them, with one
+    addition to the sum and one per bucket hit: the engine thread observes the requests that start or finish at a
+    step together (each `observe` takes two locks and checks the child; a step of 32 rows finishes three or four
+    requests and observes five values for each). Private fields as in `observe_many`."""
+    buckets = getattr(histogram, "_buckets", None)
+    if buckets is None or not hasattr(histogram, "_sum") or any(a != a for a in amounts):  # as observe_many
+        for a in amounts:
+            histogram.observe(a)
+        return
+    if not amounts:
+        return
+    histogram._raise_if_not_observable()
+    histogram._sum.inc(sum(amounts))
+    bounds = histogram._upper_bounds
+    hits: dict[int, int] = {}
+    for a in amounts:
+        i = bisect_left(bounds, a)
+        hits[i] = hits.get(i, 0) + 1
+    for i, n in hits.items():
+        buckets[i].inc(n)

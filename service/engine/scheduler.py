@@ -42,7 +42,7 @@ from service.engine.runtime import ENGINE_THREAD_OS_NAME, name_os_thread
 from service.engine.scoring import ForcedBatch
 from service.engine.tickets import Failed, Finished, ScoreTicket, TextShare, Ticket
 from service.errors import InvalidRequest, Overloaded, TimedOut, Unavailable, retry_after_s
-from service.metrics import ServiceMetrics, observe_many
+from service.metrics import ServiceMetrics, observe_each, observe_many
 
 # how many groups past the queue's head an encoder call of a deep queue chooses from by length, in calls' worth
 CALL_WINDOW = 2
@@ -435,11 +435,11 @@ class Scheduler:
         self.metrics.encoder_duration.observe(t1 - t0)
         now_joining = {id(t) for t in joining}
         added_gens, added_sources = [], []
+        observe_each(self.metrics.queue_duration, [t0 - t.t_arrival for t in group])
+        observe_each(self.metrics.input_tokens, [len(t.source_ids) for t in group])
         for t, gen, source in zip(group, gens, sources):
             t.generation = gen
             t.t_admitted = t0
-            self.metrics.queue_duration.observe(t0 - t.t_arrival)
-            self.metrics.input_tokens.observe(len(t.source_ids))
             if id(t) in now_joining:
                 self._by_gen[id(gen)] = t
                 added_gens.append(gen)
@@ -459,12 +459,13 @@ class Scheduler:
         self.metrics.batch_size.observe(n_rows)
         self.metrics.generated_tokens_total.inc(n_rows)
         finished = []
+        first: list[float] = []  # times to first token, observed together after the loop
         gaps: dict[float, int] = {}  # inter-token gaps -> how many: every streaming row has the same one (the step)
         for r in results:
             t = self._by_gen[id(r.generation)]
             if t.t_first_token is None:
                 t.t_first_token = t1
-                self.metrics.time_to_first_token.observe(t1 - t.t_arrival)
+                first.append(t1 - t.t_arrival)
             else:
                 gap = t1 - t.t_last_token
                 gaps[gap] = gaps.get(gap, 0) + 1
@@ -474,8 +475,6 @@ class Scheduler:
             t._events.append(r)
             if r.finish_reason is not None:
                 finished.append(t)
-                self.metrics.inference_duration.observe(t1 - t.t_admitted)
-                self.metrics.generated_tokens.observe(t.n_tokens)
                 self._mean_request_s = 0.9 * self._mean_request_s + 0.1 * (t1 - t.t_arrival)
                 self._finish(t, Finished(r.finish_reason))
                 touched.append(t)
@@ -484,7 +483,10 @@ class Scheduler:
                 touched.append(t)
         for gap, count in gaps.items():
             observe_many(self.metrics.inter_token_latency, gap, count)
+        observe_each(self.metrics.time_to_first_token, first)
         if finished:
+            observe_each(self.metrics.inference_duration, [t1 - t.t_admitted for t in finished])
+            observe_each(self.metrics.generated_tokens, [t.n_tokens for t in finished])
             batch.remove([t.generation for t in finished])
             for t in finished:
                 del self._by_gen[id(t.generation)]

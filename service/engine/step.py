@@ -23,7 +23,7 @@ from service.engine.rows import GREEDY, SAMPLE, Generation, Row, RowState
 from service.engine.stopping import rank
 
 
-@dataclass
+@dataclass(slots=True)
 class StepResult:
     """What a step produced for one generation. A streaming generation (one row) gets one per
     token; a generation of several rows gets one when it finishes (its hypotheses are then on it)."""
@@ -138,6 +138,8 @@ def advance_rows(
     searches: list[Generation] = []
     rows, raw, token_list = state.rows, picked.raw, picked.token_list
     wants_logprob = state.params.logprobs.tolist() if raw is not None else None
+    # every row's picked token's log-probability in one gather (the same floats as raw[i, tok] row by row)
+    picked_lp = raw[np.arange(len(token_list)), picked.tokens].tolist() if raw is not None else None
     for i in state.summary.active_rows:
         row = rows[i]
         gen = row.generation
@@ -148,7 +150,7 @@ def advance_rows(
         options = gen.options
         streams = options.streams
         tok = token_list[i]
-        lp = float(raw[i, tok]) if wants_logprob and wants_logprob[i] else None  # only where asked for: the same alone or batched
+        lp = picked_lp[i] if wants_logprob and wants_logprob[i] else None  # only where asked for: the same alone or batched
         top = top_tokens(raw[i], options.top_n_tokens) if options.top_n_tokens else None
         if tok == eos_id:
             row.finish_reason, row.eos_logprob = "eos_token", lp

@@ -68,3 +68,26 @@ def test_observe_many_writes_what_as_many_observes_write():
 
     assert lines(at_once) == lines(one_by_one)
     assert len(LATENCY_BUCKETS) > 10 and b'attnserve_inter_token_latency_seconds_count{model="m"} 17.0' in lines(at_once)
+
+
+def test_observe_each_writes_what_an_observe_per_value_writes():
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from service.metrics import ServiceMetrics, observe_each
+
+    one_by_one, together = ServiceMetrics("m", CollectorRegistry()), ServiceMetrics("m", CollectorRegistry())
+    # binary fractions (their sums are exact in any order): on, between and past the bounds; a step's requests, then
+    # a step without any, then another
+    steps = [[0.0005, 0.25, 0.0009765625, 0.0005, 1024.0], [], [0.0, 3.0, 0.0078125]]
+    for values in steps:
+        for v in values:
+            one_by_one.time_to_first_token.observe(v)
+            one_by_one.generated_tokens.observe(v)
+        observe_each(together.time_to_first_token, values)
+        observe_each(together.generated_tokens, values)
+
+    def lines(metrics: ServiceMetrics) -> list[bytes]:
+        return [line for line in generate_latest(metrics.registry).splitlines() if b"_created" not in line]
+
+    assert lines(together) == lines(one_by_one)
+    assert b'attnserve_time_to_first_token_seconds_count{model="m"} 8.0' in lines(together)
