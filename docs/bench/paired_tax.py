@@ -10,8 +10,10 @@ at a time from core 1, in blocks of `--block` requests per route, A then B in od
 ones. The idle server costs next to nothing, so a drift of the machine's speed hits both alike within a round.
 Prints, per route, each side's median CPU per request (event loop / engine thread) and the median of the
 rounds' B / A ratios; with `--engine-bench` (an attnserve-bench report holding the ort-int8 batch-32 8-token
-cell), or `--bench` (that cell measured here on core 0 before the servers start and after they stop, the mean
-of the two), also each side's median tax. Writes DIR/paired_tax_TIME.json.
+cell), or `--bench` (that cell measured here on core 0 before the first round and after every round, while both
+servers idle), also each side's median tax. With `--bench` each round's tax divides by the mean of the two bench
+runs around it: the machine's speed moved by 40% within one run here, and a tax over one bench run taken minutes
+away moves with it. Writes DIR/paired_tax_TIME.json.
 """
 
 from __future__ import annotations
@@ -59,7 +61,6 @@ def main() -> int:
     args = p.parse_args()
     routes = args.routes.split(",")
     words = pseudo_words(600)
-    bench_before = engine_cpu_per_step(None)["cpu_ms_per_step"] if args.bench else None  # before the servers start
     servers = {"A": start_server(args.a, 32), "B": start_server(args.b, 32)}
     runs: dict[str, dict[str, list[dict]]] = {side: {r: [] for r in routes} for side in servers}
     affinity = os.sched_getaffinity(0)
@@ -68,24 +69,31 @@ def main() -> int:
         for _, url in servers.values():  # warm-up, one block each
             for route in routes:
                 asyncio.run(_closed_loop(url, route, words, "g2p-en", 64, 200))
+        bench_steps = [engine_cpu_per_step(None)["cpu_ms_per_step"]] if args.bench else []  # on core 0, servers idle
         for i in range(args.rounds):
             order = ("A", "B") if i % 2 == 0 else ("B", "A")
             for route in routes:
                 for side in order:
                     proc, url = servers[side]
                     runs[side][route].append(block(url, proc.pid, route, words, "g2p-en", args.block))
+            if args.bench:
+                bench_steps.append(engine_cpu_per_step(None)["cpu_ms_per_step"])
     finally:
         os.sched_setaffinity(0, affinity)
         for proc, _ in servers.values():
             proc.terminate()
             proc.wait(timeout=60)
     engine_ms = None
+    per_round: list[float] = []  # the engine's CPU per word around each round (--bench)
     if args.engine_bench or args.bench:
-        steps = [engine_cpu_per_step(args.engine_bench)["cpu_ms_per_step"]] if args.engine_bench else [bench_before]
+        tokens = mean_generated_tokens(words) + 1
         if args.bench:
-            steps.append(engine_cpu_per_step(None)["cpu_ms_per_step"])  # after the rounds, the servers gone
-        engine_ms = statistics.mean(steps) / 32 * (mean_generated_tokens(words) + 1)
-        print(f"engine CPU per word: {engine_ms:.3f} ms (bench ms per step: {', '.join(f'{x:.3f}' for x in steps)})")
+            per_round = [(x + y) / 2 / 32 * tokens for x, y in zip(bench_steps, bench_steps[1:])]
+            engine_ms = statistics.median(per_round)
+        else:
+            bench_steps = [engine_cpu_per_step(args.engine_bench)["cpu_ms_per_step"]]
+            engine_ms = bench_steps[0] / 32 * tokens
+        print(f"engine CPU per word: {engine_ms:.3f} ms (bench ms per step: {', '.join(f'{x:.3f}' for x in bench_steps)})")
     summary = {}
     print(
         f"| route | A: ms per request (loop / engine) | B | B / A, median of {args.rounds} rounds |"
@@ -98,7 +106,16 @@ def main() -> int:
         summary[route] = {"median_ms": med, "b_over_a_median": statistics.median(ratios), "b_over_a": ratios}
         cells = [f"{med[s]['total']:.3f} ({med[s]['event_loop']:.3f} / {med[s]['engine']:.3f})" for s in ("A", "B")]
         line = f"| `{route}` | {cells[0]} | {cells[1]} | {statistics.median(ratios):.3f} ({min(ratios):.2f}-{max(ratios):.2f}) |"
-        if engine_ms:
+        if per_round:  # each round's CPU per request over the bench around it
+            taxes = {s: [b["total"] / e for b, e in zip(runs[s][route], per_round)] for s in runs}
+            summary[route]["tax"] = {s: statistics.median(t) for s, t in taxes.items()}
+            summary[route]["tax_per_round"] = taxes
+            line += (
+                " "
+                + " | ".join(f"{statistics.median(taxes[s]):.2f} ({min(taxes[s]):.2f}-{max(taxes[s]):.2f})" for s in ("A", "B"))
+                + " |"
+            )
+        elif engine_ms:
             summary[route]["tax"] = {s: med[s]["total"] / engine_ms for s in med}
             line += f" {med['A']['total'] / engine_ms:.2f} | {med['B']['total'] / engine_ms:.2f} |"
         print(line)
@@ -109,7 +126,9 @@ def main() -> int:
         "b": checkout_name(args.b),
         "rounds": args.rounds,
         "block": args.block,
-        "engine_cpu_ms_per_word": engine_ms,  # the mean of the bench runs before and after with --bench
+        "engine_cpu_ms_per_word": engine_ms,  # with --bench: the median over the rounds
+        "engine_cpu_ms_per_word_per_round": per_round,
+        "bench_ms_per_step": bench_steps if (args.bench or args.engine_bench) else None,
         "routes": summary,
         "runs": runs,
     }
