@@ -382,14 +382,13 @@ class Scheduler:
                 n = len(window[gj[0]][gj[1]].source_ids)
                 return gj != live[0], n > length, abs(n - length)
 
-            ranked = sorted(live, key=fit)  # stable: turn order among equals
             chosen: set[tuple[int, int]] = set()
-            while len(chosen) < size:  # a group's ticket only after those before it in the group
-                more = next(((g, j) for g, j in ranked if (g, j) not in chosen and j == taken[g]), None)
-                if more is None:
-                    break
-                chosen.add(more)
-                taken[more[0]] += 1
+            for g, j in sorted(live, key=fit):  # stable: turn order among equals
+                if j == taken[g]:  # a group's ticket only after those before it in the group
+                    chosen.add((g, j))
+                    taken[g] += 1
+                    if len(chosen) == size:
+                        break
             call = [window[g][j] for g, j in turns if (g, j) in chosen]
         else:
             call = []

@@ -193,11 +193,16 @@ class Validator:
     def options(self, p: Any, stream: bool) -> DecodingOptions:
         """The decoding options of valid parameters, within the server's limits; InvalidRequest otherwise."""
         # every field, so a parameter added to the schema is in the key without a list to keep in step
-        key = (stream, *[tuple(v) if isinstance(v, list) else v for v in p.__dict__.values()])
+        values = p.__dict__.values()
+        key = (stream, *values)
         try:
             known = self._options.get(key)
-        except TypeError:  # a value that cannot be a key (a grammar object): checked each time, not kept
-            return self._check_options(p, stream)
+        except TypeError:  # a list (stop sequences) as a tuple; a value that cannot be a key (a grammar object)
+            key = (stream, *[tuple(v) if isinstance(v, list) else v for v in values])
+            try:
+                known = self._options.get(key)
+            except TypeError:  # checked each time, not kept
+                return self._check_options(p, stream)
         if known is not None:
             return known
         options = self._check_options(p, stream)

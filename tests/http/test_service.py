@@ -581,6 +581,8 @@ def test_repeated_parameters_share_their_checked_options_and_bad_ones_are_refuse
     streamed = v.options(GenerateParameters(max_new_tokens=8), stream=True)
     assert streamed is not greedy and streamed.logprobs  # a stream's tokens carry logprobs
     assert v.options(GenerateParameters(max_new_tokens=8, stop=["a"]), stream=False).stop == ("a",)
+    stop_a = v.options(GenerateParameters(max_new_tokens=8, stop=["a"]), stream=False)  # a list field: kept as a tuple
+    assert v.options(GenerateParameters(max_new_tokens=8, stop=["a"]), stream=False) is stop_a
     assert v.options(GenerateParameters(max_new_tokens=8, stop=["b"]), stream=False).stop == ("b",)
     sampled = v.options(GenerateParameters(max_new_tokens=8, do_sample=True, seed=3), stream=False)
     assert sampled.sampling and sampled.seed == 3
