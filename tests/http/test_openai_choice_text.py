@@ -55,6 +55,8 @@ def test_request_parameters_are_reused_only_for_the_same_unseeded_set():
     first = completions.request_parameters(body(stop=["x"]), False, 5, None, None, None)
     again = completions.request_parameters(body(stop=["x"]), False, 5, None, None, None)
     assert again is first and first.stop == ["x"] and first.max_new_tokens == 5
+    plain = completions.request_parameters(body(), False, 5, None, None, None)  # no list among the fields
+    assert completions.request_parameters(body(), False, 5, None, None, None) is plain and plain is not first
     for other in (
         completions.request_parameters(body(stop=["y"]), False, 5, None, None, None),
         completions.request_parameters(body(stop=["x"]), False, 6, None, None, None),

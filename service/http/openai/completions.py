@@ -256,8 +256,12 @@ def request_parameters(
     }
     if seed is not None or body.pronunciations:  # a seeded set rarely comes again; a dict of words is no key
         return GenerateParameters(**fields)
-    key = tuple(tuple(v) if isinstance(v, list) else v for v in fields.values())
-    known = _PARAMETERS.get(key)
+    key = (*fields.values(),)
+    try:
+        known = _PARAMETERS.get(key)
+    except TypeError:  # stop sequences, a list: as a tuple
+        key = tuple(tuple(v) if isinstance(v, list) else v for v in fields.values())
+        known = _PARAMETERS.get(key)
     if known is None:
         known = GenerateParameters(**fields)
         if len(_PARAMETERS) >= PARAMETERS_MEMO:
