@@ -46,6 +46,8 @@ from service.metrics import ServiceMetrics, observe_each, observe_many
 
 # how many groups past the queue's head an encoder call of a deep queue chooses from by length, in calls' worth
 CALL_WINDOW = 2
+# how many such calls may pass a request over for its length before one takes it whatever its length
+PASSED_OVER = 2
 
 # the tickets and their events live in service/engine/tickets.py; named here too, where the owners import them
 __all__ = ["Failed", "Finished", "Scheduler", "ScoreTicket", "TextShare", "Ticket", "check_rows"]
@@ -364,7 +366,8 @@ class Scheduler:
         call takes the next request in turn, then those of the next `CALL_WINDOW` x `size` in turn whose sources are
         nearest its length, not longer where they can be. A group's tickets still go in their order (a later one
         only with those before it), and a group that gave one moves to the back, as in `_take_waiting`; the others
-        keep their places: a request passed over goes a call or two later, and the head of the queue every time.
+        keep their places. The head of the queue goes every time, and so does a request passed over `PASSED_OVER`
+        times already: none waits more than that many calls longer than in queue order, whatever its length.
         Cancelled and expired requests are not picked (`_take_waiting` ends them next)."""
         reach = CALL_WINDOW * size
         window = [self._waiting.popleft() for _ in range(min(len(self._waiting), reach))]
@@ -379,8 +382,9 @@ class Scheduler:
             length = len(window[live[0][0]][live[0][1]].source_ids)
 
             def fit(gj: tuple[int, int]) -> tuple[bool, bool, int]:
-                n = len(window[gj[0]][gj[1]].source_ids)
-                return gj != live[0], n > length, abs(n - length)
+                t = window[gj[0]][gj[1]]
+                n = len(t.source_ids)
+                return gj != live[0] and t.passed_over < PASSED_OVER, n > length, abs(n - length)
 
             chosen: set[tuple[int, int]] = set()
             for g, j in sorted(live, key=fit):  # stable: turn order among equals
@@ -390,6 +394,9 @@ class Scheduler:
                     if len(chosen) == size:
                         break
             call = [window[g][j] for g, j in turns if (g, j) in chosen]
+            for g, j in live:
+                if (g, j) not in chosen:
+                    window[g][j].passed_over += 1
         else:
             call = []
         self._waiting.extendleft(window[g] for g in reversed(range(len(window))) if not taken[g])

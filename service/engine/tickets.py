@@ -72,6 +72,7 @@ class Ticket:
         # in their `TextShare` until one of the text's counted words finishes (`Scheduler.submit_many(chunk=...)`)
         self.counted = True
         self.share: TextShare | None = None
+        self.passed_over = 0  # encoder calls that chose others of a nearer length (Scheduler._pick_call)
 
     def cancel(self) -> None:
         self.cancelled = True

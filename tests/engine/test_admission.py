@@ -178,3 +178,22 @@ def test_a_deep_queue_encodes_the_next_request_with_those_of_nearest_length_with
     assert sched._n_waiting == 11 - 4
     # passed over, in their places; then the text, its first word taken, at the back
     assert [list(g) for g in sched._waiting] == [[singles[1]], [singles[2]], [singles[3]], [singles[5]], [singles[7]], text[1:]]
+
+
+def test_a_request_passed_over_for_its_length_twice_goes_with_the_next_call():
+    engine = load_engine(DEFAULT_BUNDLE)
+    sched = Scheduler(engine, ServiceMetrics("t"), max_batch_size=16, max_concurrent_requests=64, request_timeout_s=60)
+    options = DecodingOptions(max_new_tokens=4)
+    tickets = [Ticket([5] * n, options, deadline=time.perf_counter() + 60, loop=None) for n in (6, 6, 13, 6, 6, 6, 6, 6)]
+    sched._waiting.extend(collections.deque([t]) for t in tickets)
+    sched._n_waiting = len(tickets)
+    first = sched._pick_call(2, time.perf_counter())  # the window: the first four; the 13 is passed over
+    assert first == tickets[:2] and tickets[2].passed_over == 1 and tickets[3].passed_over == 1
+    tickets[2].passed_over = scheduler_module.PASSED_OVER - 1  # as if passed over by as many calls less one
+    second = sched._pick_call(2, time.perf_counter())  # head: the 13 itself
+    assert second == [tickets[2], tickets[3]]
+    tickets[5].passed_over = scheduler_module.PASSED_OVER  # behind the head, far from its length: goes all the same
+    tickets[6].source_ids = [5] * 13
+    tickets[5].source_ids = [5] * 13
+    third = sched._pick_call(2, time.perf_counter())  # window: 6 (head), 13 (passed over enough), 13, 6
+    assert third == [tickets[4], tickets[5]]
