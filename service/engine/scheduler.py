@@ -41,13 +41,9 @@ from service.engine.engine import DecodingOptions, Engine, Generation, InputErro
 from service.engine.runtime import ENGINE_THREAD_OS_NAME, name_os_thread
 from service.engine.scoring import ForcedBatch
 from service.engine.tickets import Failed, Finished, ScoreTicket, TextShare, Ticket
+from service.engine.waiting import pick_call
 from service.errors import InvalidRequest, Overloaded, TimedOut, Unavailable, retry_after_s
 from service.metrics import ServiceMetrics, observe_each, observe_many
-
-# how many groups past the queue's head an encoder call of a deep queue chooses from by length, in calls' worth
-CALL_WINDOW = 2
-# how many such calls may pass a request over for its length before one takes it whatever its length
-PASSED_OVER = 2
 
 # the tickets and their events live in service/engine/tickets.py; named here too, where the owners import them
 __all__ = ["Failed", "Finished", "Scheduler", "ScoreTicket", "TextShare", "Ticket", "check_rows"]
@@ -327,7 +323,9 @@ class Scheduler:
             deep = self._n_waiting >= 2 * self.join_group
             if deep and not self._encoded and rows + self._waiting[0][0].options.n_rows <= self.max_batch_size:
                 # one encoder call for a quarter batch, chosen by length: those that fit join, the others wait encoded
-                for t in self._pick_call(self.join_group, now):
+                call = pick_call(self._waiting, self.join_group, now)
+                self._n_waiting -= len(call)
+                for t in call:
                     if not ahead and rows + t.options.n_rows <= self.max_batch_size:
                         joining.append(t)
                         rows += t.options.n_rows
@@ -359,54 +357,6 @@ class Scheduler:
                     touched.append(t)
             self.metrics.queue_size.set(self._n_waiting)
         return joining, ahead
-
-    def _pick_call(self, size: int, now: float) -> list[Ticket]:
-        """Up to `size` waiting requests for one encoder call, in turn order (under `_cv`). The encoder pads every
-        source of a call to the longest, and in queue order a call of eight pseudo-words was a fifth padding; so the
-        call takes the next request in turn, then those of the next `CALL_WINDOW` x `size` in turn whose sources are
-        nearest its length, not longer where they can be. A group's tickets still go in their order (a later one
-        only with those before it), and a group that gave one moves to the back, as in `_take_waiting`; the others
-        keep their places. The head of the queue goes every time, and so does a request passed over `PASSED_OVER`
-        times already: none waits more than that many calls longer than in queue order, whatever its length.
-        Cancelled and expired requests are not picked (`_take_waiting` ends them next)."""
-        reach = CALL_WINDOW * size
-        window = [self._waiting.popleft() for _ in range(min(len(self._waiting), reach))]
-        turns: list[tuple[int, int]] = []  # (group, index in it): the order the queue would give them
-        for depth in range(reach):
-            turns += [(g, depth) for g, group in enumerate(window) if depth < len(group)][: reach - len(turns)]
-            if len(turns) == reach or not any(depth + 1 < len(group) for group in window):
-                break
-        live = [gj for gj in turns if not (window[gj[0]][gj[1]].cancelled or now > window[gj[0]][gj[1]].deadline)]
-        taken = [0] * len(window)  # how many of each group's first tickets the call takes
-        if live:
-            length = len(window[live[0][0]][live[0][1]].source_ids)
-
-            def fit(gj: tuple[int, int]) -> tuple[bool, bool, int]:
-                t = window[gj[0]][gj[1]]
-                n = len(t.source_ids)
-                return gj != live[0] and t.passed_over < PASSED_OVER, n > length, abs(n - length)
-
-            chosen: set[tuple[int, int]] = set()
-            for g, j in sorted(live, key=fit):  # stable: turn order among equals
-                if j == taken[g]:  # a group's ticket only after those before it in the group
-                    chosen.add((g, j))
-                    taken[g] += 1
-                    if len(chosen) == size:
-                        break
-            call = [window[g][j] for g, j in turns if (g, j) in chosen]
-            for g, j in live:
-                if (g, j) not in chosen:
-                    window[g][j].passed_over += 1
-        else:
-            call = []
-        self._waiting.extendleft(window[g] for g in reversed(range(len(window))) if not taken[g])
-        for g, group in enumerate(window):
-            for _ in range(taken[g]):
-                group.popleft()
-            if taken[g] and group:
-                self._waiting.append(group)
-        self._n_waiting -= len(call)
-        return call
 
     def _join_encoded(self, batch, rows: int, now: float, touched: list[Ticket]) -> int:
         """Requests encoded ahead join, in order, as far as the batch has room; those cancelled or past their deadline

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from service_harness import load_engine
 
-from service.engine import scheduler as scheduler_module
+from service.engine import waiting
 from service.engine.engine import DecodingOptions, GenerationResult
 from service.engine.scheduler import Failed, Finished, Scheduler, Ticket
 from service.engine.slots import SlotBatch
@@ -152,48 +152,38 @@ def record_calls(monkeypatch, calls: list, order: list, compactions: list) -> No
     monkeypatch.setattr(SlotBatch, "_compact", counting_compact)
 
 
+def ticket(length: int) -> Ticket:
+    """A queued request of a source `length` tokens long (what `pick_call` reads of it)."""
+    return Ticket([5] * length, DecodingOptions(max_new_tokens=4), deadline=time.perf_counter() + 60, loop=None)
+
+
 def test_a_deep_queue_encodes_the_next_request_with_those_of_nearest_length_within_the_window():
-    """`_pick_call`: the queue's head always goes; the others come from the next CALL_WINDOW x size tickets in turn,
+    """`pick_call`: the queue's head always goes; the others come from the next CALL_WINDOW x size tickets in turn,
     nearest the head's length and not longer first; a group's tickets go in their order; the groups passed over
     keep their places at the front, a group that gave a ticket moves to the back; cancelled requests stay."""
-    engine = load_engine(DEFAULT_BUNDLE)
-    sched = Scheduler(engine, ServiceMetrics("t"), max_batch_size=16, max_concurrent_requests=64, request_timeout_s=60)
-    options = DecodingOptions(max_new_tokens=4)
-
-    def ticket(n: int) -> Ticket:
-        return Ticket([5] * n, options, deadline=time.perf_counter() + 60, loop=None)
-
     singles = [ticket(n) for n in (6, 9, 2, 6, 5, 7, 6, 4)]
     text = [ticket(n) for n in (6, 6, 3)]  # one text's words: one group
     singles[3].cancel()
-    groups = (
-        [collections.deque([t]) for t in singles[:5]] + [collections.deque(text)] + [collections.deque([t]) for t in singles[5:]]
-    )
-    sched._waiting.extend(groups)
-    sched._n_waiting = sum(len(g) for g in groups)
-    assert scheduler_module.CALL_WINDOW * 4 == 8  # the window: the next 8 tickets in turn, of the first 8 groups
-    call = sched._pick_call(4, time.perf_counter())
+    queue = collections.deque(collections.deque([t]) for t in singles[:5])
+    queue.append(collections.deque(text))
+    queue.extend(collections.deque([t]) for t in singles[5:])
+    assert waiting.CALL_WINDOW * 4 == 8  # the window: the next 8 tickets in turn, of the first 8 groups
+    call = waiting.pick_call(queue, 4, time.perf_counter())
     # head (6); the other 6s, but not the cancelled one; then 5 (shorter before longer): in turn order
     assert call == [singles[0], singles[4], text[0], singles[6]], [len(t.source_ids) for t in call]
-    assert sched._n_waiting == 11 - 4
     # passed over, in their places; then the text, its first word taken, at the back
-    assert [list(g) for g in sched._waiting] == [[singles[1]], [singles[2]], [singles[3]], [singles[5]], [singles[7]], text[1:]]
+    assert [list(g) for g in queue] == [[singles[1]], [singles[2]], [singles[3]], [singles[5]], [singles[7]], text[1:]]
 
 
 def test_a_request_passed_over_for_its_length_twice_goes_with_the_next_call():
-    engine = load_engine(DEFAULT_BUNDLE)
-    sched = Scheduler(engine, ServiceMetrics("t"), max_batch_size=16, max_concurrent_requests=64, request_timeout_s=60)
-    options = DecodingOptions(max_new_tokens=4)
-    tickets = [Ticket([5] * n, options, deadline=time.perf_counter() + 60, loop=None) for n in (6, 6, 13, 6, 6, 6, 6, 6)]
-    sched._waiting.extend(collections.deque([t]) for t in tickets)
-    sched._n_waiting = len(tickets)
-    first = sched._pick_call(2, time.perf_counter())  # the window: the first four; the 13 is passed over
+    tickets = [ticket(n) for n in (6, 6, 13, 6, 6, 6, 6, 6)]
+    queue = collections.deque(collections.deque([t]) for t in tickets)
+    first = waiting.pick_call(queue, 2, time.perf_counter())  # the window: the first four; the 13 is passed over
     assert first == tickets[:2] and tickets[2].passed_over == 1 and tickets[3].passed_over == 1
-    tickets[2].passed_over = scheduler_module.PASSED_OVER - 1  # as if passed over by as many calls less one
-    second = sched._pick_call(2, time.perf_counter())  # head: the 13 itself
+    tickets[2].passed_over = waiting.PASSED_OVER - 1  # as if passed over by as many calls less one
+    second = waiting.pick_call(queue, 2, time.perf_counter())  # head: the 13 itself
     assert second == [tickets[2], tickets[3]]
-    tickets[5].passed_over = scheduler_module.PASSED_OVER  # behind the head, far from its length: goes all the same
-    tickets[6].source_ids = [5] * 13
-    tickets[5].source_ids = [5] * 13
-    third = sched._pick_call(2, time.perf_counter())  # window: 6 (head), 13 (passed over enough), 13, 6
+    tickets[5].passed_over = waiting.PASSED_OVER  # behind the head, far from its length: goes all the same
+    tickets[5].source_ids = tickets[6].source_ids = [5] * 13
+    third = waiting.pick_call(queue, 2, time.perf_counter())  # window: 6 (head), 13 (passed over enough), 13, 6
     assert third == [tickets[4], tickets[5]]
