@@ -7,8 +7,9 @@ ONNX Runtime. Each turn of its loop is one step boundary:
     2. waiting requests join, up to `max_batch_size` rows: ONE encoder call
        for the whole group (`engine.start`), then `batch.add` pads them into
        the running cache. When half a batch or more waits, that call also
-       encodes requests ahead, up to a quarter batch in all; they join, already
-       encoded, at the next boundaries with room (`_encoded`);
+       encodes requests ahead, up to a quarter batch in all, chosen by source
+       length near the queue's head (service/engine/waiting.py: less padding);
+       they join, already encoded, at the next boundaries with room (`_encoded`);
     3. ONE decoder call for every row (`engine.step`); each row's token goes
        to its request, and rows that finished leave at once (`batch.remove`),
        so a short request is never held by a long one.
