@@ -93,7 +93,8 @@ def checkout_name(repo: Path) -> str:
 
 def portable_args(argv: list[str]) -> list[str]:
     """The command line with path arguments named by role, not by where they lay on this machine."""
-    out, hide = [], {"--out": "DIR", "--server-repo": "CHECKOUT"}
+    hide = {"--out": "DIR", "--server-repo": "CHECKOUT", "--a": "CHECKOUT_A", "--b": "CHECKOUT_B", "--engine-bench": "BENCH.json"}
+    out = []
     for i, a in enumerate(argv):
         out.append(hide[argv[i - 1]] if i and argv[i - 1] in hide else a)
     return out

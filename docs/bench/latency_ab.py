@@ -93,8 +93,7 @@ def main() -> int:
                 run["c32_share_of_engine_tokens_per_s"] = run["c32_output_tokens_per_s"] / engine
             runs.append(run)
             print(" ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in run.items()), flush=True)
-    argv = [{"--a": "CHECKOUT_A", "--b": "CHECKOUT_B"}.get(prev, a) for prev, a in zip(["", *sys.argv[1:]], sys.argv[1:])]
-    result = {"command": " ".join(["docs/bench/latency_ab.py", *portable_args(argv)]), "machine": machine()}
+    result = {"command": " ".join(["docs/bench/latency_ab.py", *portable_args(sys.argv[1:])]), "machine": machine()}
     result |= {"engine_tokens_per_s": engine, "runs": runs}
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / time.strftime("latency_ab_%Y%m%dT%H%M%S.json")

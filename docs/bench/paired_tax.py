@@ -32,6 +32,7 @@ from http_overhead import (  # docs/bench/, beside this script
     checkout_name,
     engine_cpu_per_step,
     mean_generated_tokens,
+    portable_args,
     pseudo_words,
     start_server,
     thread_cpu_s,
@@ -120,7 +121,7 @@ def main() -> int:
             line += f" {med['A']['total'] / engine_ms:.2f} | {med['B']['total'] / engine_ms:.2f} |"
         print(line)
     result = {
-        "command": "python docs/bench/paired_tax.py " + " ".join(os.sys.argv[1:]),
+        "command": " ".join(["python docs/bench/paired_tax.py", *portable_args(os.sys.argv[1:])]),
         "machine": machine(),
         "a": checkout_name(args.a),
         "b": checkout_name(args.b),
