@@ -51,7 +51,6 @@ class RowParams:
 
     def __init__(self, n: int = 0, table: np.ndarray | None = None):
         self.table = np.array([self.NEUTRAL] * n, self.DTYPE) if table is None else table  # [B] records of DTYPE
-        self._needs_processing: np.ndarray | None = None
 
     def __getattr__(self, name: str) -> np.ndarray:
         """A field's column, e.g. `params.temperature` [B] (a view: writing it writes the table)."""
@@ -83,28 +82,16 @@ class RowParams:
         """The options' row of the table."""
         return tuple(cls.values(options).values())
 
-    def set_row(self, i: int, options: DecodingOptions) -> None:
-        self.table[i] = self.record(options)
-        self._needs_processing = None
+    def set_row(self, i: int, options: DecodingOptions) -> dict[str, object]:
+        """Row i takes the options' values; returns them (what `RowFlags.of` reads)."""
+        values = self.values(options)
+        self.table[i] = tuple(values.values())
+        return values
 
-    def take(self, idx: np.ndarray, add: Sequence[DecodingOptions] = ()) -> RowParams:
-        """The rows `idx` (in order), then one row per option in `add`."""
+    def take(self, idx: np.ndarray, add: Sequence[dict[str, object]] = ()) -> RowParams:
+        """The rows `idx` (in order), then one row per `values` dict in `add`."""
         # through Python tuples: numpy concatenates structured arrays field by field (20 vs 5 us)
-        return RowParams(table=np.array(self.table[idx].tolist() + [self.record(o) for o in add], self.DTYPE))
-
-    @property
-    def needs_processing(self) -> np.ndarray:
-        """[B] bool: rows whose token is chosen from processed logits: sampled rows and rows with a
-        penalty (min_new_tokens alone is handled on the in-graph argmax or, for beams, on the raw
-        log-probabilities; see pick_tokens and _searches_by_width). Kept until a row changes."""
-        if self._needs_processing is None:
-            self._needs_processing = (
-                (self.mode == SAMPLE)
-                | (self.repetition_penalty != 1.0)
-                | (self.frequency_penalty != 0.0)
-                | (self.presence_penalty != 0.0)
-            )
-        return self._needs_processing
+        return RowParams(table=np.array(self.table[idx].tolist() + [tuple(v.values()) for v in add], self.DTYPE))
 
 
 @dataclass(eq=False)
@@ -227,7 +214,7 @@ class RowState:
             self._summary = StepSummary(
                 active_rows=active_rows,
                 logprobs=any(flags[i].logprobs for i in active_rows),
-                processing=any(flags[i].processing for i in active_rows),
+                processed_rows=np.array([i for i in active_rows if flags[i].processing], dtype=np.int64),
                 # greedy rows whose in-graph argmax may have to give way: with min_new_tokens, no other processing
                 min_new_until=[(i, int(self.joined_at[i]) + n) for i, n in until],
                 # each row's join step plus its min_new_tokens: read by beam searches only
@@ -237,8 +224,7 @@ class RowState:
 
     def put(self, i: int, row: Row) -> None:
         opts = row.generation.options
-        self.params.set_row(i, opts)
-        self._flags[i] = RowFlags.of(opts)
+        self._flags[i] = RowFlags.of(self.params.set_row(i, opts))
         self.counts[i] = 0
         self.joined_at[i] = self.steps
         self.penalised = self.penalised or bool(opts.repetition_penalty or opts.frequency_penalty or opts.presence_penalty)
@@ -264,12 +250,13 @@ class RowState:
     def take(self, keep: np.ndarray, add: Sequence[Row]) -> None:
         """Keep rows `keep` (in order), then append `add`: the arrays are rebuilt and slots renumbered."""
         n_add = len(add)
-        self.params = self.params.take(keep, [q.generation.options for q in add])
+        added = [RowParams.values(q.generation.options) for q in add]
+        self.params = self.params.take(keep, added)
         self.counts = np.concatenate([self.counts[keep], np.zeros((n_add, self.vocab_size), np.int32)])
         self.joined_at = np.concatenate([self.joined_at[keep], np.full(n_add, self.steps, np.int64)])
         kept = keep.tolist() if isinstance(keep, np.ndarray) else list(keep)
         self.rows = [self.rows[i] for i in kept] + list(add)
-        self._flags = [self._flags[i] for i in kept] + [RowFlags.of(q.generation.options) for q in add]
+        self._flags = [self._flags[i] for i in kept] + [RowFlags.of(v) for v in added]
         self.active = np.array([q is not None for q in self.rows], dtype=bool)
         self.penalised = any(
             bool(o.repetition_penalty or o.frequency_penalty or o.presence_penalty)
@@ -298,14 +285,16 @@ class RowFlags:
     """What a step's summary reads of one row's settings (the same as the parameter table's columns say)."""
 
     logprobs: bool  # its raw log-probabilities are read (reported, or ranking candidates)
-    processing: bool  # picked from processed logits (RowParams.needs_processing)
+    # picked from processed logits: sampled, or with a penalty (min_new_tokens alone is handled on the in-graph
+    # argmax or, for beams, on the raw log-probabilities: pick_tokens, _searches_by_width)
+    processing: bool
     min_new_tokens: int
     greedy_min_new: bool  # greedy with min_new_tokens and nothing else: the in-graph argmax unless it is the end token
     beam: bool
 
     @staticmethod
-    def of(options: DecodingOptions) -> RowFlags:
-        v = RowParams.values(options)
+    def of(v: dict[str, object]) -> RowFlags:
+        """From a row's `RowParams.values`."""
         processing = (
             v["mode"] == SAMPLE or v["repetition_penalty"] != 1.0 or v["frequency_penalty"] != 0.0 or v["presence_penalty"] != 0.0
         )
@@ -315,12 +304,12 @@ class RowFlags:
 
 @dataclass(frozen=True)
 class StepSummary:
-    """The active rows, whether any of them reports log-probabilities or has its logits processed, and
+    """The active rows, whether any of them reports log-probabilities, which have their logits processed, and
     which greedy rows have no processor but min_new_tokens (they keep the in-graph argmax unless it is
     the end token)."""
 
     active_rows: list[int]
     logprobs: bool
-    processing: bool
+    processed_rows: np.ndarray  # [R] int64, in row order
     min_new_until: list[tuple[int, int]]  # (row, the step count from which its end token may be chosen)
     ends_from: list[int]  # every row's step count from which its end token may be chosen (free slots: meaningless)

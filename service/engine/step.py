@@ -56,9 +56,6 @@ class PickedTokens:
     processed: np.ndarray | None  # [len(processed_rows), V] their processed logits
 
 
-_NO_ROWS = np.zeros(0, dtype=np.int64)  # no row needs processing
-
-
 def choose_tokens(state: RowState, logits: np.ndarray, next_tokens: np.ndarray | None, eos_id: int, decode) -> StepChoice:
     """One step's token choice for every row of a batch, and what follows from it.
 
@@ -87,7 +84,7 @@ def pick_tokens(state: RowState, logits: np.ndarray, next_tokens: np.ndarray | N
     token_list = tokens.tolist()
     if summary.min_new_until and eos_id in token_list:
         token_list = _hold_back_eos(state, logits, tokens, token_list, eos_id)
-    processed_rows = (state.active & state.params.needs_processing).nonzero()[0] if summary.processing else _NO_ROWS
+    processed_rows = summary.processed_rows
     processed = None
     if processed_rows.size:
         processed = _pick_processed(state, logits, tokens, processed_rows, eos_id)
