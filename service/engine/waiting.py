@@ -20,7 +20,7 @@ PASSED_OVER = 2
 def pick_call(waiting: collections.deque[collections.deque[Ticket]], size: int, now: float) -> list[Ticket]:
     """Up to `size` requests for one encoder call, taken out of `waiting` (the scheduler's queue, under its lock), in
     turn order. The encoder pads every source of a call to the longest, and in queue order a call of eight
-    pseudo-words was a third padding; so the call takes the next request in turn, then, of the next `CALL_WINDOW` x
+    made-up words is about a third padding; so the call takes the next request in turn, then, of the next `CALL_WINDOW` x
     `size` in turn, those whose sources are nearest its length, not longer where they can be. A group's tickets
     still go in their order (a later one only with those before it), and a group that gave one moves to the back,
     as a turn does; the others keep their places. The head of the queue goes every time, and so does a request
@@ -28,12 +28,10 @@ def pick_call(waiting: collections.deque[collections.deque[Ticket]], size: int, 
     whatever its length. Cancelled and expired requests are not picked (the scheduler ends them next)."""
     reach = CALL_WINDOW * size
     window = [waiting.popleft() for _ in range(min(len(waiting), reach))]
-    turns: list[tuple[int, int]] = []  # (group, index in it): the order the queue would give them
-    for depth in range(reach):
-        turns += [(g, depth) for g, group in enumerate(window) if depth < len(group)][: reach - len(turns)]
-        if len(turns) == reach or not any(depth + 1 < len(group) for group in window):
-            break
-    live = [gj for gj in turns if not (window[gj[0]][gj[1]].cancelled or now > window[gj[0]][gj[1]].deadline)]
+    # (group, index in it), the order the queue would give them: every group's first ticket, then every second...
+    depth = min(reach, max(map(len, window), default=0))
+    turns = [(g, j) for j in range(depth) for g, group in enumerate(window) if j < len(group)][:reach]
+    live = [(g, j) for g, j in turns if not (window[g][j].cancelled or now > window[g][j].deadline)]
     taken = [0] * len(window)  # how many of each group's first tickets the call takes
     if live:
         length = len(window[live[0][0]][live[0][1]].source_ids)

@@ -168,6 +168,34 @@ UNSUPPORTED: tuple[tuple[str, Callable[[Any], bool]], ...] = (
 OPTIONS_MEMO = 1024  # parameter sets whose DecodingOptions are kept
 
 
+class ParameterMemo:
+    """What was made from a request's parameter set, kept by the set's values for the next request that sends the
+    same set: at most `size` sets (seeds make many distinct ones: it starts again rather than grow). The key is the
+    values as they are, lists (stop sequences) as tuples; a set with a value that cannot be a key is made each time.
+    What `make` raises is not kept."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self._kept: dict[tuple, Any] = {}
+
+    def get(self, values: Iterable[Any], make: Callable[[], Any]) -> Any:
+        key = tuple(values)
+        try:
+            known = self._kept.get(key)
+        except TypeError:  # a list, or a value that is no key (a grammar object): hashing tells, isinstance per field costs more
+            key = tuple(tuple(v) if isinstance(v, list) else v for v in key)
+            try:
+                known = self._kept.get(key)
+            except TypeError:
+                return make()
+        if known is None:
+            known = make()
+            if len(self._kept) >= self.size:
+                self._kept.clear()
+            self._kept[key] = known
+        return known
+
+
 class Validator:
     """TGI's parameters -> the engine's decoding options within the server's limits (`Limits`)."""
 
@@ -176,7 +204,7 @@ class Validator:
         # the options of parameter sets seen before: building and checking them costs the event loop about 10 us
         # of CPU per request, and most traffic repeats a few parameter sets; DecodingOptions is frozen, so rows
         # may share one
-        self._options: dict[tuple, DecodingOptions] = {}
+        self._options = ParameterMemo(OPTIONS_MEMO)
 
     @staticmethod
     def unsupported(p: Any) -> list[str]:
@@ -193,23 +221,7 @@ class Validator:
     def options(self, p: Any, stream: bool) -> DecodingOptions:
         """The decoding options of valid parameters, within the server's limits; InvalidRequest otherwise."""
         # every field, so a parameter added to the schema is in the key without a list to keep in step
-        values = p.__dict__.values()
-        key = (stream, *values)
-        try:
-            known = self._options.get(key)
-        except TypeError:  # a list (stop sequences) as a tuple; a value that cannot be a key (a grammar object)
-            key = (stream, *[tuple(v) if isinstance(v, list) else v for v in values])
-            try:
-                known = self._options.get(key)
-            except TypeError:  # checked each time, not kept
-                return self._check_options(p, stream)
-        if known is not None:
-            return known
-        options = self._check_options(p, stream)
-        if len(self._options) >= OPTIONS_MEMO:  # seeds make many distinct sets: start again rather than grow
-            self._options.clear()
-        self._options[key] = options
-        return options
+        return self._options.get((stream, *p.__dict__.values()), lambda: self._check_options(p, stream))
 
     def _check_options(self, p: Any, stream: bool) -> DecodingOptions:
         n = self.limits.new_tokens(p.max_new_tokens)

@@ -46,7 +46,7 @@ from service.http.schemas import GenerateParameters, GenerateRequest
 from service.http.state import Service
 from service.text.requests import TextRequest
 from service.text.units import lexicon_answers
-from service.text.validation import Limits, check_names, invalid, text_params
+from service.text.validation import Limits, ParameterMemo, check_names, invalid, text_params
 
 log = logging.getLogger("attnserve.service")
 
@@ -254,24 +254,12 @@ def request_parameters(
         "pronunciations": body.pronunciations,
         "context": body.context,
     }
-    if seed is not None or body.pronunciations:  # a seeded set rarely comes again; a dict of words is no key
+    if seed is not None:  # a seeded set rarely comes again (a dict of pronunciations is no key: made each time too)
         return GenerateParameters(**fields)
-    key = (*fields.values(),)
-    try:
-        known = _PARAMETERS.get(key)
-    except TypeError:  # stop sequences, a list: as a tuple
-        key = tuple(tuple(v) if isinstance(v, list) else v for v in fields.values())
-        known = _PARAMETERS.get(key)
-    if known is None:
-        known = GenerateParameters(**fields)
-        if len(_PARAMETERS) >= PARAMETERS_MEMO:
-            _PARAMETERS.clear()
-        _PARAMETERS[key] = known
-    return known
+    return _PARAMETERS.get(fields.values(), lambda: GenerateParameters(**fields))
 
 
-PARAMETERS_MEMO = 256  # unseeded parameter sets kept by request_parameters
-_PARAMETERS: dict[tuple, GenerateParameters] = {}
+_PARAMETERS = ParameterMemo(256)  # unseeded parameter sets kept by request_parameters
 
 
 def admit(svc: Service, planned: Plan) -> list[list[TextRequest]]:
