@@ -12,6 +12,7 @@ The README documents each metric and the formulas for TTFT and inter-token laten
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -99,39 +100,29 @@ class ServiceMetrics:
         return generate_latest(self.registry)
 
 
-def observe_many(histogram, amount: float, count: int) -> None:
-    """`count` observations of the same `amount` on a histogram child, as `count` calls of `observe` make them, for the
-    cost of one: the engine thread observes a step's inter-token gaps, one value for every streaming row. prometheus_client
-    has no such call; its histogram child keeps one value per bucket (`_buckets`, bounds `_upper_bounds`) and the sum
-    (`_sum`), which this adds to as `observe` does (tests/http/test_metrics.py compares the two expositions)."""
+def observe_counted(histogram, counted: Iterable[tuple[float, int]]) -> None:
+    """Observations on a histogram child, `count` of each `amount` in `counted`, as as many `observe` calls make them,
+    with one addition to the sum and one per bucket hit. The engine thread observes a step's values together: every
+    streaming row's inter-token gap (one value, 32 times at 32 rows), and the requests that start or finish (five
+    histograms each); each `observe` takes two locks and checks the child. prometheus_client has no such call; its
+    histogram child keeps one value per bucket (`_buckets`, bounds `_upper_bounds`) and the sum (`_sum`), which this
+    adds to as `observe` does (tests/http/test_metrics.py compares the expositions)."""
+    counted = list(counted)
     buckets = getattr(histogram, "_buckets", None)
-    if buckets is None or not hasattr(histogram, "_sum") or amount != amount:  # not the child this knows (or NaN)
-        for _ in range(count):
-            histogram.observe(amount)
+    if buckets is None or not hasattr(histogram, "_sum") or any(a != a for a, _ in counted):  # not the child this knows (or NaN)
+        for amount, count in counted:
+            for _ in range(count):
+                histogram.observe(amount)
+        return
+    if not counted:
         return
     histogram._raise_if_not_observable()
-    histogram._sum.inc(amount * count)
-    buckets[bisect_left(histogram._upper_bounds, amount)].inc(count)
-
-
-def observe_each(histogram, amounts: list[float]) -> None:
-    """One observation of each of `amounts` on a histogram child, as an `observe` call each makes them, with one
-    addition to the sum and one per bucket hit: the engine thread observes the requests that start or finish at a
-    step together (each `observe` takes two locks and checks the child; a step of 32 rows finishes three or four
-    requests and observes five values for each). Private fields as in `observe_many`."""
-    buckets = getattr(histogram, "_buckets", None)
-    if buckets is None or not hasattr(histogram, "_sum") or any(a != a for a in amounts):  # as observe_many
-        for a in amounts:
-            histogram.observe(a)
-        return
-    if not amounts:
-        return
-    histogram._raise_if_not_observable()
-    histogram._sum.inc(sum(amounts))
+    histogram._sum.inc(sum(amount * count for amount, count in counted))
     bounds = histogram._upper_bounds
     hits: dict[int, int] = {}
-    for a in amounts:
-        i = bisect_left(bounds, a)
-        hits[i] = hits.get(i, 0) + 1
+    for amount, count in counted:
+        i = bisect_left(bounds, amount)
+        hits[i] = hits.get(i, 0) + count
     for i, n in hits.items():
-        buckets[i].inc(n)
+        if n:
+            buckets[i].inc(n)

@@ -44,7 +44,7 @@ from service.engine.scoring import ForcedBatch
 from service.engine.tickets import Failed, Finished, ScoreTicket, TextShare, Ticket
 from service.engine.waiting import pick_call
 from service.errors import InvalidRequest, Overloaded, TimedOut, Unavailable, retry_after_s
-from service.metrics import ServiceMetrics, observe_each, observe_many
+from service.metrics import ServiceMetrics, observe_counted
 
 # the tickets and their events live in service/engine/tickets.py; named here too, where the owners import them
 __all__ = ["Failed", "Finished", "Scheduler", "ScoreTicket", "TextShare", "Ticket", "check_rows"]
@@ -392,8 +392,8 @@ class Scheduler:
         self.metrics.encoder_duration.observe(t1 - t0)
         now_joining = {id(t) for t in joining}
         added_gens, added_sources = [], []
-        observe_each(self.metrics.queue_duration, [t0 - t.t_arrival for t in group])
-        observe_each(self.metrics.input_tokens, [len(t.source_ids) for t in group])
+        observe_counted(self.metrics.queue_duration, [(t0 - t.t_arrival, 1) for t in group])
+        observe_counted(self.metrics.input_tokens, [(len(t.source_ids), 1) for t in group])
         for t, gen, source in zip(group, gens, sources):
             t.generation = gen
             t.t_admitted = t0
@@ -438,12 +438,11 @@ class Scheduler:
             elif t.streaming_owner and (t.n_tokens == 1 or t1 - t.t_woken >= self.stream_interval_s):
                 t.t_woken = t1
                 touched.append(t)
-        for gap, count in gaps.items():
-            observe_many(self.metrics.inter_token_latency, gap, count)
-        observe_each(self.metrics.time_to_first_token, first)
+        observe_counted(self.metrics.inter_token_latency, gaps.items())
+        observe_counted(self.metrics.time_to_first_token, [(x, 1) for x in first])
         if finished:
-            observe_each(self.metrics.inference_duration, [t1 - t.t_admitted for t in finished])
-            observe_each(self.metrics.generated_tokens, [t.n_tokens for t in finished])
+            observe_counted(self.metrics.inference_duration, [(t1 - t.t_admitted, 1) for t in finished])
+            observe_counted(self.metrics.generated_tokens, [(t.n_tokens, 1) for t in finished])
             batch.remove([t.generation for t in finished])
             for t in finished:
                 del self._by_gen[id(t.generation)]

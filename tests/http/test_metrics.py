@@ -51,17 +51,17 @@ def test_metrics_counts_match_a_known_set_of_requests(tiny_bundle_dir):
         assert all(dict(labels).get("model") == model_id for (name, labels) in m if name.startswith("attnserve_"))
 
 
-def test_observe_many_writes_what_as_many_observes_write():
+def test_observe_counted_writes_what_as_many_observes_write():
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from service.metrics import LATENCY_BUCKETS, ServiceMetrics, observe_many
+    from service.metrics import LATENCY_BUCKETS, ServiceMetrics, observe_counted
 
     one_by_one, at_once = ServiceMetrics("m", CollectorRegistry()), ServiceMetrics("m", CollectorRegistry())
     # values a binary fraction, so that n times the value is the sum of n of them exactly; on, between and past bounds
     for value, count in [(0.0005, 3), (0.0009765625, 7), (0.25, 1), (0.0, 2), (1024.0, 4), (0.0078125, 0)]:
         for _ in range(count):
             one_by_one.inter_token_latency.observe(value)
-        observe_many(at_once.inter_token_latency, value, count)
+        observe_counted(at_once.inter_token_latency, [(value, count)])
 
     def lines(metrics: ServiceMetrics) -> list[bytes]:  # each registry's creation times aside
         return [line for line in generate_latest(metrics.registry).splitlines() if b"_created" not in line]
@@ -70,10 +70,10 @@ def test_observe_many_writes_what_as_many_observes_write():
     assert len(LATENCY_BUCKETS) > 10 and b'attnserve_inter_token_latency_seconds_count{model="m"} 17.0' in lines(at_once)
 
 
-def test_observe_each_writes_what_an_observe_per_value_writes():
+def test_observe_counted_of_a_steps_values_writes_what_an_observe_per_value_writes():
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from service.metrics import ServiceMetrics, observe_each
+    from service.metrics import ServiceMetrics, observe_counted
 
     one_by_one, together = ServiceMetrics("m", CollectorRegistry()), ServiceMetrics("m", CollectorRegistry())
     # binary fractions (their sums are exact in any order): on, between and past the bounds; a step's requests, then
@@ -83,8 +83,8 @@ def test_observe_each_writes_what_an_observe_per_value_writes():
         for v in values:
             one_by_one.time_to_first_token.observe(v)
             one_by_one.generated_tokens.observe(v)
-        observe_each(together.time_to_first_token, values)
-        observe_each(together.generated_tokens, values)
+        observe_counted(together.time_to_first_token, [(v, 1) for v in values])
+        observe_counted(together.generated_tokens, [(v, 1) for v in values])
 
     def lines(metrics: ServiceMetrics) -> list[bytes]:
         return [line for line in generate_latest(metrics.registry).splitlines() if b"_created" not in line]
