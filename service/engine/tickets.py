@@ -72,7 +72,7 @@ class Ticket:
         # in their `TextShare` until one of the text's counted words finishes (`Scheduler.submit_many(chunk=...)`)
         self.counted = True
         self.share: TextShare | None = None
-        self.passed_over = 0  # encoder calls that chose others of a nearer length (Scheduler._pick_call)
+        self.passed_over = 0  # encoder calls that chose others of a nearer length (service/engine/waiting.py)
 
     def cancel(self) -> None:
         self.cancelled = True
