@@ -148,6 +148,20 @@ def metric(samples: dict, name: str, **labels) -> float:
     return sum(v for (n, lab), v in samples.items() if n == name and want <= set(lab))
 
 
+def assert_generation_stopped(url: str, before: dict, route: str) -> None:
+    """After a client went away mid-stream: its row left at a step boundary, well before the end (at most 12 tokens of
+    the 48 asked for), and the request counted as cancelled (`before`: a scrape from before the request)."""
+    time.sleep(0.2)  # a few steps: the row leaves at the next step boundary
+    tokens = metric(scrape(url), "attnserve_generated_tokens_total")
+    time.sleep(0.3)
+    after = scrape(url)
+    assert metric(after, "attnserve_generated_tokens_total") == tokens  # stopped growing
+    assert tokens - metric(before, "attnserve_generated_tokens_total") < 12  # and well before the end
+    assert metric(after, "attnserve_running_sequences") == 0
+    cancelled = {"route": route, "outcome": "cancelled"}
+    assert metric(after, "attnserve_requests_total", **cancelled) - metric(before, "attnserve_requests_total", **cancelled) == 1
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 

@@ -558,4 +558,7 @@ class Scheduler:
 
 def _set_all(tickets: list[Ticket]) -> None:
     for t in tickets:
-        t._async_ready.set()
+        if t.on_ready is None:
+            t._async_ready.set()
+        else:
+            t.on_ready()

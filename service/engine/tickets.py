@@ -11,6 +11,7 @@ import asyncio
 import collections
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from service.engine.engine import DecodingOptions, Generation
@@ -73,6 +74,9 @@ class Ticket:
         self.counted = True
         self.share: TextShare | None = None
         self.passed_over = 0  # encoder calls that chose others of a nearer length (service/engine/waiting.py)
+        # an asyncio owner that reads the events in the engine's own per-step callback (service/http/pushed.py):
+        # called there instead of setting the ticket's event
+        self.on_ready: Callable[[], None] | None = None
 
     def cancel(self) -> None:
         self.cancelled = True

@@ -16,6 +16,10 @@ On the TGI routes a body that is not JSON at all (not UTF-8, nested too deep, Na
 (`errors.JSONBodyRoute`) answer it. A valid request to a draining server, and errors of admission (the text
 layer's and the scheduler's refusals, a timeout), are answered with the route's error shape and status codes,
 and counted in the metrics, as the app's handlers do.
+
+A stream of one request (/generate_stream, `/` with `stream`, a /v1 stream of one choice) is written from the
+engine's wake-ups themselves (service/http/pushed.py): the same events in the same chunks, without a task woken per
+token.
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ from service.http import errors
 from service.http.dependencies import api_key_matches, not_draining
 from service.http.openai import routes as openai
 from service.http.openai.schemas import ChatCompletionRequest, CompletionRequest
-from service.http.responses import SSE_HEADERS, LastChunk, SSEResponse, sse_events
+from service.http.pushed import push_stream
+from service.http.responses import SSE_HEADERS, LastChunk, SSEResponse, SSEWriter, WrittenResponse
 from service.http.routes import generate
 from service.http.schemas import CompatGenerateRequest, GenerateRequest
 from service.http.validation import ignored_headers
@@ -77,7 +82,7 @@ async def answer_tgi(app, scope: Scope, headers: Headers, raw: bytes, receive: R
         if route == "/generate_stream" or (route == "/" and body.stream):  # not getattr: pydantic's miss is slow
             job = svc.admit(body, stream=True)
             ignored = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in ignored_headers(body).items()]
-            await _stream(SSE_RAW_HEADERS + ignored, sse_events(job, route, svc.metrics, svc.keepalive_s), receive, send)
+            await push_stream(job, SSEWriter(job, route, svc.metrics), SSE_RAW_HEADERS + ignored, svc.keepalive_s, receive, send)
             return True
         response = await generate.generate_once(svc, Request(scope, receive), body, route, as_list=route == "/")
     except (errors.APIError, ServiceError) as e:
@@ -106,7 +111,9 @@ async def answer_openai(app, scope: Scope, headers: Headers, raw: bytes, receive
         response = await handler(svc, request, body)
     except Exception as e:  # what the app's OpenAIRoute answers for its handler: OpenAI's shape, counted
         response = openai.error_answer(svc, request, route, e)
-    if isinstance(response, StreamingResponse):
+    if isinstance(response, WrittenResponse):  # its body pushed from the engine's wake-ups, not iterated
+        await push_stream(response.job, response.writer, response.raw_headers, svc.keepalive_s, receive, send)
+    elif isinstance(response, StreamingResponse):
         await _stream(response.raw_headers, response.body_iterator, receive, send)
     else:
         await response(scope, receive, send)
@@ -128,8 +135,8 @@ ROUTES: dict[str, Callable[..., Awaitable[bool]]] = {
 
 async def _stream(headers: list[tuple[bytes, bytes]], body: AsyncIterator[bytes], receive: Receive, send: Send) -> None:
     """What Starlette's StreamingResponse does (send each chunk; a disconnect cancels the body's generator,
-    whose `finally` cancels the request), with one plain task listening instead of an anyio task group,
-    and no response object to build for the TGI routes: their headers are the same for every stream."""
+    whose `finally` cancels the request), with one plain task listening instead of an anyio task group: for the
+    streams whose body is not pushed from the engine's wake-ups (service/http/pushed.py), /v1's of several choices."""
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     task = asyncio.current_task()
     gone = done = False

@@ -5,6 +5,7 @@ Also the error responses every route documents in /docs.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -31,7 +32,7 @@ from service.http.schemas import (
 from service.metrics import ServiceMetrics
 from service.text import units as text_units
 from service.text.requests import TextRequest
-from service.text.units import Answer, CaughtUp
+from service.text.units import Answer, CaughtUp, StreamToken
 
 ERROR_RESPONSES = {
     code: {"model": ErrorResponse, "description": text}
@@ -222,65 +223,113 @@ def json_response(answer: GenerateResponse | list[GenerateResponse], headers: di
 _EVENT_END = b',"generated_text":null,"details":null}\n\n'
 
 
+class SSEWriter:
+    """A stream's body from its items (service/text/streaming.py): `data:{event}` per token, the tokens of one
+    wake-up as one chunk (one write), a keep-alive comment for a None, the stream's last chunk (its last token's
+    event, or the error event of a Failed) as a LastChunk; then `ended`. `close` ends the request's accounting:
+    the request counted with its outcome and, unless it succeeded, its tickets cancelled (their rows leave the
+    batch at the next step)."""
+
+    def __init__(self, job: TextRequest, route: str, metrics: ServiceMetrics):
+        self.job, self.route, self.metrics = job, route, metrics
+        self.ended = self.closed = False
+        self.outcome = "cancelled"
+        self._index = 0
+        self._gathered: list[bytes] = []
+
+    def add(self, items) -> list[bytes]:
+        """The chunks that `items` make, in order; nothing after the last."""
+        chunks: list[bytes] = []
+        gathered = self._gathered
+        for item in items:
+            if self.ended:
+                break
+            if isinstance(item, CaughtUp):
+                if gathered:
+                    chunks.append(b"".join(gathered))
+                    gathered.clear()
+            elif item is None:
+                chunks.append(b": keep-alive\n\n")
+            elif isinstance(item, Failed):
+                self.outcome = item.error.error_type
+                gathered.append(b"data:" + _json(errors.error_body(item.error.error_type, item.error.message)) + b"\n\n")
+                self._end(chunks)
+            else:
+                self._index += 1
+                if not item.last:  # the common event, from pre-encoded parts: the bytes orjson gives the whole dict
+                    top = b"null" if item.top_tokens is None else _json([token_object(t) for t in item.top_tokens])
+                    token = _json(token_object(item.token))
+                    gathered.append(b'data:{"index":%d,"token":%b,"top_tokens":%b%b' % (self._index, token, top, _EVENT_END))
+                else:
+                    gathered.append(b"data:" + _json(self._last_event(item)) + b"\n\n")
+                    self.outcome = "success"
+                    self.metrics.request_duration.observe(time.perf_counter() - self.job.t_arrival)
+                    self._end(chunks)
+        return chunks
+
+    def _end(self, chunks: list[bytes]) -> None:
+        chunks.append(LastChunk(b"".join(self._gathered)))
+        self._gathered.clear()
+        self.ended = True
+
+    def _last_event(self, item: StreamToken) -> dict:
+        job = self.job
+        top_tokens = None if item.top_tokens is None else [token_object(t) for t in item.top_tokens]
+        event = {
+            "index": self._index,
+            "token": token_object(item.token),
+            "top_tokens": top_tokens,
+            "generated_text": job.generated_text(),
+            "details": None,
+        }
+        if job.params.details:
+            event["details"] = {
+                "finish_reason": item.finish_reason,
+                "generated_tokens": self._index,
+                "seed": job.seed,
+                "input_length": job.input_length,
+            }
+            if job.skipped:
+                event["details"]["warnings"] = [w.model_dump() for w in warnings(job)]
+        return event
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self.outcome != "success":
+            self.job.cancel()
+        self.metrics.request_done(self.route, self.outcome)
+
+
 async def sse_events(job: TextRequest, route: str, metrics: ServiceMetrics, keepalive_s: float) -> AsyncIterator[bytes]:
-    """The body of a stream: `data:{event}` per token (in text order, for running text), keep-alive
-    comments while quiet, an error event on failure. The events of the tokens read at one wake-up go
-    out as one chunk (one write), the stream's last as a LastChunk.
+    """The body of a /generate_stream answer (`SSEWriter`) from the request's `stream_items`."""
+    async for chunk in written(job, SSEWriter(job, route, metrics), keepalive_s):
+        yield chunk
+
+
+async def written(job: TextRequest, writer, keepalive_s: float) -> AsyncIterator[bytes]:
+    """What `writer` (`SSEWriter`, or /v1's `OneChoiceWriter`) makes of the request's `stream_items`, chunk by chunk.
 
     If the client disconnects, Starlette cancels this generator at its await;
     the `finally` then cancels the request's tickets, so their rows leave the
     batch at the next step and stop generating.
     """
-    outcome = "cancelled"
-    index = 0
-    gathered: list[bytes] = []
     try:
-        async for item in job.stream_items(keepalive_s):
-            if isinstance(item, CaughtUp):
-                if gathered:
-                    yield b"".join(gathered)
-                    gathered.clear()
-                continue
-            if item is None:
-                yield b": keep-alive\n\n"
-                continue
-            if isinstance(item, Failed):
-                outcome = item.error.error_type
-                gathered.append(b"data:" + _json(errors.error_body(item.error.error_type, item.error.message)) + b"\n\n")
-                yield LastChunk(b"".join(gathered))
-                return
-            index += 1
-            if not item.last:  # the common event, from pre-encoded parts: the bytes orjson gives the whole dict
-                top = b"null" if item.top_tokens is None else _json([token_object(t) for t in item.top_tokens])
-                token = _json(token_object(item.token))
-                gathered.append(b'data:{"index":%d,"token":%b,"top_tokens":%b%b' % (index, token, top, _EVENT_END))
-                continue
-            top_tokens = None if item.top_tokens is None else [token_object(t) for t in item.top_tokens]
-            event = {
-                "index": index,
-                "token": token_object(item.token),
-                "top_tokens": top_tokens,
-                "generated_text": None,
-                "details": None,
-            }
-            if item.last:
-                event["generated_text"] = job.generated_text()
-                if job.params.details:
-                    event["details"] = {
-                        "finish_reason": item.finish_reason,
-                        "generated_tokens": index,
-                        "seed": job.seed,
-                        "input_length": job.input_length,
-                    }
-                    if job.skipped:
-                        event["details"]["warnings"] = [w.model_dump() for w in warnings(job)]
-                outcome = "success"
-                metrics.request_duration.observe(time.perf_counter() - job.t_arrival)
-            gathered.append(b"data:" + _json(event) + b"\n\n")
-            if item.last:
-                yield LastChunk(b"".join(gathered))
-                gathered.clear()
+        async with contextlib.aclosing(job.stream_items(keepalive_s)) as items:
+            async for item in items:
+                for chunk in writer.add((item,)):
+                    yield chunk
+                if writer.ended:
+                    return
     finally:
-        if outcome != "success":
-            job.cancel()
-        metrics.request_done(route, outcome)
+        writer.close()
+
+
+class WrittenResponse(SSEResponse):
+    """A stream whose body `writer` makes from one request's items: the app's stack iterates its body (`written`);
+    the fast path pushes it from the engine's wake-ups instead (service/http/pushed.py)."""
+
+    def __init__(self, job: TextRequest, writer, keepalive_s: float, headers: dict[str, str]):
+        super().__init__(written(job, writer, keepalive_s), headers=headers)
+        self.job, self.writer = job, writer

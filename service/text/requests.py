@@ -60,13 +60,14 @@ from tokenizers import Tokenizer
 from service.engine.bundle import LoadedBundle
 from service.engine.engine import DecodingOptions, Engine, InputError
 from service.engine.options import request_seed
-from service.engine.scheduler import Failed, Finished, Scheduler, Ticket
+from service.engine.scheduler import Failed, Finished, Scheduler
 from service.errors import InvalidRequest
 from service.text.context import ContextChooser, rank_by_context
-from service.text.forms import FormStream, FormUnsupported, OutputForm, output_form
+from service.text.forms import FormUnsupported, OutputForm, output_form
 from service.text.lexicon import Lexicon
 from service.text.pronunciations import Pronunciations
 from service.text.reader import MAX_TEXT_CHARS, MAX_WORDS, Skipped, TextError, TextReader, Word
+from service.text.streaming import StreamReader
 from service.text.units import (
     CAUGHT_UP,
     Answer,
@@ -468,70 +469,40 @@ class TextRequest:
             raise
 
     async def stream_items(self, keepalive_s: float) -> AsyncIterator[StreamToken | Failed | CaughtUp | None]:
-        """The answer's tokens in text order as the engine makes them: StreamToken per token (a lexicon
-        word's at once), CAUGHT_UP after the tokens of each wake-up, None after `keepalive_s` without one,
-        or a Failed that ends the stream."""
+        """The answer's tokens in text order as the engine makes them (service/text/streaming.py): StreamToken per
+        token (a lexicon word's at once), CAUGHT_UP after the tokens of each wake-up, None after `keepalive_s`
+        without one, or a Failed that ends the stream."""
         # one timer per stream, re-armed only when it fires, not a timeout per token: it wakes the ticket
         # being read, which then answers a keep-alive if nothing was yielded for keepalive_s
         loop = asyncio.get_running_loop()
         last_yield = loop.time()
-        reading: Ticket | None = None
+        reader = StreamReader(self)
 
         def check_quiet() -> None:
             nonlocal timer
             quiet_until = last_yield + keepalive_s
-            if loop.time() >= quiet_until and reading is not None:
-                reading.wake()
+            if loop.time() >= quiet_until and reader.reading is not None:
+                reader.reading.wake()
                 quiet_until = loop.time() + keepalive_s
             timer = loop.call_at(quiet_until, check_quiet)
 
         timer = loop.call_at(last_yield + keepalive_s, check_quiet)
         try:
-            for k, u in enumerate(self.units):
-                last_unit = k == len(self.units) - 1
-                if u.ticket is None:
-                    tokens = u.known[0].tokens if self.form is None or is_mark(u) else self.form.tokens(u.known[0].tokens)
-                    for j, t in enumerate(tokens):
-                        end = j == len(tokens) - 1
-                        reason = u.known[0].finish_reason if end else None
-                        yield StreamToken(self.separated(t, k, j), None, reason, last_unit and end)
-                    last_yield = loop.time()
-                    yield CAUGHT_UP
+            items = reader.read([])
+            while True:
+                for item in items:
+                    if item is CAUGHT_UP:
+                        last_yield = loop.time()
+                    yield item
+                if reader.ended:
+                    return
+                items = await reader.reading.wait_events()
+                if not items:  # woken by the timer (or late by a step whose events were taken already)
+                    if loop.time() - last_yield >= keepalive_s:
+                        last_yield = loop.time()
+                        yield None
                     continue
-                reading, position = u.ticket, 0
-                written = FormStream(self.form) if self.form is not None else None
-                while u.finished is None:
-                    events = await u.ticket.wait_events()
-                    if not events:  # woken by the timer (or late by a step whose events were taken already)
-                        if loop.time() - last_yield >= keepalive_s:
-                            last_yield = loop.time()
-                            yield None
-                        continue
-                    for ev in events:
-                        if isinstance(ev, Failed):
-                            yield ev
-                            return
-                        if isinstance(ev, Finished):
-                            u.finished = ev
-                            break
-                        u.results.append(ev)
-                        top = None
-                        if ev.top_tokens is not None:
-                            prefix = [r.token_id for r in u.results[:-1]]
-                            top = top_tokens(self.engine, ev.top_tokens, prefix)
-                        ready = (
-                            [(step_token(ev), top, ev.finish_reason)]
-                            if written is None
-                            else written.push(step_token(ev), top, ev.finish_reason)
-                        )
-                        for token, top, reason in ready:
-                            if top is not None:
-                                top = [self.separated(t, k, position) for t in top]
-                            token = self.separated(token, k, position)
-                            position += 1
-                            yield StreamToken(token, top, reason, last_unit and reason is not None)
-                    last_yield = loop.time()
-                    yield CAUGHT_UP
+                items = reader.read(items)
         finally:
             timer.cancel()
             # check_quiet's closure holds itself and the timer (which holds check_quiet): cut both, so the stream's

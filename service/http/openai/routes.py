@@ -33,7 +33,7 @@ from service.http.openai.schemas import (
     ModelList,
     OpenAIErrorResponse,
 )
-from service.http.responses import SSE_HEADERS, SSEResponse
+from service.http.responses import SSE_HEADERS, SSEResponse, WrittenResponse
 
 log = logging.getLogger("attnserve.service")
 
@@ -151,6 +151,9 @@ async def answer(
             "created": int(time.time()),
             "model": c.served_model_name(svc),
         }
+        if len(jobs) == 1 and len(jobs[0]) == 1:  # one choice (the common case): a body the fast path can push
+            writer = streaming.OneChoiceWriter(svc, planned, jobs, route, envelope, renderer(planned))
+            return WrittenResponse(jobs[0][0], writer, svc.keepalive_s, SSE_HEADERS | ignored)
         events = streaming.stream_answer(svc, planned, jobs, route, envelope, renderer(planned))
         return SSEResponse(events, headers=SSE_HEADERS | ignored)
     done = await c.answer_whole(svc, request, planned, jobs, prefix)

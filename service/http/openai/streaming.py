@@ -51,10 +51,10 @@ async def stream_answer(
     envelope: dict,
     render: Render,
 ) -> AsyncIterator[bytes]:
-    """The SSE body: per choice, a chunk per token gathered into one write per wake-up (`render` makes the
-    choice object), its last chunk with `finish_reason`; then a usage chunk with `choices: []` when asked,
-    then `data: [DONE]` (one choice's last chunk, the usage chunk and [DONE] in one write). A failure mid-stream
-    is an `error` event in OpenAI's shape, and ends it."""
+    """The SSE body of several choices (one choice's is `OneChoiceWriter`'s): per choice, a chunk per token gathered
+    into one write per wake-up (`render` makes the choice object), its last chunk with `finish_reason`; then a usage
+    chunk with `choices: []` when asked, then `data: [DONE]`. A failure mid-stream is an `error` event in OpenAI's
+    shape, and ends it."""
     outcome = "cancelled"
     head, tail = chunk_event_parts(envelope)
     choices = [
@@ -62,28 +62,12 @@ async def stream_answer(
         for i, row in enumerate(jobs)
         for j, job in enumerate(row)
     ]
-    t_arrival = jobs[0][0].t_arrival
-    ending = b""  # one choice's last chunk, held to go out with what follows it
     try:
-        if len(choices) == 1:  # the choice's items read here, not through a generator of its own: one less per token
-            one = choices[0]
-            async for item in one.job.stream_items(svc.keepalive_s):
-                out = one.take(item)
-                if isinstance(out, ChoiceEnd):
-                    ending = out
-                    break
-                if out:
-                    yield out
-        else:
-            async for chunk in _merged([_choice_chunks(svc, choice) for choice in choices]):
-                yield chunk
-        if planned.include_usage:
-            prompt_tokens = sum(row[0].input_length for row in jobs)
-            completion = sum(choice.text.tokens for choice in choices)
-            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion, "total_tokens": prompt_tokens + completion}
-            ending += _event({**envelope, "choices": [], "usage": usage})
+        async for chunk in _merged([_choice_chunks(svc, choice) for choice in choices]):
+            yield chunk
+        ending = _usage(planned, jobs, envelope, choices)
         outcome = "success"
-        svc.metrics.request_duration.observe(time.perf_counter() - t_arrival)
+        svc.metrics.request_duration.observe(time.perf_counter() - jobs[0][0].t_arrival)
         yield LastChunk(ending + DONE)  # the last events and the body's end: one write on the fast path
     except (errors.APIError, ServiceError, OpenAIError) as e:
         err = from_error(e, planned.params)
@@ -92,6 +76,58 @@ async def stream_answer(
     finally:
         cancel_all(jobs)
         svc.metrics.request_done(route, outcome)
+
+
+def _usage(planned: Plan, jobs: list[list[TextRequest]], envelope: dict, choices: list[ChoiceStream]) -> bytes:
+    """The usage chunk, when asked for."""
+    if not planned.include_usage:
+        return b""
+    prompt_tokens = sum(row[0].input_length for row in jobs)
+    completion = sum(choice.text.tokens for choice in choices)
+    usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion, "total_tokens": prompt_tokens + completion}
+    return _event({**envelope, "choices": [], "usage": usage})
+
+
+class OneChoiceWriter:
+    """The body of a one-choice stream from its request's items, batch by batch: what `stream_answer` yields for it,
+    and what service/http/pushed.py writes from the engine's wake-ups on the fast path. The choice's last chunk, the
+    usage chunk and [DONE] go as one LastChunk; a failure is an `error` event in OpenAI's shape, and ends it. `close`
+    ends the request's accounting (its outcome counted, its tickets cancelled)."""
+
+    def __init__(self, svc: Service, planned: Plan, jobs: list[list[TextRequest]], route: str, envelope: dict, render: Render):
+        self.svc, self.planned, self.jobs, self.route, self.envelope = svc, planned, jobs, route, envelope
+        head, tail = chunk_event_parts(envelope)
+        self.choice = ChoiceStream(jobs[0][0], 0, ChoiceText(planned.stop), render, head, tail)
+        self.outcome = "cancelled"
+        self.ended = self.closed = False
+
+    def add(self, items) -> list[bytes]:
+        chunks: list[bytes] = []
+        try:
+            for item in items:
+                if self.ended:
+                    break
+                out = self.choice.take(item)
+                if isinstance(out, ChoiceEnd):
+                    chunks.append(LastChunk(out + _usage(self.planned, self.jobs, self.envelope, [self.choice]) + DONE))
+                    self.outcome = "success"
+                    self.ended = True
+                    self.svc.metrics.request_duration.observe(time.perf_counter() - self.jobs[0][0].t_arrival)
+                elif out:
+                    chunks.append(out)
+        except (errors.APIError, ServiceError, OpenAIError) as e:
+            err = from_error(e, self.planned.params)
+            self.outcome = err.outcome
+            chunks.append(LastChunk(_event(err.body())))
+            self.ended = True
+        return chunks
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        cancel_all(self.jobs)
+        self.svc.metrics.request_done(self.route, self.outcome)
 
 
 class ChoiceStream:
