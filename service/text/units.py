@@ -124,7 +124,7 @@ class Unit:
     finished: Finished | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen, as Token: one per streamed token
 class StreamToken:
     """One token of a stream, in text order; `last`: the text's last token."""
 
