@@ -139,15 +139,18 @@ def engine_in_process(words_file: Path, n: int, small: int, batch: int) -> dict:
     return {"words": n, "small": small, "runs": runs, "cpu_ms_per_word": cpu_ms, "decode_words_per_s": rate}
 
 
-def start_server(repo: Path, batch: int, bundle: Path | None = None) -> tuple[subprocess.Popen, str]:
-    """`attnserve-serve` from checkout `repo` on core 0, serving `bundle` (default: this checkout's default model)."""
+def start_server(
+    repo: Path, batch: int, bundle: Path | None = None, first_on_path: str | None = None
+) -> tuple[subprocess.Popen, str]:
+    """`attnserve-serve` from checkout `repo` on core 0, serving `bundle` (default: this checkout's default model);
+    `first_on_path`: a directory ahead of the checkout on the server's sys.path (a `sitecustomize` that measures)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     cmd = ["taskset", "-c", str(SERVER_CORE), sys.executable, "-m", "service", str(bundle or ROOT / "models/g2p-en")]
     cmd += ["--threads", "1"]
     cmd += ["--port", str(port), "--max-batch-size", str(batch), "--max-concurrent-requests", "1024"]
-    env = os.environ | {"PYTHONPATH": str(repo)}
+    env = os.environ | {"PYTHONPATH": str(repo) if first_on_path is None else first_on_path + os.pathsep + str(repo)}
     proc = subprocess.Popen(cmd, cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
