@@ -1,5 +1,6 @@
 """The event loop's CPU for a stream's body alone, per request: TGI's `sse_events` (/generate_stream) and OpenAI's
-`stream_answer` (/v1/chat/completions, one choice, usage asked for) over a fake request that gives 8 tokens and the
+one-choice body (/v1/chat/completions, usage asked for: `OneChoiceWriter` through `written`, or `stream_answer` in a
+checkout without it) over a fake request that gives 8 tokens and the
 end token in 4 wake-ups (what a stream gets at 64 clients), with no server, engine or socket around them.
 
     PYTHONPATH=$PWD .venv/bin/python docs/bench/stream_body.py [--rounds 12] [--requests 3000]
@@ -24,6 +25,12 @@ try:  # the stream's module in this checkout; an earlier one kept it in completi
 except ImportError:
     stream_answer = completions.stream_answer
 from service.http.responses import sse_events
+
+try:  # a one-choice stream's body as this checkout writes it (the app's stack iterates `written`)
+    from service.http.openai.streaming import OneChoiceWriter
+    from service.http.responses import written
+except ImportError:
+    OneChoiceWriter = None
 from service.text.units import CAUGHT_UP, StreamToken, Token
 
 TOKENS = [Token(10 + i, ("" if i == 0 else " ") + "AH0", -0.1 * i, False) for i in range(8)] + [Token(2, "", -0.01, True)]
@@ -75,7 +82,12 @@ async def tgi() -> None:
 
 
 async def openai() -> None:
-    async for _ in stream_answer(SVC, PLANNED, [[FakeJob()]], "/v1/chat/completions", ENVELOPE, RENDER):
+    jobs = [[FakeJob()]]
+    if OneChoiceWriter is None:
+        body = stream_answer(SVC, PLANNED, jobs, "/v1/chat/completions", ENVELOPE, RENDER)
+    else:
+        body = written(jobs[0][0], OneChoiceWriter(SVC, PLANNED, jobs, "/v1/chat/completions", ENVELOPE, RENDER), 10.0)
+    async for _ in body:
         pass
 
 
