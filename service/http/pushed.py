@@ -67,6 +67,7 @@ class PushedStream:
         self.last_write = self.loop.time()
         self.sending: asyncio.Future | None = None  # a send that had to wait, and the backlog after it
         self.error: BaseException | None = None  # what a send raised: the request's task raises it
+        self.closed = False  # the request's task is past its wait for the disconnect
         self._backlog: collections.deque[Message] = collections.deque()
         self._watched: Ticket | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -78,7 +79,7 @@ class PushedStream:
 
     def wake(self) -> None:
         """The ticket being read has events (the scheduler's per-step callback, on the event loop)."""
-        if self.writer.ended or self.reader.reading is None:
+        if self.writer.ended or self.closed or self.reader.reading is None:
             return
         try:
             events = self.reader.reading.take_events()
@@ -90,6 +91,7 @@ class PushedStream:
 
     def close(self) -> None:
         """The request's task is done with the stream: what has not ended (the client went away) is cancelled."""
+        self.closed = True
         self._stop()
         self.writer.close()
 
@@ -155,7 +157,9 @@ class PushedStream:
         """A send failed (or the stream's own code did): nothing more is written; the request's task raises it."""
         self._stop()
         self.writer.ended = True
-        if self.error is None:
+        if self.closed:  # the request's task is past its wait, and ends as it is: the failure is only told
+            log.warning("a stream's send failed after its request ended: %r", error)
+        elif self.error is None:
             self.error = error
             self.task.cancel()
 
