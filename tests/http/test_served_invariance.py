@@ -1,7 +1,8 @@
 """The variant the default model serves, through the whole server: a word's answer is the same alone and among
-64 concurrent clients, greedy, with a seed and by beam search, while long texts are read in chunks and /score steps its own
-batch beside the generation batch (the scheduler's grouped queue, text chunks and scoring turns all move rows
-in and out of the batch between steps)."""
+64 concurrent clients, greedy, with a seed and by beam search, whole or streamed (/generate_stream and /v1 chat
+streams are written from the engine's wake-ups: service/http/pushed.py), while long texts are read in chunks and
+/score steps its own batch beside the generation batch (the scheduler's grouped queue, text chunks and scoring turns
+all move rows in and out of the batch between steps)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from service_harness import serving
+from service_harness import serving, sse_events
 
 DEFAULT_BUNDLE = Path(__file__).resolve().parents[2] / "models" / "g2p-en"
 SERVED = json.loads((DEFAULT_BUNDLE / "bundle.json").read_text())["default_variant"]["cpu"]
@@ -47,6 +48,46 @@ def answer(url: str, text: str, **parameters) -> str:
     return post(url, "/generate", {"inputs": text, "parameters": {"lexicon": False, **parameters}}).json()["generated_text"]
 
 
+def streamed(url: str, text: str, **parameters) -> str:
+    """A /generate_stream answer: its tokens' texts joined, checked against its last event's generated_text."""
+    body = {"inputs": text, "parameters": {"lexicon": False, **parameters}}
+    while True:
+        with httpx.stream("POST", url + "/generate_stream", json=body, timeout=120) as r:
+            if r.status_code == 429:
+                time.sleep(0.05)
+                continue
+            assert r.status_code == 200, r.read()
+            events = [e for e in sse_events(r.iter_lines()) if e != "keep-alive"]
+        text = "".join(e["token"]["text"] for e in events)
+        assert text == events[-1]["generated_text"]
+        return text
+
+
+def chat(url: str, word: str, stream: bool, **parameters) -> str:
+    """A /v1/chat/completions answer's content, whole or streamed (its deltas joined, up to `data: [DONE]`)."""
+    body = {"model": "g2p-en", "messages": [{"role": "user", "content": word}], "lexicon": False, "stream": stream}
+    if not stream:
+        return post(url, "/v1/chat/completions", {**body, **parameters}).json()["choices"][0]["message"]["content"]
+    while True:
+        with httpx.stream("POST", url + "/v1/chat/completions", json={**body, **parameters}, timeout=120) as r:
+            if r.status_code == 429:
+                time.sleep(0.05)
+                continue
+            assert r.status_code == 200, r.read()
+            lines = [line for line in r.iter_lines() if line.startswith("data: ")]
+        assert lines[-1] == "data: [DONE]"
+        chunks = [json.loads(line.removeprefix("data: ")) for line in lines[:-1]]
+        return "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
+
+
+CHAT_SEEDED = {"temperature": 0.9, "top_p": 0.95}
+
+
+def chat_jobs() -> list[tuple[str, dict]]:
+    """A few words greedy and with their own seed, on /v1."""
+    return [(w, {}) for w in WORDS[:10]] + [(w, {**CHAT_SEEDED, "seed": i}) for i, w in enumerate(WORDS[:10])]
+
+
 def jobs() -> list[tuple[str, dict]]:
     """Each word greedy, with its own seed, and by beam search."""
     return [(w, {}) for w in WORDS] + [(w, {**SEEDED, "seed": i}) for i, w in enumerate(WORDS)] + [(w, BEAM) for w in WORDS]
@@ -60,6 +101,10 @@ def test_answers_are_the_same_alone_and_among_64_concurrent_clients(url):
     alone = {(w, json.dumps(p)): answer(url, w, **p) for w, p in jobs()}
     sampled = [alone[(w, json.dumps({**SEEDED, "seed": i}))] for i, w in enumerate(WORDS)]
     assert sampled != [alone[(w, "{}")] for w in WORDS]  # the seeded requests really sample
+    streamed_alone = [streamed(url, w, **p) for w, p in jobs()[: 2 * len(WORDS)]]  # greedy and seeded
+    assert streamed_alone == [alone[(w, json.dumps(p))] for w, p in jobs()[: 2 * len(WORDS)]]
+    chat_alone = {(w, json.dumps(p)): chat(url, w, False, **p) for w, p in chat_jobs()}
+    assert all(chat(url, w, True, **p) == chat_alone[(w, json.dumps(p))] for w, p in chat_jobs())
     long_text = " ".join(WORDS)  # more model-bound words than one chunk of the bound: read in chunks
 
     def client(k: int):
@@ -69,14 +114,22 @@ def test_answers_are_the_same_alone_and_among_64_concurrent_clients(url):
             w = WORDS[k % len(WORDS)]
             post(url, "/score", {"inputs": w, "targets": [alone[(w, "{}")]]})
             return "score", None
+        if k % 16 in (2, 3, 4, 5):  # streamed, greedy or seeded, among the whole answers
+            w, p = jobs()[k % (2 * len(WORDS))]
+            return (w, json.dumps(p)), streamed(url, w, **p)
+        if k % 16 in (6, 7):
+            w, p = chat_jobs()[k % len(chat_jobs())]
+            return ("chat", w, json.dumps(p)), chat(url, w, True, **p)
         w, p = jobs()[k % len(jobs())]
         return (w, json.dumps(p)), answer(url, w, **p)
 
     with ThreadPoolExecutor(64) as pool:
         together = list(pool.map(client, range(400)))
-    words = [(key, got) for key, got in together if key not in ("text", "score")]
+    words = [(key, got) for key, got in together if key not in ("text", "score") and key[0] != "chat"]
     assert len(words) > 200
     assert [got for _, got in words] == [alone[key] for key, _ in words]
+    chats = [(key[1:], got) for key, got in together if key[0] == "chat"]
+    assert len(chats) >= 40 and [got for _, got in chats] == [chat_alone[key] for key, _ in chats]
     texts = [got for key, got in together if key == "text"]
     greedy = " | ".join(alone[(w, "{}")] for w in WORDS)
     assert texts and all(t == greedy for t in texts)  # a text's words read in chunks answer as each word alone
