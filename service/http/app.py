@@ -51,7 +51,7 @@ from service.text.lexicon import Lexicon
 from service.version import version
 
 # net allocations between young-generation collections (Python's default 700): above what a full batch's requests and
-# a deep queue hold at once (at 64 streaming clients the server never reached it)
+# a deep queue hold at once (docs/bench/gc_cost.py counts the collections under load)
 YOUNG_COLLECTION_THRESHOLD = 10_000
 
 log = logging.getLogger("attnserve.service")
@@ -75,10 +75,9 @@ def create_app(
         # what is alive now (the app, the sessions, the tokenizers, the lexicon) lives as long as the server: out of
         # the collector's sight, a full collection no longer walks all of it while requests wait
         gc.freeze()
-        # A young-generation collection every 700 net allocations (the default) walked the objects of the requests
-        # in flight several times a second, each a fraction of a millisecond: 2-3% of the server's CPU at 64 streams,
-        # for no garbage (requests leave no cycles behind). Past the objects that many requests hold at once, it
-        # runs when something really accumulates.
+        # With Python's default (a young collection every 700 net allocations) the collector walks the objects of the
+        # requests in flight several times a second, under load a few percent of the server's CPU, and finds no
+        # garbage: requests leave no cycles. Past what the requests in flight hold, it runs when something accumulates.
         gc.set_threshold(YOUNG_COLLECTION_THRESHOLD, *gc.get_threshold()[1:])
         svc.scheduler.start()
         app.state.service = svc

@@ -496,13 +496,14 @@ class TextRequest:
                     yield item
                 if reader.ended:
                     return
-                items = await reader.reading.wait_events()
-                if not items:  # woken by the timer (or late by a step whose events were taken already)
+                events = await reader.reading.wait_events()
+                if not events:  # woken by the timer (or late by a step whose events were taken already)
                     if loop.time() - last_yield >= keepalive_s:
                         last_yield = loop.time()
                         yield None
+                    items = ()
                     continue
-                items = reader.read(items)
+                items = reader.read(events)
         finally:
             timer.cancel()
             # check_quiet's closure holds itself and the timer (which holds check_quiet): cut both, so the stream's

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from service_harness import serving, sse_events
+from service_harness import serving, stream
 
 DEFAULT_BUNDLE = Path(__file__).resolve().parents[2] / "models" / "g2p-en"
 SERVED = json.loads((DEFAULT_BUNDLE / "bundle.json").read_text())["default_variant"]["cpu"]
@@ -50,17 +50,13 @@ def answer(url: str, text: str, **parameters) -> str:
 
 def streamed(url: str, text: str, **parameters) -> str:
     """A /generate_stream answer: its tokens' texts joined, checked against its last event's generated_text."""
-    body = {"inputs": text, "parameters": {"lexicon": False, **parameters}}
-    while True:
-        with httpx.stream("POST", url + "/generate_stream", json=body, timeout=120) as r:
-            if r.status_code == 429:
-                time.sleep(0.05)
-                continue
-            assert r.status_code == 200, r.read()
-            events = [e for e in sse_events(r.iter_lines()) if e != "keep-alive"]
-        text = "".join(e["token"]["text"] for e in events)
-        assert text == events[-1]["generated_text"]
-        return text
+    while (done := stream(url + "/generate_stream", {"inputs": text, "parameters": {"lexicon": False, **parameters}}))[0] == 429:
+        time.sleep(0.05)
+    status, events = done
+    assert status == 200, events
+    text = "".join(e["token"]["text"] for e in events)
+    assert text == events[-1]["generated_text"]
+    return text
 
 
 def chat(url: str, word: str, stream: bool, **parameters) -> str:
