@@ -72,6 +72,27 @@ def tiny_int8_bundle_dir(tiny_bundle_dir, tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def tiny_bundle_as_exported(tiny_run_dir, tiny_bundle_dir, tmp_path_factory) -> Path:
+    """The tiny bundle with its encoders as the exporter writes them, shape plumbing and all, before `build`
+    rewrites them (export/pipeline/simplify_encoder.py): what the rewrite's own tests start from."""
+    from export.pipeline.build import export_graphs, run_task
+    from export.pipeline.manifest import write_manifest
+    from training.run import load_model, load_run_tokenizers
+
+    work = tmp_path_factory.mktemp("tiny_exported_graphs")
+    src_tok, tgt_tok = load_run_tokenizers(tiny_run_dir)
+    export_graphs(load_model(tiny_run_dir), work, src_tok, tgt_tok, run_task(tiny_run_dir), True, lambda _msg: None)
+    out = tmp_path_factory.mktemp("tiny_exported_encoders") / "g2p-tiny"
+    shutil.copytree(tiny_bundle_dir, out)
+    meta = json.loads((out / "bundle.json").read_text())
+    for name in dict.fromkeys(v["encoder"] for v in meta["variants"].values()):
+        shutil.copyfile(work / name, out / name)
+    del meta["encoder_graph"]
+    write_manifest(out, meta)
+    return out
+
+
 @pytest.fixture
 def one_torch_thread():
     """Tiny models on a shared 2-core machine: one intra-op thread is fastest and leaves a core free."""

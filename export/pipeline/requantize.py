@@ -13,7 +13,8 @@ from export.checks.variant_parity import v2_parity
 from export.errors import BuildError
 from export.pipeline.calibration import training_pairs, write_int8
 from export.pipeline.int8_gate import int8_gate
-from export.pipeline.manifest import PARITY_CORPUS, VARIANT_FILES, update_manifest, write_manifest
+from export.pipeline.manifest import BUNDLE_JSON, PARITY_CORPUS, VARIANT_FILES, update_manifest, write_manifest
+from export.pipeline.simplify_encoder import simplify_bundle_encoders
 from export.pipeline.v2 import add_v2_to_bundle
 from service.engine.bundle import load_bundle
 from service.engine.engine import Engine
@@ -49,6 +50,8 @@ def requantize(
     _, state = load_bundle_weights(work)
     meta = add_v2_to_bundle(work, meta, state, *tokenizers, pairs, log)
     write_manifest(work, meta)
+    simplify_bundle_encoders(work, log, fused_attention=True)  # the new int8 encoder as `build` leaves one
+    meta = json.loads((work / BUNDLE_JSON).read_text())
     corpus = json.loads((work / meta.get("parity_corpus", PARITY_CORPUS)).read_text())
     engine = Engine(load_bundle(work), variant="int8", provider="cpu", threads=threads)
     v2 = v2_parity(engine, corpus, exact=False)

@@ -1,6 +1,7 @@
-"""The encoder's self-attention as MultiHeadAttention (export/graphs/encoder_attention.py) on the tiny bundle: one
-node per layer, outputs close to the exported attention's, each row bitwise the same alone and in a padded
-batch, and `simplify-encoder --fused-attention` touching only the encoder that already needs contrib kernels."""
+"""The encoder's self-attention as MultiHeadAttention (export/graphs/encoder_attention.py) on the tiny bundle's
+encoders as exported (before `build` rewrites them itself): one node per layer, outputs close to the exported
+attention's, each row bitwise the same alone and in a padded batch, and `simplify-encoder --fused-attention`
+touching only the encoder that already needs contrib kernels."""
 
 from __future__ import annotations
 
@@ -31,33 +32,33 @@ def _outputs(model_or_path, feeds) -> list[np.ndarray]:
 
 
 @pytest.mark.parametrize("name,tolerance", [("encoder.onnx", 1e-4), ("encoder.int8.onnx", 0.25)])
-def test_one_attention_node_per_layer_close_to_the_exported_graph(tiny_bundle_dir, tmp_path, name, tolerance):
-    config = _config(tiny_bundle_dir)
+def test_one_attention_node_per_layer_close_to_the_exported_graph(tiny_bundle_as_exported, tmp_path, name, tolerance):
+    config = _config(tiny_bundle_as_exported)
     fused = fuse_self_attention(
-        onnx.load(str(tiny_bundle_dir / name)), config["n_encoder_layers"], config["n_heads"], config["d_model"]
+        onnx.load(str(tiny_bundle_as_exported / name)), config["n_encoder_layers"], config["n_heads"], config["d_model"]
     )
     ops = Counter(n.op_type for n in fused.graph.node)
     assert ops["MultiHeadAttention"] == config["n_encoder_layers"]
     assert ops["Softmax"] == ops["Exp"] == 0
-    sources = json.loads((tiny_bundle_dir / "parity_corpus.json").read_text())["source_ids"][:64]
+    sources = json.loads((tiny_bundle_as_exported / "parity_corpus.json").read_text())["source_ids"][:64]
     feeds = encoder_feeds(sources)
     lengths = [len(s) for s in sources]
-    for before, after in zip(_outputs(tiny_bundle_dir / name, feeds), _outputs(fused, feeds)):
+    for before, after in zip(_outputs(tiny_bundle_as_exported / name, feeds), _outputs(fused, feeds)):
         for r, n in enumerate(lengths):  # padding positions are never read
             np.testing.assert_allclose(after[r, ..., :n, :], before[r, ..., :n, :], atol=tolerance, rtol=0)
     onnx.save(fused, str(tmp_path / name))
     assert batch_variant_rows(tmp_path / name, sources, 0) == 0
 
 
-def test_a_graph_without_the_exported_attention_is_refused(tiny_bundle_dir):
-    config = _config(tiny_bundle_dir)
+def test_a_graph_without_the_exported_attention_is_refused(tiny_bundle_as_exported):
+    config = _config(tiny_bundle_as_exported)
     with pytest.raises(BuildError, match="no self-attention"):
-        fuse_self_attention(onnx.load(str(tiny_bundle_dir / "encoder.onnx")), config["n_encoder_layers"] + 1, 2, 64)
+        fuse_self_attention(onnx.load(str(tiny_bundle_as_exported / "encoder.onnx")), config["n_encoder_layers"] + 1, 2, 64)
 
 
-def test_the_command_fuses_only_the_contrib_kernel_encoder(tiny_bundle_dir, tmp_path):
+def test_the_command_fuses_only_the_contrib_kernel_encoder(tiny_bundle_as_exported, tmp_path):
     bundle = tmp_path / "g2p-tiny"
-    shutil.copytree(tiny_bundle_dir, bundle)
+    shutil.copytree(tiny_bundle_as_exported, bundle)
     assert export_main(["simplify-encoder", str(bundle), "--fused-attention"]) == 0
     meta = load_bundle(bundle).meta  # every hash still matches
     gates = meta["encoder_graph"]["fused_attention"]

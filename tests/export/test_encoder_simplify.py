@@ -1,5 +1,5 @@
 """`attnserve-export simplify-encoder` (export/pipeline/simplify_encoder.py, export/graphs/encoder_simplify.py) on the tiny
-bundle: its fp32 and int8 encoders lose their shape plumbing, every output stays bitwise the same in
+bundle's encoders as exported (before `build` rewrites them itself): its fp32 and int8 encoders lose their shape plumbing, every output stays bitwise the same in
 ONNX Runtime, the manifest's hashes follow, and a rewrite the proof cannot cover is refused."""
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from service.engine.runtime import session_options
 
 
 @pytest.fixture(scope="module")
-def simplified(tiny_bundle_dir, tmp_path_factory):
+def simplified(tiny_bundle_as_exported, tmp_path_factory):
     out = tmp_path_factory.mktemp("simplified") / "g2p-tiny"
-    shutil.copytree(tiny_bundle_dir, out)
+    shutil.copytree(tiny_bundle_as_exported, out)
     assert export_main(["simplify-encoder", str(out)]) == 0
     return out
 
@@ -34,11 +34,11 @@ def _encoders(bundle_dir) -> list[str]:
     return list(dict.fromkeys(v["encoder"] for v in meta["variants"].values()))
 
 
-def test_every_encoder_loses_its_shape_plumbing(tiny_bundle_dir, simplified):
-    names = _encoders(tiny_bundle_dir)
+def test_every_encoder_loses_its_shape_plumbing(tiny_bundle_as_exported, simplified):
+    names = _encoders(tiny_bundle_as_exported)
     assert {"encoder.onnx", "encoder.int8.onnx"} <= set(names)
     for name in names:
-        before = onnx.load(str(tiny_bundle_dir / name), load_external_data=False)
+        before = onnx.load(str(tiny_bundle_as_exported / name), load_external_data=False)
         after = onnx.load(str(simplified / name), load_external_data=False)
         assert len(after.graph.node) < len(before.graph.node) * 0.6, name
         for node in after.graph.node:
@@ -51,13 +51,13 @@ def test_every_encoder_loses_its_shape_plumbing(tiny_bundle_dir, simplified):
         assert [o.name for o in after.graph.output] == [o.name for o in before.graph.output]
 
 
-def test_outputs_are_bitwise_the_same_padded_and_batched(tiny_bundle_dir, simplified):
-    batches = parity_batches(tiny_bundle_dir)
+def test_outputs_are_bitwise_the_same_padded_and_batched(tiny_bundle_as_exported, simplified):
+    batches = parity_batches(tiny_bundle_as_exported)
     assert sorted({len(b) for b in batches}) == [1, 4, 32]
-    for name in _encoders(tiny_bundle_dir):
-        assert compare_outputs(tiny_bundle_dir / name, simplified / name, batches, threads=1) == [], name
+    for name in _encoders(tiny_bundle_as_exported):
+        assert compare_outputs(tiny_bundle_as_exported / name, simplified / name, batches, threads=1) == [], name
     # the check itself sees a difference when there is one
-    assert compare_outputs(tiny_bundle_dir / "encoder.onnx", simplified / "encoder.int8.onnx", batches[:2]) != []
+    assert compare_outputs(tiny_bundle_as_exported / "encoder.onnx", simplified / "encoder.int8.onnx", batches[:2]) != []
 
 
 def test_manifest_follows_and_a_second_run_changes_nothing(simplified):

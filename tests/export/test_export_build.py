@@ -282,3 +282,21 @@ def test_requantize_without_its_training_data_stops_with_one_line_and_leaves_not
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"error: data file not found: {tmp_path / 'missing.tsv'}"]
     assert not (tmp_path / "b.partial").exists() and (bundle / int8).read_bytes() == before
+
+
+def test_build_leaves_its_encoders_without_shape_plumbing(tiny_bundle_dir, tiny_bundle_as_exported):
+    """`build` rewrites every encoder as `simplify-encoder --fused-attention` does, records it, and its parity
+    suite (which passed) ran on the rewritten graphs."""
+    meta = json.loads((tiny_bundle_dir / "bundle.json").read_text())
+    record = meta["encoder_graph"]
+    for name in dict.fromkeys(v["encoder"] for v in meta["variants"].values()):
+        built = onnx.load(str(tiny_bundle_dir / name), load_external_data=False)
+        exported = onnx.load(str(tiny_bundle_as_exported / name), load_external_data=False)
+        assert len(built.graph.node) < 0.6 * len(exported.graph.node), name
+        assert record["files"][name]["nodes_before"] == len(exported.graph.node), name
+        assert not [n for n in built.graph.node if n.op_type == "Shape" and not n.attribute], name
+    int8 = record["fused_attention"]["encoder.int8.onnx"]
+    fused = [n for n in onnx.load(str(tiny_bundle_dir / "encoder.int8.onnx")).graph.node if n.op_type == "MultiHeadAttention"]
+    assert bool(fused) == int8["applied"] == (int8["greedy_agreement_pct"]["int8"] >= 99.9)
+    assert record["fused_attention"]["encoder.onnx"]["applied"] is False  # the standard-operators fallback stays so
+    assert meta["parity"]["passed"] is True
