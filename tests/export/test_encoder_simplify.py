@@ -1,6 +1,7 @@
-"""`attnserve-export simplify-encoder` (export/pipeline/simplify_encoder.py, export/graphs/encoder_simplify.py) on the tiny
-bundle's encoders as exported (before `build` rewrites them itself): its fp32 and int8 encoders lose their shape plumbing, every output stays bitwise the same in
-ONNX Runtime, the manifest's hashes follow, and a rewrite the proof cannot cover is refused."""
+"""`attnserve-export simplify-encoder` (export/pipeline/simplify_encoder.py, export/graphs/encoder_simplify.py) on the
+tiny bundle's encoders as exported (before `build` rewrites them itself): its fp32 and int8 encoders lose their
+shape plumbing, every output stays bitwise the same in ONNX Runtime, the manifest's hashes follow, and a rewrite the
+proof cannot cover is refused."""
 
 from __future__ import annotations
 
