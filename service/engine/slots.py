@@ -88,8 +88,15 @@ class SlotBatch(DecodeBatch):
         self.present_names = present_names(layout.n_layers, DECODER)
         self.cross_names = past_names(layout.n_layers, ENCODER)
         self.binding = decoder.session.io_binding()
+        # buffers bound by address: those on the device (the cache, cross K/V, bias), and the host's (ids,
+        # positions, logits), which are the same binders on a CPU
+        self.bind_input, self.bind_output = self.step_calls.pointer_binders(self.binding, self.device)
+        self.bind_host_input, self.bind_host_output = (
+            (self.bind_input, self.bind_output) if self.device == "cpu" else self.step_calls.pointer_binders(self.binding, "cpu")
+        )
         self.has_next_token = decoder.has_next_token
         self.total = np.array([self.max_len], np.int32)
+        self.total_ptr = self.total.ctypes.data
         self._reset()
 
     # ---- loading ------------------------------------------------------------------------------
@@ -184,34 +191,38 @@ class SlotBatch(DecodeBatch):
             self.logits = np.zeros((capacity, e.vocab_size), np.float32)
             self.next_token = np.zeros(capacity, np.int64)
         self.capacity, self.width = capacity, width
+        # every buffer's address for `_bind`, read once per allocation: each `.ctypes.data` read builds a ctypes
+        # object (about 2 us), and a batch binds some 25 buffers whenever its row count changes
+        if self.device == "cpu":
+            self.cache_ptrs = [buf.ctypes.data for buf in self.cache]
+            self.cross_ptrs = [c.ctypes.data for c in self.cross]
+            self.bias_ptr = self.bias.ctypes.data
+        else:
+            self.cache_ptrs = [buf.data_ptr() for buf in self.cache]
+            self.cross_ptrs = [c.data_ptr() for c in self.cross_device]
+            self.bias_ptr = self.bias_device.data_ptr()
+        self.ids_ptr, self.positions_ptr = self.input_ids.ctypes.data, self.positions.ctypes.data
+        self.logits_ptr, self.next_token_ptr = self.logits.ctypes.data, self.next_token.ctypes.data
         self.bound = -1  # rebind before the next step
 
     def _bind(self) -> None:
-        """Bind the first n rows of every buffer (by pointer: a prefix of a C-order buffer is contiguous)."""
-        b, n, e = self.binding, self.n, self.layout
+        """Bind the first n rows of every buffer (by address: a prefix of a C-order buffer is contiguous)."""
+        bind_input, bind_output, n, e = self.bind_input, self.bind_output, self.n, self.layout
         h, dh, w = e.n_heads, e.head_dim, self.width
         cache_shape = [n, h, self.max_len, dh]
-        for past, present, buf in zip(self.past_names, self.present_names, self.cache):
-            if self.device == "cpu":
-                ptr, dev = buf.ctypes.data, "cpu"
-            else:
-                ptr, dev = buf.data_ptr(), self.device
-            b.bind_input(past, dev, 0, e.kv_dtype, cache_shape, ptr)
-            b.bind_output(present, dev, 0, e.kv_dtype, cache_shape, ptr)
-        if self.device == "cpu":
-            for name, c in zip(self.cross_names, self.cross):
-                b.bind_input(name, "cpu", 0, e.kv_dtype, [n, h, w, dh], c.ctypes.data)
-            b.bind_input(ENCODER_ATTENTION_BIAS, "cpu", 0, e.bias_dtype, [n, 1, 1, w], self.bias.ctypes.data)
-        else:
-            for name, c in zip(self.cross_names, self.cross_device):
-                b.bind_input(name, self.device, 0, e.kv_dtype, [n, h, w, dh], c.data_ptr())
-            b.bind_input(ENCODER_ATTENTION_BIAS, self.device, 0, e.bias_dtype, [n, 1, 1, w], self.bias_device.data_ptr())
+        for past, present, ptr in zip(self.past_names, self.present_names, self.cache_ptrs):
+            bind_input(past, e.kv_dtype, cache_shape, ptr)
+            bind_output(present, e.kv_dtype, cache_shape, ptr)
+        cross_shape = [n, h, w, dh]
+        for name, ptr in zip(self.cross_names, self.cross_ptrs):
+            bind_input(name, e.kv_dtype, cross_shape, ptr)
+        bind_input(ENCODER_ATTENTION_BIAS, e.bias_dtype, [n, 1, 1, w], self.bias_ptr)
         self._bind_host_inputs()
-        b.bind_input(TOTAL_SEQUENCE_LENGTH, "cpu", 0, np.int32, [1], self.total.ctypes.data)
-        b.bind_output(LOGITS, "cpu", 0, np.float32, [n, e.vocab_size], self.logits.ctypes.data)
+        self.bind_host_input(TOTAL_SEQUENCE_LENGTH, np.int32, [1], self.total_ptr)
+        self.bind_host_output(LOGITS, np.float32, [n, e.vocab_size], self.logits_ptr)
         if self.has_next_token:
-            b.bind_output(NEXT_TOKEN, "cpu", 0, np.int64, [n], self.next_token.ctypes.data)
-        self._binding = self.step_calls.binding_handle(b)
+            self.bind_host_output(NEXT_TOKEN, np.int64, [n], self.next_token_ptr)
+        self._binding = self.step_calls.binding_handle(self.binding)
         self.logits_view = self.logits[:n]
         self.next_view = self.next_token[:n] if self.has_next_token else None
         # what `follow` writes after the step, as views made once per binding, not per step
@@ -223,10 +234,10 @@ class SlotBatch(DecodeBatch):
         lengths). A CPU session reads them through the pointer at every run. A CUDA session does not: ONNX Runtime
         copies a host input to the device when it is bound, not when it runs, so on a GPU they are bound again
         before every step (bound once, every step after the first would re-read the first step's tokens)."""
-        b, n = self.binding, self.n
-        b.bind_input(INPUT_IDS, "cpu", 0, np.int64, [n, 1], self.input_ids.ctypes.data)
-        b.bind_input(POSITION_IDS, "cpu", 0, np.int32, [n, 1], self.positions.ctypes.data)
-        b.bind_input(PAST_LENGTHS, "cpu", 0, np.int32, [n], self.positions.ctypes.data)  # the same numbers
+        bind, n = self.bind_host_input, self.n
+        bind(INPUT_IDS, np.int64, [n, 1], self.ids_ptr)
+        bind(POSITION_IDS, np.int32, [n, 1], self.positions_ptr)
+        bind(PAST_LENGTHS, np.int32, [n], self.positions_ptr)  # the same numbers
 
     def run(self) -> tuple[np.ndarray, np.ndarray | None]:
         """ONE decoder call on the first n rows: (logits [n, V], in-graph argmax [n] or None). Both are views of
