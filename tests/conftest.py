@@ -82,7 +82,7 @@ def tiny_bundle_as_exported(tiny_run_dir, tiny_bundle_dir, tmp_path_factory) -> 
 
     work = tmp_path_factory.mktemp("tiny_exported_graphs")
     src_tok, tgt_tok = load_run_tokenizers(tiny_run_dir)
-    export_graphs(load_model(tiny_run_dir), work, src_tok, tgt_tok, run_task(tiny_run_dir), True, lambda _msg: None)
+    export_graphs(load_model(tiny_run_dir), work, src_tok, tgt_tok, run_task(tiny_run_dir), fp16=True, log=lambda _msg: None)
     out = tmp_path_factory.mktemp("tiny_exported_encoders") / "g2p-tiny"
     shutil.copytree(tiny_bundle_dir, out)
     meta = json.loads((out / "bundle.json").read_text())
