@@ -88,12 +88,10 @@ class SlotBatch(DecodeBatch):
         self.present_names = present_names(layout.n_layers, DECODER)
         self.cross_names = past_names(layout.n_layers, ENCODER)
         self.binding = decoder.session.io_binding()
-        # buffers bound by address: those on the device (the cache, cross K/V, bias), and the host's (ids,
-        # positions, logits), which are the same binders on a CPU
+        # buffers bound by address: those on the device (the cache, cross K/V, bias), and the host's (ids, positions,
+        # logits), which stay on the host whatever the device
         self.bind_input, self.bind_output = self.step_calls.pointer_binders(self.binding, self.device)
-        self.bind_host_input, self.bind_host_output = (
-            (self.bind_input, self.bind_output) if self.device == "cpu" else self.step_calls.pointer_binders(self.binding, "cpu")
-        )
+        self.bind_host_input, self.bind_host_output = self.step_calls.pointer_binders(self.binding, "cpu")
         self.has_next_token = decoder.has_next_token
         self.total = np.array([self.max_len], np.int32)
         self.total_ptr = self.total.ctypes.data

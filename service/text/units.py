@@ -124,7 +124,7 @@ class Unit:
     finished: Finished | None = None
 
 
-@dataclass(slots=True)  # not frozen, as Token: one per streamed token
+@dataclass(slots=True)  # one per streamed token: a frozen dataclass's __init__ sets each field through object.__setattr__
 class StreamToken:
     """One token of a stream, in text order; `last`: the text's last token."""
 
