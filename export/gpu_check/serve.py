@@ -1,5 +1,7 @@
 """The serve step: `attnserve-serve` in a subprocess on 127.0.0.1, made-up words from concurrent clients against
-each word alone (greedy and seeded), and /info's variant and provider."""
+each word alone (greedy and seeded, then beam 4 over the first few), `/score` of each greedy answer against the
+log-probabilities its generation reported, one `/v1/chat/completions` answer against `/generate`'s, and /info's
+variant and provider."""
 
 from __future__ import annotations
 
@@ -20,6 +22,16 @@ SERVE_WORDS = 300
 
 
 SERVE_CLIENTS = 32
+
+
+# beam 4 and /score over the first this many words (a beam request takes 4 rows: fewer than greedy's 300 keep the
+# step within a short loan of a GPU)
+SERVE_BEAM_WORDS = 64
+
+
+# /score of a greedy answer, teacher-forced in a batch of its own, against the sum of the log-probabilities the
+# generation reported for it: on the CPU the same floats up to summation order; fp16 on CUDA within this
+SCORE_TOLERANCE = {"cpu": 1e-4, "cuda": 0.05}
 
 
 # On the CPU every answer must be the same in any company (the service's promise). CUDA's kernels may sum in
@@ -118,6 +130,9 @@ def serve_checks(ctx: dict, proc, url: str, variant: str, log_path: Path) -> dic
     share = 100.0 * len(differ) / max(1, len(jobs))
     if differ and (ctx["provider"] == "cpu" or share > SERVE_MAX_DIFFER_PCT_CUDA):
         failures.append(f"{len(differ)} of {len(jobs)} answers differ between 32 concurrent clients and alone")
+    beam = beam_check(url, words[:SERVE_BEAM_WORDS], ctx["provider"], failures)
+    score = score_check(url, words[:SERVE_BEAM_WORDS], ctx["provider"], failures)
+    chat = chat_check(url, words[0], together[0], failures)
     return {
         "url": url,
         "info": {
@@ -131,5 +146,81 @@ def serve_checks(ctx: dict, proc, url: str, variant: str, log_path: Path) -> dic
         "differ_pct": round(share, 2),
         "differ": differ[:20],
         "examples": [{"word": words[i], "greedy": together[2 * i]} for i in range(3)],
+        "beam4": beam,
+        "score": score,
+        "chat": chat,
         "failures": failures,
     }
+
+
+def together_and_alone(fn, items: list) -> tuple[list, list, float]:
+    """`fn` over `items` from SERVE_CLIENTS concurrent clients, then one at a time; (together, alone, seconds together)."""
+    t0 = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(SERVE_CLIENTS) as pool:
+        together = list(pool.map(fn, items))
+    seconds = time.perf_counter() - t0
+    return together, [fn(x) for x in items], seconds
+
+
+def beam_check(url: str, words: list[str], provider: str, failures: list[str]) -> dict:
+    """Beam 4 (`best_of: 4` without sampling) among concurrent clients against each word alone, compared by n-best
+    list; on a GPU it also exercises the reorder of the cache on the device."""
+
+    def ask(word: str) -> list:
+        body = {"inputs": word, "parameters": {"lexicon": False, "best_of": 4, "details": True}}
+        out = http(url + "/generate", body)
+        others = (out.get("details") or {}).get("best_of_sequences") or []
+        return [out["generated_text"]] + [b["generated_text"] for b in others]
+
+    together, alone, seconds = together_and_alone(ask, words)
+    differ = [{"word": w, "concurrent": a, "alone": b} for w, a, b in zip(words, together, alone) if a != b]
+    share = 100.0 * len(differ) / max(1, len(words))
+    if differ and (provider == "cpu" or share > SERVE_MAX_DIFFER_PCT_CUDA):
+        failures.append(f"beam 4: {len(differ)} of {len(words)} n-best lists differ between concurrent clients and alone")
+    if any(len(a) < 2 for a in together):
+        failures.append("beam 4: an answer came without its other hypotheses (details.best_of_sequences)")
+    return {"words": len(words), "concurrent_seconds": round(seconds, 2), "differ_count": len(differ), "differ": differ[:10]}
+
+
+def score_check(url: str, words: list[str], provider: str, failures: list[str]) -> dict:
+    """Each word's greedy answer scored by `/score` (concurrent clients, so targets share the scoring batch) against
+    the sum of the log-probabilities that its generation reported, end token included."""
+
+    def generate(word: str) -> tuple[str, float]:
+        out = http(url + "/generate", {"inputs": word, "parameters": {"lexicon": False, "details": True}})
+        return out["generated_text"], sum(t["logprob"] for t in out["details"]["tokens"])
+
+    def score(item: tuple[str, str]) -> float:
+        word, answer = item
+        return http(url + "/score", {"inputs": word, "targets": [answer]})["scores"][0]["total"]
+
+    answers = [generate(w) for w in words]
+    together, alone, seconds = together_and_alone(score, [(w, a) for w, (a, _) in zip(words, answers)])
+    gaps = [abs(t - lp) for t, (_, lp) in zip(together, answers)]
+    apart = [abs(a - b) for a, b in zip(together, alone)]
+    tolerance = SCORE_TOLERANCE[provider]
+    worst = max(gaps, default=0.0)
+    if worst > tolerance:
+        failures.append(
+            f"/score: a greedy answer's total differs from its generation's log-probabilities by {worst:.3g} "
+            f"(tolerance {tolerance})"
+        )
+    if max(apart, default=0.0) > tolerance:
+        failures.append(f"/score: concurrent and lone scores differ by up to {max(apart):.3g} (tolerance {tolerance})")
+    return {
+        "words": len(words),
+        "concurrent_seconds": round(seconds, 2),
+        "tolerance": tolerance,
+        "max_gap_vs_generation": worst,
+        "max_gap_concurrent_vs_alone": max(apart, default=0.0),
+    }
+
+
+def chat_check(url: str, word: str, greedy: str, failures: list[str]) -> dict:
+    """One `/v1/chat/completions` answer (the OpenAI route) against `/generate`'s greedy answer for the same word."""
+    info = http(url + "/info")
+    body = {"model": info.get("model_id"), "messages": [{"role": "user", "content": word}], "lexicon": False}
+    answer = http(url + "/v1/chat/completions", body)["choices"][0]["message"]["content"]
+    if answer != greedy:
+        failures.append(f"/v1/chat/completions answered {answer!r} for {word!r}, /generate {greedy!r}")
+    return {"word": word, "answer": answer, "same_as_generate": answer == greedy}

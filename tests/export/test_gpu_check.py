@@ -56,9 +56,16 @@ def test_gpu_check_dry_run_passes_on_the_tiny_bundle_and_reports_every_step(tiny
     serve = steps["serve"]["result"]
     assert serve["info"]["provider"] == "CPUExecutionProvider" and serve["info"]["variant"] == "int8"
     assert serve["requests_each_way"] == 80 and serve["differ"] == [] and serve["differ_count"] == 0
+    # beam 4, /score and the OpenAI route over the same server: on the CPU every n-best list the same in company,
+    # and a greedy answer's score equal to the log-probabilities its generation reported
+    assert serve["beam4"]["words"] == 40 and serve["beam4"]["differ_count"] == 0
+    assert serve["score"]["words"] == 40 and serve["score"]["max_gap_vs_generation"] <= 1e-4
+    assert serve["score"]["max_gap_concurrent_vs_alone"] <= 1e-4
+    assert serve["chat"]["same_as_generate"] is True
 
     md = (out / "report.md").read_text()
     assert md.startswith("# attnserve-gpu-check: PASSED") and "| bench | yes |" in md
+    assert "beam 4 over 40 of them" in md and "/v1/chat/completions for" in md
     assert (tiny_int8_bundle_dir / "bundle.json").read_text() == before  # the check works on a copy
 
 
