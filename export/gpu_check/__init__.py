@@ -8,9 +8,11 @@ Five steps, each in its own time bound, each failure recorded and the next step 
 - bench: fp16 v2 against fp32 v1 (and PyTorch's cached decoder when torch is importable), at batch
   1/32/128 x 8/32/128 tokens (capped at the model's max_target_len), export/bench.py's cells;
 - serve: `attnserve-serve` in a subprocess on 127.0.0.1, 300 made-up words from 32 concurrent clients
-  against each word alone (greedy and seeded), and /info's variant and provider.
+  against each word alone (greedy and seeded), beam 4 likewise over 64 of them, `/score` of their greedy
+  answers against the log-probabilities the generation reported, one `/v1/chat/completions` answer against
+  `/generate`'s, and /info's variant and provider.
 `--provider cpu` is its dry run on the int8 and fp32 variants (int8 falls back to v1 where the runtime
-lacks the v2 kernels, and says so). Writes DIR/report.json and DIR/report.md; exits 1 when a step failed.
+lacks the v2 kernels, and says so; onnxruntime-gpu 1.31.1's CPU provider has them). Writes DIR/report.json and DIR/report.md; exits 1 when a step failed.
 
 Needs no torch, no training extra and no network: ONNX Runtime, onnx, and the service's own dependencies.
 Each step imports what it runs inside its own function: an install that cannot import it fails that step,
