@@ -16,6 +16,7 @@ step's logits BEFORE any processor (`log_softmax`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -24,16 +25,24 @@ from service.engine.rows import RowParams
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
-    """Row-wise log-probabilities in float64; works on [V] or [R, V]."""
-    x = np.asarray(logits, dtype=np.float64)
-    m = x.max(axis=-1, keepdims=True)
-    if np.isfinite(m).all():  # the model's own logits: the common case, without the guards (a step reports them)
-        shifted = x - m
-        return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    """Row-wise log-probabilities in float64; works on [V] or [R, V].
+
+    Every decode step that reports log-probabilities runs this right after the decoder's call, when ONNX Runtime
+    has just evicted the caches and each numpy call costs several times what it costs warm (docs/BENCHMARKS.md,
+    "Where a request's CPU goes inside the server"): so the fewest calls, the ufuncs' own reductions (`x.max()` and
+    `x.sum()` are Python wrappers around them, with the same result) and in-place arithmetic (the same values)."""
+    x = np.array(logits, dtype=np.float64)  # a copy, written in place below
+    m = np.maximum.reduce(x, axis=-1, keepdims=True)
+    if math.isfinite(np.add.reduce(m, axis=None)):  # every row's max finite: the model's own logits, the common case
+        x -= m
+        s = np.add.reduce(np.exp(x), axis=-1, keepdims=True)
+        x -= np.log(s, out=s)
+        return x
     m = np.where(np.isfinite(m), m, 0.0)  # a row with every token barred stays -inf, not nan
-    shifted = x - m
+    x -= m
     with np.errstate(divide="ignore"):
-        return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+        x -= np.log(np.add.reduce(np.exp(x), axis=-1, keepdims=True))
+    return x
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:

@@ -44,7 +44,7 @@ from service.engine.scoring import ForcedBatch
 from service.engine.tickets import Failed, Finished, ScoreTicket, TextShare, Ticket
 from service.engine.waiting import pick_call
 from service.errors import InvalidRequest, Overloaded, TimedOut, Unavailable, retry_after_s
-from service.metrics import ServiceMetrics, observe_counted
+from service.metrics import ServiceMetrics, StepObservations, observe_counted
 
 # the tickets and their events live in service/engine/tickets.py; named here too, where the owners import them
 __all__ = ["Failed", "Finished", "Scheduler", "ScoreTicket", "TextShare", "Ticket", "check_rows"]
@@ -108,6 +108,8 @@ class Scheduler:
         # fixed cost is spread over more rows, and no row of the batch waits for a group to gather.
         self._encoded: collections.deque[tuple[Ticket, Generation, object]] = collections.deque()
         self.join_group = max(1, max_batch_size // 4)
+        self._steps = StepObservations(metrics)  # the decode steps' metrics, observed together (service/metrics.py)
+        self._running = -1  # attnserve_running_sequences as last set
 
     # ---- owner side ---------------------------------------------------------------------
     def start(self) -> None:
@@ -273,9 +275,10 @@ class Scheduler:
             for t in leftovers:
                 self._finish(t, Failed(err))
             self._by_gen.clear()
+            self._steps.observe()
             self._flush(leftovers)
             self.metrics.queue_size.set(0)
-            self.metrics.running_sequences.set(0)
+            self._set_running(0)
 
     def _turn(self, batch) -> None:
         """One step boundary of the generation batch: rows that must leave go, waiting requests join (one encoder
@@ -289,7 +292,7 @@ class Scheduler:
         joining, ahead = self._take_waiting(rows, now, touched)
         if joining or ahead:
             self._start(batch, joining, ahead, touched)
-        self.metrics.running_sequences.set(len(batch))
+        self._set_running(len(batch))
         if len(batch):
             self._step(batch, touched)
         self._flush(touched)
@@ -412,12 +415,10 @@ class Scheduler:
         t0 = time.perf_counter()
         results: list[StepResult] = self.engine.step(batch)
         t1 = time.perf_counter()
-        self.metrics.decoder_step_duration.observe(t1 - t0)
-        self.metrics.batch_size.observe(n_rows)
-        self.metrics.generated_tokens_total.inc(n_rows)
+        steps_due = self._steps.add(t1 - t0, n_rows)
         finished = []
         first: list[float] = []  # times to first token, observed together after the loop
-        gaps: dict[float, int] = {}  # inter-token gaps -> how many: every streaming row has the same one (the step)
+        gaps = self._steps.gaps  # inter-token gaps -> how many: every streaming row has the same one (the step)
         for r in results:
             t = self._by_gen[id(r.generation)]
             if t.t_first_token is None:
@@ -438,15 +439,23 @@ class Scheduler:
             elif t.streaming_owner and (t.n_tokens == 1 or t1 - t.t_woken >= self.stream_interval_s):
                 t.t_woken = t1
                 touched.append(t)
-        observe_counted(self.metrics.inter_token_latency, gaps.items())
-        observe_counted(self.metrics.time_to_first_token, [(x, 1) for x in first])
+        if first:
+            observe_counted(self.metrics.time_to_first_token, [(x, 1) for x in first])
         if finished:
             observe_counted(self.metrics.inference_duration, [(t1 - t.t_admitted, 1) for t in finished])
             observe_counted(self.metrics.generated_tokens, [(t.n_tokens, 1) for t in finished])
             batch.remove([t.generation for t in finished])
             for t in finished:
                 del self._by_gen[id(t.generation)]
-        self.metrics.running_sequences.set(len(batch))
+        if finished or steps_due or not len(batch):  # before `_flush` wakes the owners of the finished requests
+            self._steps.observe()
+        self._set_running(len(batch))
+
+    def _set_running(self, n: int) -> None:
+        """attnserve_running_sequences, set when it changes (a gauge's `set` takes a lock)."""
+        if n != self._running:
+            self._running = n
+            self.metrics.running_sequences.set(n)
 
     def _score_turn(self, forced: ForcedBatch) -> None:
         """The scoring batch's step boundary, as `_turn`'s: cancelled and expired requests leave, waiting ones join

@@ -22,6 +22,8 @@ from service.engine.processors import draw_uniforms, greedy_tokens, log_softmax,
 from service.engine.rows import GREEDY, SAMPLE, Generation, Row, RowState
 from service.engine.stopping import rank
 
+FEW_ROWS = 4  # up to this many rows, per-row scalar reads cost less than one vectorised gather
+
 
 @dataclass(slots=True)
 class StepResult:
@@ -135,8 +137,14 @@ def advance_rows(
     searches: list[Generation] = []
     rows, raw, token_list = state.rows, picked.raw, picked.token_list
     wants_logprob = state.params.logprobs.tolist() if raw is not None else None
-    # every row's picked token's log-probability in one gather (the same floats as raw[i, tok] row by row)
-    picked_lp = raw[np.arange(len(token_list)), picked.tokens].tolist() if raw is not None else None
+    # every row's picked token's log-probability: one gather over many rows, `item` per row over a few (the same
+    # floats either way; right after the decoder's call each numpy call runs from cold caches)
+    if raw is None:
+        picked_lp = None
+    elif len(token_list) <= FEW_ROWS:
+        picked_lp = [raw.item(i, tok) for i, tok in enumerate(token_list)]
+    else:
+        picked_lp = raw[np.arange(len(token_list)), picked.tokens].tolist()
     for i in state.summary.active_rows:
         row = rows[i]
         gen = row.generation
