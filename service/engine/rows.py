@@ -268,8 +268,10 @@ class RowState:
         self._summary = None
 
     def gather(self, dest: np.ndarray, src: np.ndarray) -> None:
-        """Rows `dest` continue from rows `src` (beams from their parents)."""
-        self.counts[dest] = self.counts[src]
+        """Rows `dest` continue from rows `src` (beams from their parents). The token counts only where a penalty reads
+        them: `advance` keeps them only then, and a row that joins starts its own."""
+        if self.penalised:
+            self.counts[dest] = self.counts[src]
         self.joined_at[dest] = self.joined_at[src]
 
     def advance(self, tokens: np.ndarray) -> None:

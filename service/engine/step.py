@@ -245,9 +245,11 @@ def _searches_by_width(
     ones. Each distribution is computed once for the batch, row-wise (so each row as alone), not once per search.
     A search's rows joined together and share their settings: its first row speaks for them all."""
     raw, processed_rows = picked.raw, picked.processed_rows
-    processed_index = np.full(len(state.rows), -1, dtype=np.int64)  # a row's index among processed_rows, or -1
-    processed_index[processed_rows] = np.arange(processed_rows.size)
-    is_processed = (processed_index >= 0).tolist() if processed_rows.size else None
+    is_processed = None  # per row: picked from processed logits (None: no row is)
+    if processed_rows.size:
+        processed_index = np.full(len(state.rows), -1, dtype=np.int64)  # a row's index among processed_rows, or -1
+        processed_index[processed_rows] = np.arange(processed_rows.size)
+        is_processed = (processed_index >= 0).tolist()
     steps, ends_from = state.steps, state.summary.ends_from
     processed_lp = None  # log-probabilities of the processed rows, for searches with penalties
     raw_without_eos = None  # the model's log-probabilities renormalised without the end token
