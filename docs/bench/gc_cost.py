@@ -13,16 +13,14 @@ measured requests, and the CPU per request.
 from __future__ import annotations
 
 import argparse
-import ast
 import asyncio
 import os
-import signal
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import http_overhead as h  # docs/bench/, beside this script
+from measure import signalled_totals  # docs/bench/, beside this script
 
 SITECUSTOMIZE = """
 import gc, os, signal, time
@@ -43,16 +41,6 @@ signal.signal(signal.SIGUSR1, _dump)
 """
 
 
-def totals(path: Path, pid: int, lines: int) -> dict:
-    os.kill(pid, signal.SIGUSR1)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if path.exists() and len(path.read_text().splitlines()) >= lines:
-            return ast.literal_eval(path.read_text().splitlines()[lines - 1])
-        time.sleep(0.05)
-    raise RuntimeError("the server did not write its collector's totals")
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--server-repo", type=Path, default=h.ROOT)
@@ -68,9 +56,9 @@ def main() -> int:
         proc, url = h.start_server(args.server_repo, 32, first_on_path=tmp)
         try:
             asyncio.run(h._closed_loop(url, args.route, words, "g2p-en", args.clients, args.clients))
-            before = totals(out, proc.pid, 1)
+            before = signalled_totals(out, proc.pid, 1)
             answered, failed = asyncio.run(h._closed_loop(url, args.route, words, "g2p-en", args.clients, args.requests))
-            after = totals(out, proc.pid, 2)
+            after = signalled_totals(out, proc.pid, 2)
         finally:
             proc.kill()
     print(f"server: {h.checkout_name(args.server_repo)}; {args.route}, {args.clients} clients, {answered} answered", end="")

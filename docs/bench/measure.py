@@ -6,14 +6,19 @@ names the CPU with the extensions that change those paths, and a figure is compa
 taken on the same CPU.
 
     from measure import call_times, cpu_model, machine  # docs/bench/, beside the script
+
+`signalled_totals` reads what a server's measuring `sitecustomize` writes on SIGUSR1 (gc_cost.py, tax_parts.py).
 """
 
 from __future__ import annotations
 
+import ast
 import os
 import platform
+import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from service.engine.runtime import cpu_model  # one reading of the CPU for these scripts and attnserve-bench
 
@@ -45,3 +50,15 @@ def call_times(fn: Callable[[], object], calls: int, warm_up: int) -> list[float
         fn()
         times.append(time.perf_counter() - t)
     return times
+
+
+def signalled_totals(path: Path, pid: int, lines: int) -> dict:
+    """Send SIGUSR1 to server `pid`, whose `sitecustomize` then appends one repr'd dict to `path`; return the
+    `lines`-th (the totals at this moment)."""
+    os.kill(pid, signal.SIGUSR1)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if path.exists() and len(path.read_text().splitlines()) >= lines:
+            return ast.literal_eval(path.read_text().splitlines()[lines - 1])
+        time.sleep(0.05)
+    raise RuntimeError(f"the server did not write its totals to {path}")

@@ -22,18 +22,16 @@ decoder step of the default model: what the step's Python costs once ONNX Runtim
 from __future__ import annotations
 
 import argparse
-import ast
 import asyncio
 import json
 import os
-import signal
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import http_overhead as h  # docs/bench/, beside this script
-from measure import machine  # docs/bench/, beside this script
+from measure import machine, signalled_totals  # docs/bench/, beside this script
 
 SITECUSTOMIZE = """
 import os, signal, time
@@ -66,23 +64,13 @@ signal.signal(signal.SIGUSR1, _dump)
 """
 
 
-def totals(path: Path, pid: int, lines: int) -> dict:
-    os.kill(pid, signal.SIGUSR1)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if path.exists() and len(path.read_text().splitlines()) >= lines:
-            return ast.literal_eval(path.read_text().splitlines()[lines - 1])
-        time.sleep(0.05)
-    raise RuntimeError("the server did not write its totals")
-
-
 def level(url: str, pid: int, route: str, words: list[str], clients: int, requests: int, out: Path, n: int) -> dict:
     """One client count: warm-up, then the measured requests; the parts per request, in ms."""
     asyncio.run(h._closed_loop(url, route, words, "g2p-en", clients, clients))
-    before, cpu0, threads0 = totals(out, pid, n), h.proc_cpu_s(pid), h.thread_cpu_s(pid)
+    before, cpu0, threads0 = signalled_totals(out, pid, n), h.proc_cpu_s(pid), h.thread_cpu_s(pid)
     answered, failed = asyncio.run(h._closed_loop(url, route, words, "g2p-en", clients, requests))
     cpu, threads1 = h.proc_cpu_s(pid) - cpu0, h.thread_cpu_s(pid)
-    after = totals(out, pid, n + 1)
+    after = signalled_totals(out, pid, n + 1)
     if failed or not answered:
         raise RuntimeError(f"{route} at {clients} clients: {failed} of {requests} requests failed")
     d = {k: after[k] - before[k] for k in after}

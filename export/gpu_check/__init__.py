@@ -12,7 +12,8 @@ Five steps, each in its own time bound, each failure recorded and the next step 
   answers against the log-probabilities the generation reported, one `/v1/chat/completions` answer against
   `/generate`'s, and /info's variant and provider.
 `--provider cpu` is its dry run on the int8 and fp32 variants (int8 falls back to v1 where the runtime
-lacks the v2 kernels, and says so; onnxruntime-gpu 1.31.1's CPU provider has them). Writes DIR/report.json and DIR/report.md; exits 1 when a step failed.
+lacks the v2 kernels, and says so; onnxruntime-gpu 1.31.1's CPU provider has them). Writes DIR/report.json
+and DIR/report.md; exits 1 when a step failed.
 
 Needs no torch, no training extra and no network: ONNX Runtime, onnx, and the service's own dependencies.
 Each step imports what it runs inside its own function: an install that cannot import it fails that step,
