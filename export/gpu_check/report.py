@@ -72,23 +72,29 @@ def markdown(report: dict) -> str:
                     f"{cells[k]['ms_per_step']:.3f} ({cells[k]['tokens_per_s']:.0f})" if k in cells else "-" for k in backends
                 ]
                 lines.append(f"| {bs} | {n} | " + " | ".join(vals) + " |")
-    s = steps.get("serve", {}).get("result", {})
-    if s:
-        lines += [
-            "",
-            "## Serve",
-            f"- /info: {s['info']}",
-            f"- {s['words']} made-up words, greedy and seeded, {s['clients']} concurrent clients ({s['concurrent_seconds']} s) "
-            f"against each alone: {s['differ_count']} of {2 * s['words']} answers differ",
-        ]
-        if "beam4" in s:
-            b, sc, chat = s["beam4"], s["score"], s["chat"]
-            lines += [
-                f"- beam 4 over {b['words']} of them, concurrent against alone: {b['differ_count']} n-best lists differ",
-                f"- /score of {sc['words']} greedy answers: largest gap to the generation's log-probabilities "
-                f"{sc['max_gap_vs_generation']:.3g}, concurrent against alone {sc['max_gap_concurrent_vs_alone']:.3g} "
-                f"(tolerance {sc['tolerance']})",
-                f"- /v1/chat/completions for {chat['word']!r}: {chat['answer']!r}, "
-                f"{'the same as' if chat['same_as_generate'] else 'NOT the same as'} /generate's",
-            ]
+    lines += serve_lines(steps.get("serve", {}).get("result", {}))
     return "\n".join(lines) + "\n"
+
+
+def serve_lines(s: dict) -> list[str]:
+    """report.md's Serve section, from the serve step's result (none when the step did not run or failed)."""
+    if not s:
+        return []
+    lines = [
+        "",
+        "## Serve",
+        f"- /info: {s['info']}",
+        f"- {s['words']} made-up words, greedy and seeded, {s['clients']} concurrent clients ({s['concurrent_seconds']} s) "
+        f"against each alone: {s['differ_count']} of {2 * s['words']} answers differ",
+    ]
+    if "beam4" in s:
+        b, sc, chat = s["beam4"], s["score"], s["chat"]
+        lines += [
+            f"- beam 4 over {b['words']} of them, concurrent against alone: {b['differ_count']} n-best lists differ",
+            f"- /score of {sc['words']} greedy answers: largest gap to the generation's log-probabilities "
+            f"{sc['max_gap_vs_generation']:.3g}, concurrent against alone {sc['max_gap_concurrent_vs_alone']:.3g} "
+            f"(tolerance {sc['tolerance']})",
+            f"- /v1/chat/completions for {chat['word']!r}: {chat['answer']!r}, "
+            f"{'the same as' if chat['same_as_generate'] else 'NOT the same as'} /generate's",
+        ]
+    return lines

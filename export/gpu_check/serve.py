@@ -119,11 +119,7 @@ def serve_checks(ctx: dict, proc, url: str, variant: str, log_path: Path) -> dic
         return http(url + "/generate", {"inputs": words[i], "parameters": params})["generated_text"]
 
     jobs = [(i, s) for i in range(len(words)) for s in (False, True)]
-    t0 = time.perf_counter()
-    with concurrent.futures.ThreadPoolExecutor(SERVE_CLIENTS) as pool:
-        together = list(pool.map(lambda j: ask(*j), jobs))
-    concurrent_s = time.perf_counter() - t0
-    alone = [ask(*j) for j in jobs]
+    together, alone, concurrent_s = together_and_alone(lambda j: ask(*j), jobs)
     differ = [
         {"word": words[i], "sampled": s, "concurrent": a, "alone": b} for (i, s), a, b in zip(jobs, together, alone) if a != b
     ]
