@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 import http_overhead as h  # docs/bench/, beside this script
@@ -49,18 +47,11 @@ def main() -> int:
     p.add_argument("--requests", type=int, default=6000)
     args = p.parse_args()
     words = h.pseudo_words(600)
-    with tempfile.TemporaryDirectory() as tmp:
-        Path(tmp, "sitecustomize.py").write_text(SITECUSTOMIZE)
-        out = Path(tmp, "totals.txt")
-        os.environ["GC_COST_OUT"] = str(out)
-        proc, url = h.start_server(args.server_repo, 32, first_on_path=tmp)
-        try:
-            asyncio.run(h._closed_loop(url, args.route, words, "g2p-en", args.clients, args.clients))
-            before = signalled_totals(out, proc.pid, 1)
-            answered, failed = asyncio.run(h._closed_loop(url, args.route, words, "g2p-en", args.clients, args.requests))
-            after = signalled_totals(out, proc.pid, 2)
-        finally:
-            proc.kill()
+    with h.measured_server(args.server_repo, SITECUSTOMIZE, "GC_COST_OUT") as (proc, url, out):
+        asyncio.run(h._closed_loop(url, args.route, words, "g2p-en", args.clients, args.clients))
+        before = signalled_totals(out, proc.pid, 1)
+        answered, failed = asyncio.run(h._closed_loop(url, args.route, words, "g2p-en", args.clients, args.requests))
+        after = signalled_totals(out, proc.pid, 2)
     print(f"server: {h.checkout_name(args.server_repo)}; {args.route}, {args.clients} clients, {answered} answered", end="")
     print(f", {failed} failed")
     cpu = 0.0

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -162,6 +163,22 @@ def start_server(
             time.sleep(0.2)
     proc.kill()
     raise RuntimeError("the server did not start")
+
+
+@contextlib.contextmanager
+def measured_server(repo: Path, sitecustomize: str, out_variable: str):
+    """`start_server` (max batch 32) with `sitecustomize` ahead of the checkout on its sys.path, told through the
+    environment variable `out_variable` which file to write its totals to (docs/bench/measure.py `signalled_totals`
+    reads them). Yields (process, url, totals file); the server is killed on leaving."""
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp, "sitecustomize.py").write_text(sitecustomize)
+        out = Path(tmp, "totals.txt")
+        os.environ[out_variable] = str(out)
+        proc, url = start_server(repo, 32, first_on_path=tmp)
+        try:
+            yield proc, url, out
+        finally:
+            proc.kill()
 
 
 def loadtest(url: str, pid: int, words_file: Path, clients: int, requests: int, stream: bool, out: Path) -> dict:

@@ -7,12 +7,14 @@ taken on the same CPU.
 
     from measure import call_times, cpu_model, machine  # docs/bench/, beside the script
 
-`signalled_totals` reads what a server's measuring `sitecustomize` writes on SIGUSR1 (gc_cost.py, tax_parts.py).
+`signalled_totals` reads what a server's measuring `sitecustomize` writes on SIGUSR1 (gc_cost.py, tax_parts.py);
+`write_report` writes a script's raw JSON, named by the script and the time.
 """
 
 from __future__ import annotations
 
 import ast
+import json
 import os
 import platform
 import signal
@@ -62,3 +64,11 @@ def signalled_totals(path: Path, pid: int, lines: int) -> dict:
             return ast.literal_eval(path.read_text().splitlines()[lines - 1])
         time.sleep(0.05)
     raise RuntimeError(f"the server did not write its totals to {path}")
+
+
+def write_report(out: Path, name: str, result: dict) -> Path:
+    """`result` as OUT/NAME_TIME.json (the directory made if need be); returns the path."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{name}_{time.strftime('%Y%m%dT%H%M%S')}.json"
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    return path

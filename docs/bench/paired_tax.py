@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
-import time
 from pathlib import Path
 
 from http_overhead import (  # docs/bench/, beside this script
@@ -37,7 +35,7 @@ from http_overhead import (  # docs/bench/, beside this script
     start_server,
     thread_cpu_s,
 )
-from measure import machine
+from measure import machine, write_report
 
 
 def block(url: str, pid: int, route: str, words: list[str], model: str, n: int) -> dict[str, float]:
@@ -133,10 +131,7 @@ def main() -> int:
         "routes": summary,
         "runs": runs,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"paired_tax_{time.strftime('%Y%m%dT%H%M%S')}.json"
-    path.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"raw: {path}")
+    print(f"raw: {write_report(args.out, 'paired_tax', result)}")
     return 0
 
 

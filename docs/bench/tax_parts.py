@@ -23,15 +23,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import http_overhead as h  # docs/bench/, beside this script
-from measure import machine, signalled_totals  # docs/bench/, beside this script
+from measure import machine, signalled_totals, write_report  # docs/bench/, beside this script
 
 SITECUSTOMIZE = """
 import os, signal, time
@@ -139,16 +136,9 @@ def main() -> int:
     words = h.pseudo_words(600)
     result: dict = {"command": " ".join(["tax_parts.py", *h.portable_args(sys.argv[1:])]), "machine": machine()}
     result.update(server=h.checkout_name(args.server_repo), route=args.route, levels=[])
-    with tempfile.TemporaryDirectory() as tmp:
-        Path(tmp, "sitecustomize.py").write_text(SITECUSTOMIZE)
-        out = Path(tmp, "totals.txt")
-        os.environ["TAX_PARTS_OUT"] = str(out)
-        proc, url = h.start_server(args.server_repo, 32, first_on_path=tmp)
-        try:
-            for i, clients in enumerate(int(c) for c in args.clients.split(",")):
-                result["levels"].append(level(url, proc.pid, args.route, words, clients, args.requests, out, 2 * i + 1))
-        finally:
-            proc.kill()
+    with h.measured_server(args.server_repo, SITECUSTOMIZE, "TAX_PARTS_OUT") as (proc, url, out):
+        for i, clients in enumerate(int(c) for c in args.clients.split(",")):
+            result["levels"].append(level(url, proc.pid, args.route, words, clients, args.requests, out, 2 * i + 1))
     if args.engine_bench or args.bench:
         engine = h.engine_cpu_per_step(args.engine_bench)
         result["engine_bench"] = engine | {"command": " ".join(h.portable_args(engine["command"].split()))}
@@ -175,10 +165,7 @@ def main() -> int:
             f"log_softmax of 4 rows: {c['after_nothing']:.1f} us after nothing, {c['after_a_decoder_step']:.1f} us after a step"
         )
     if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        path = args.out / f"tax_parts_{time.strftime('%Y%m%dT%H%M%S')}.json"
-        path.write_text(json.dumps(result, indent=1) + "\n")
-        print(f"raw JSON: {path}")
+        print(f"raw JSON: {write_report(args.out, 'tax_parts', result)}")
     return 0
 
 
