@@ -129,3 +129,43 @@ def test_answers_are_the_same_alone_and_among_64_concurrent_clients(url):
     texts = [got for key, got in together if key == "text"]
     greedy = " | ".join(alone[(w, "{}")] for w in WORDS)
     assert texts and all(t == greedy for t in texts)  # a text's words read in chunks answer as each word alone
+
+
+def reported(url: str, text: str, **parameters) -> list:
+    """A whole answer's hypotheses with every token's id and log-probability as /generate reports them (details)."""
+    body = {"inputs": text, "parameters": {"lexicon": False, "details": True, **parameters}}
+    d = post(url, "/generate", body).json()["details"]
+    return [[(t["id"], t["logprob"]) for t in seq["tokens"]] for seq in [d, *(d.get("best_of_sequences") or [])]]
+
+
+def streamed_reported(url: str, text: str, **parameters) -> list:
+    """A /generate_stream answer's tokens as (id, log-probability), as its events carry them."""
+    while (done := stream(url + "/generate_stream", {"inputs": text, "parameters": {"lexicon": False, **parameters}}))[0] == 429:
+        time.sleep(0.05)
+    status, events = done
+    assert status == 200, events
+    return [(e["token"]["id"], e["token"]["logprob"]) for e in events]
+
+
+def test_reported_log_probabilities_are_the_same_alone_and_among_64_concurrent_clients(url):
+    """Not only the tokens: every log-probability a client is told (details, stream events, a beam's n-best) is the
+    same float alone, where a step holds one row (or one beam search's four), and among 64 clients, where it holds
+    up to 32: the step reads a few rows' log-probabilities one by one and many rows' in one gather, and a lone beam
+    search takes its own step (service/engine/step.py, beam.py)."""
+    cases = [(w, {}) for w in WORDS[:16]] + [(w, {**SEEDED, "seed": i}) for i, w in enumerate(WORDS[:16])]
+    cases += [(w, BEAM) for w in WORDS[:8]]
+    alone = [reported(url, w, **p) for w, p in cases]
+    assert all(lp is not None for hyps in alone for hyp in hyps for _, lp in hyp)
+    streamed_alone = [streamed_reported(url, w, **p) for w, p in cases[:32]]  # greedy and seeded
+    assert streamed_alone == [hyps[0] for hyps in alone[:32]]  # a stream tells what the whole answer's details tell
+
+    def client(k: int):
+        w, p = cases[k % len(cases)]
+        if k % 4 == 3 and k % len(cases) < 32:
+            return "stream", k % len(cases), streamed_reported(url, w, **p)
+        return "whole", k % len(cases), reported(url, w, **p)
+
+    with ThreadPoolExecutor(64) as pool:
+        together = list(pool.map(client, range(240)))
+    for kind, i, got in together:
+        assert got == (alone[i] if kind == "whole" else streamed_alone[i]), cases[i]
