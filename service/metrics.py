@@ -138,7 +138,7 @@ class StepObservations:
     """The decode steps' own observations (each step's duration and rows, the streaming rows' inter-token gaps, the
     tokens), kept here and added to the histograms together (`observe_counted`) when a request finishes, when the
     batch empties, or every FLUSH_STEPS steps. Each metric call takes a lock and, right after the decoder's call, runs
-    from cold caches: at one client a step made six of them for one row. A request's answer still finds every step
+    from cold caches: at one client a step would make six of them for one row. A request's answer still finds every step
     it took in the metrics, since the scheduler observes before it wakes the owners of the requests that finished."""
 
     FLUSH_STEPS = 32  # at most this many steps unobserved (tens of ms): a dashboard scraping mid-request lags no more
