@@ -135,11 +135,11 @@ def observe_counted(histogram, counted: Iterable[tuple[float, int]]) -> None:
 
 
 class StepObservations:
-    """The decode steps' own observations (each step's duration and rows, the streaming rows' inter-token gaps, the
-    tokens), kept here and added to the histograms together (`observe_counted`) when a request finishes, when the
-    batch empties, or every FLUSH_STEPS steps. Each metric call takes a lock and, right after the decoder's call, runs
-    from cold caches: at one client a step would make six of them for one row. A request's answer still finds every step
-    it took in the metrics, since the scheduler observes before it wakes the owners of the requests that finished."""
+    """The decode steps' own observations (each step's duration and rows, the streaming rows' inter-token gaps), kept
+    here and added to the histograms together (`observe_counted`) when a request finishes, when the batch empties, or
+    every FLUSH_STEPS steps. Each metric call takes a lock and, right after the decoder's call, runs from cold caches:
+    at one client a step would make six of them for one row. A request's answer still finds every step it took in the
+    metrics, since the scheduler observes before it wakes the owners of the requests that finished."""
 
     FLUSH_STEPS = 32  # at most this many steps unobserved (tens of ms): a dashboard scraping mid-request lags no more
 
@@ -148,13 +148,11 @@ class StepObservations:
         self.durations: list[tuple[float, int]] = []
         self.rows: dict[int, int] = {}  # rows in a step -> steps
         self.gaps: dict[float, int] = {}  # inter-token gap -> streaming rows that had it
-        self.tokens = 0
 
     def add(self, seconds: float, rows: int) -> bool:
         """One step's duration and rows; True when FLUSH_STEPS steps wait to be observed."""
         self.durations.append((seconds, 1))
         self.rows[rows] = self.rows.get(rows, 0) + 1
-        self.tokens += rows
         return len(self.durations) >= self.FLUSH_STEPS
 
     def observe(self) -> None:
@@ -164,5 +162,5 @@ class StepObservations:
         observe_counted(m.decoder_step_duration, self.durations)
         observe_counted(m.batch_size, self.rows.items())
         observe_counted(m.inter_token_latency, self.gaps.items())
-        m.generated_tokens_total.inc(self.tokens)
-        self.durations, self.rows, self.gaps, self.tokens = [], {}, {}, 0
+        m.generated_tokens_total.inc(sum(rows * steps for rows, steps in self.rows.items()))  # a token per row and step
+        self.durations, self.rows, self.gaps = [], {}, {}
