@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from service_harness import serving, stream
+from service_harness import metric, scrape, serving, stream
 
 DEFAULT_BUNDLE = Path(__file__).resolve().parents[2] / "models" / "g2p-en"
 SERVED = json.loads((DEFAULT_BUNDLE / "bundle.json").read_text())["default_variant"]["cpu"]
@@ -169,3 +169,29 @@ def test_reported_log_probabilities_are_the_same_alone_and_among_64_concurrent_c
         together = list(pool.map(client, range(240)))
     for kind, i, got in together:
         assert got == (alone[i] if kind == "whole" else streamed_alone[i]), cases[i]
+
+
+def test_the_token_metrics_count_every_token_of_concurrent_greedy_and_seeded_answers(url):
+    """The decode loop's step metrics, kept per step and observed together (service/metrics.py StepObservations), on
+    the served variant under 64 concurrent clients: the generated-tokens counter, the per-request histogram and the
+    batch-size histogram's sum (a token per row and step) each grow by exactly the tokens the answers report, over
+    steps that held many rows."""
+    before = scrape(url)
+    cases = [(w, {}) for w in WORDS] + [(w, {**SEEDED, "seed": i}) for i, w in enumerate(WORDS)]
+
+    def tokens(k: int) -> int:
+        w, p = cases[k % len(cases)]
+        body = {"inputs": w, "parameters": {"lexicon": False, "details": True, **p}}
+        return post(url, "/generate", body).json()["details"]["generated_tokens"]
+
+    with ThreadPoolExecutor(64) as pool:
+        n = sum(pool.map(tokens, range(256)))
+    after = scrape(url)
+
+    def grew(name: str) -> float:
+        return metric(after, name) - metric(before, name)
+
+    assert grew("attnserve_generated_tokens_total") == n
+    assert grew("attnserve_request_generated_tokens_sum") == n
+    assert grew("attnserve_batch_size_sum") == n
+    assert n / grew("attnserve_batch_size_count") > 4  # steps held many rows: the concurrent path was taken
