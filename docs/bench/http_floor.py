@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import socket
 import subprocess
@@ -25,7 +24,7 @@ import time
 from pathlib import Path
 
 from http_overhead import _closed_loop, proc_cpu_s, pseudo_words  # docs/bench/, beside this script
-from measure import machine
+from measure import machine, write_report
 
 APP = textwrap.dedent(
     """
@@ -127,10 +126,7 @@ def main() -> int:
     finally:
         proc.kill()
     argv = " ".join(["docs/bench/http_floor.py", *sys.argv[1:]])
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / time.strftime("http_floor_%Y%m%dT%H%M%S.json")
-    path.write_text(json.dumps({"command": argv, "machine": machine(), "levels": levels}, indent=1) + "\n")
-    print(path)
+    print(write_report(args.out, "http_floor", {"command": argv, "machine": machine(), "levels": levels}))
     return 0
 
 

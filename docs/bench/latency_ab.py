@@ -21,11 +21,10 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from http_overhead import BIN, ROOT, checkout_name, portable_args, pseudo_words, start_server  # docs/bench/, beside this script
-from measure import machine
+from measure import machine, write_report
 
 
 def loadtest(url: str, words_file: Path, clients: int, requests: int, out: Path) -> dict:
@@ -95,10 +94,7 @@ def main() -> int:
             print(" ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in run.items()), flush=True)
     result = {"command": " ".join(["docs/bench/latency_ab.py", *portable_args(sys.argv[1:])]), "machine": machine()}
     result |= {"engine_tokens_per_s": engine, "runs": runs}
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / time.strftime("latency_ab_%Y%m%dT%H%M%S.json")
-    path.write_text(json.dumps(result, indent=1) + "\n")
-    print(path)
+    print(write_report(args.out, "latency_ab", result))
     return 0
 
 

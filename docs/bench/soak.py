@@ -31,7 +31,7 @@ from pathlib import Path
 
 import httpx
 from http_overhead import ROOT, portable_args, proc_cpu_s, pseudo_words, start_server  # docs/bench/, beside this script
-from measure import machine
+from measure import machine, write_report
 
 MODES = ("greedy", "stream", "sampled")
 
@@ -160,9 +160,7 @@ def main() -> int:
         server.terminate()
         server.wait(30)
     result |= {"command": portable_args(sys.argv), "machine": machine(), "clients": args.clients, "words": args.words}
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / time.strftime("soak_%Y%m%dT%H%M%S.json")
-    path.write_text(json.dumps(result, indent=1) + "\n")
+    path = write_report(args.out, "soak", result)
     print(
         f"{result['requests']} requests in {result['seconds']:.0f} s ({result['requests_per_s']:.0f}/s) from {args.clients} "
         f"clients: {result['errors']} errors, {result['changed_answers']} changed answers, RSS "
