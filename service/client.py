@@ -10,7 +10,7 @@
         g.score("attention", ["AH0 T EH1 N SH AH0 N"])[0].total  # the model's log-probability of an answer (POST /score)
 
 `generate_text_many` answers as the HTTP API does, through the same request layer
-(service/text/requests.py): a word-level bundle reads running text word by word, the lexicon
+(service/requests/frontend.py): a word-level bundle reads running text word by word, the lexicon
 answers greedy and beam-search requests for the words it knows (cut at max_new_tokens and at
 stop sequences), and the model the others, all in one batch; n-best answers skip a model
 answer with the token ids of a lexicon one.
@@ -18,7 +18,7 @@ answer with the token ids of a lexicon one.
 Calls may come from several threads at once: they share one running batch,
 exactly as concurrent HTTP requests do.
 
-A request is checked by the HTTP routes' validator (service/text/validation.py): a refusal is an
+A request is checked by the HTTP routes' validator (service/requests/validation.py): a refusal is an
 `InputError` whose `field` names the part at fault as the HTTP routes' errors do
 (`parameters.temperature`, `inputs`), and a misspelt keyword an `UnknownOption` ("did you mean").
 """
@@ -39,15 +39,15 @@ from service.engine.bundle import load_bundle
 from service.engine.engine import DecodingOptions, Engine, GenerationResult, InputError, StepResult
 from service.engine.scheduler import Failed, Finished, Ticket
 from service.errors import InvalidRequest, ServiceError
+from service.requests.frontend import TextRequest
+from service.requests.samples import sample_inputs
+from service.requests.scoring import ScoredTarget, admit_scores
+from service.requests.stack import build_stack
+from service.requests.units import TextParams
+from service.requests.validation import Limits, check_names, decoding_options, validate
 from service.text.lexicon import Lexicon
 from service.text.pronunciations import check_pronunciations
 from service.text.reader import WORD_SEPARATOR, Skipped
-from service.text.requests import TextRequest
-from service.text.samples import sample_inputs
-from service.text.scoring import ScoredTarget, admit_scores
-from service.text.stack import build_stack
-from service.text.units import TextParams
-from service.text.validation import Limits, check_names, decoding_options, validate
 
 OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(DecodingOptions))
 
@@ -127,7 +127,7 @@ class Generator:
         eng = self.engine
         self.lexicon = Lexicon.load(eng.bundle, lexicon_file, eng.src_tokenizer, eng.tgt_tokenizer)
         self.max_batch_size = max_batch_size
-        # the HTTP service's stack (service/text/stack.py): the same scheduler, request layer (words, lexicon
+        # the HTTP service's stack (service/requests/stack.py): the same scheduler, request layer (words, lexicon
         # answers, merging) and validator; no bound but the batch's rows, as in-process callers wait instead of
         # being refused. `context`: heteronyms chosen by their sentence where the bundle has a context component
         stack = build_stack(
@@ -155,7 +155,7 @@ class Generator:
         self.close()
 
     def options(self, **params: object) -> DecodingOptions:
-        """`DecodingOptions` of keyword parameters through the one validator (service/text/validation.py): InputError
+        """`DecodingOptions` of keyword parameters through the one validator (service/requests/validation.py): InputError
         (its `field` as the HTTP routes' errors name it, `parameters.temperature`) for a value the engine cannot
         honour, or a request wider than a batch; `UnknownOption` (a TypeError too) for a misspelt name."""
         params.setdefault("max_new_tokens", self.engine.max_target_len)
@@ -264,13 +264,13 @@ class Generator:
         return TextResult([u.text for u in job.units], answers, separator, tuple(job.skipped))
 
     def samples(self) -> list[str]:
-        """Inputs of the model's own task, as GET /samples offers them (service/text/samples.py); [] when the bundle
+        """Inputs of the model's own task, as GET /samples offers them (service/requests/samples.py); [] when the bundle
         has no parity corpus."""
         return list(sample_inputs(self.text))
 
     def score(self, text: str, targets: list[str], *, top_n_tokens: int = 0) -> list[ScoredTarget]:
         """The served model's log-probabilities of each target as the answer for `text`, as POST /score gives them
-        (service/text/scoring.py): per target its total, its length-normalised score and its tokens, the end token
+        (service/requests/scoring.py): per target its total, its length-normalised score and its tokens, the end token
         last. The lexicon is never consulted. Raises InputError for an input or a target the model cannot read."""
         if isinstance(targets, str):
             raise InputError("targets must be a list of answers, not one string")

@@ -71,7 +71,7 @@ def in_process(rounds: int, n: int) -> dict:
     """The text layer alone: CPU seconds of `TextFrontEnd.admit` (read, look up, choose) per sentence, context
     asked for (on) or not (off) in the same process, A B A B; no HTTP, so far less noise than the servers'."""
     from service.client import Generator
-    from service.text.requests import TextParams
+    from service.requests.frontend import TextParams
 
     gen = Generator(ROOT / "models" / "g2p-en", threads=1)
     options = gen.options(token_text=False)

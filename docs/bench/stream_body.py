@@ -31,7 +31,7 @@ try:  # a one-choice stream's body as this checkout writes it (the app's stack i
     from service.http.responses import written
 except ImportError:
     OneChoiceWriter = None
-from service.text.units import CAUGHT_UP, StreamToken, Token
+from service.requests.units import CAUGHT_UP, StreamToken, Token
 
 TOKENS = [Token(10 + i, ("" if i == 0 else " ") + "AH0", -0.1 * i, False) for i in range(8)] + [Token(2, "", -0.01, True)]
 WAKES = [2, 2, 2, 3]  # tokens per wake-up

@@ -18,7 +18,7 @@ import numpy as np
 
 class InputError(ValueError):
     """A request the engine cannot honour; the message says what to fix. `field`: the option at fault, when one is
-    (`temperature`); the one validator (service/text/validation.py) names it as a path in a request,
+    (`temperature`); the one validator (service/requests/validation.py) names it as a path in a request,
     `parameters.temperature`."""
 
     def __init__(self, message: str, field: str | None = None):

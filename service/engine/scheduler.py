@@ -54,7 +54,7 @@ log = logging.getLogger("attnserve.scheduler")
 
 def check_rows(options: DecodingOptions, max_batch_size: int) -> None:
     """InvalidRequest when a request needs more batch rows (beams, best_of samples) than a batch holds: it could
-    never join. The one check of rows against the batch size: the one validator (service/text/validation.py
+    never join. The one check of rows against the batch size: the one validator (service/requests/validation.py
     `Limits.rows`, which every front end's requests meet) calls it, and `Scheduler.submit_many` keeps it as its
     own invariant for options made without the validator."""
     if options.n_rows > max_batch_size:

@@ -65,7 +65,7 @@ class ScoreJob(Protocol):
 
 
 # A forced row's generation record: no token is chosen, no text decoded, nothing sampled, and its length limit is
-# never read (a forced row leaves when its target ends; service/text/scoring.py checks target lengths).
+# never read (a forced row leaves when its target ends; service/requests/scoring.py checks target lengths).
 FORCED_OPTIONS = DecodingOptions(max_new_tokens=1, token_text=False)
 
 

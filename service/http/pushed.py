@@ -26,8 +26,8 @@ from starlette.types import Message, Receive, Send
 
 from service.engine.tickets import Ticket
 from service.http.responses import LastChunk, SSEWriter
-from service.text.requests import TextRequest
-from service.text.streaming import StreamReader
+from service.requests.frontend import TextRequest
+from service.requests.streaming import StreamReader
 
 log = logging.getLogger("attnserve.service")
 

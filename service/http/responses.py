@@ -30,9 +30,9 @@ from service.http.schemas import (
     WordDetails,
 )
 from service.metrics import ServiceMetrics
-from service.text import units as text_units
-from service.text.requests import TextRequest
-from service.text.units import Answer, CaughtUp, StreamToken
+from service.requests import units as text_units
+from service.requests.frontend import TextRequest
+from service.requests.units import Answer, CaughtUp, StreamToken
 
 ERROR_RESPONSES = {
     code: {"model": ErrorResponse, "description": text}
@@ -224,7 +224,7 @@ _EVENT_END = b',"generated_text":null,"details":null}\n\n'
 
 
 class SSEWriter:
-    """A stream's body from its items (service/text/streaming.py): `data:{event}` per token, the tokens of one
+    """A stream's body from its items (service/requests/streaming.py): `data:{event}` per token, the tokens of one
     wake-up as one chunk (one write), a keep-alive comment for a None, the stream's last chunk (its last token's
     event, or the error event of a Failed) as a LastChunk; then `ended`. `close` ends the request's accounting:
     the request counted with its outcome and, unless it succeeded, its tickets cancelled (their rows leave the

@@ -4,7 +4,7 @@ What the real clients send (huggingface_hub 0.x sends every parameter, most as
 null; 2.x only what was set) must validate: null means unset, and TGI's
 parameters this server does not implement are accepted while unset and refused
 with a 422 naming them when set to something it cannot honour
-(service/text/validation.py, the one validator). Unknown extra fields are ignored, as TGI does, but kept
+(service/requests/validation.py, the one validator). Unknown extra fields are ignored, as TGI does, but kept
 (`extra="allow"`) so that a misspelt one is refused and the others are named in a
 response header (service/http/fields.py).
 
@@ -90,7 +90,7 @@ class GenerateParameters(BaseModel):
         description="Extension, word-level bundles: true keeps sentence and phrase punctuation (. , ; : ! ? ( ) and dashes) "
         "as its own tokens between the words' answers, so a TTS engine can place pauses (docs/TEXT.md).",
     )
-    # output forms and per-request pronunciations (service/text/forms.py, service/text/pronunciations.py)
+    # output forms and per-request pronunciations (service/requests/forms.py, service/text/pronunciations.py)
     alphabet: Literal["arpabet", "ipa"] | None = Field(
         None,
         description="Extension: `arpabet` (default: the model's own phones) or `ipa` (written from them, stress marks "
@@ -108,7 +108,7 @@ class GenerateParameters(BaseModel):
         description="Extension: false reads a heteronym as the lexicon's first entry, whatever its sentence (default: on "
         "where the bundle has a context component and the server has not turned it off).",
     )
-    # TGI parameters accepted for compatibility; a value other than "unset" is refused (service/text/validation.py).
+    # TGI parameters accepted for compatibility; a value other than "unset" is refused (service/requests/validation.py).
     watermark: bool | None = Field(False, description="Only false (or null) is supported.")
     grammar: dict[str, Any] | None = Field(None, description="Only null is supported.")
     adapter_id: str | None = Field(None, description="Only null is supported.")

@@ -12,11 +12,11 @@ from service.engine.engine import DecodingOptions, Engine
 from service.engine.explain import Explainer
 from service.http.schemas import GenerateParameters, GenerateRequest
 from service.http.validation import check_field_names
+from service.requests.frontend import TextRequest
+from service.requests.stack import build_stack
+from service.requests.validation import Limits, ValidRequest, text_params, validate
 from service.settings import ConfigError, Settings
 from service.text.lexicon import Lexicon
-from service.text.requests import TextRequest
-from service.text.stack import build_stack
-from service.text.validation import Limits, ValidRequest, text_params, validate
 
 SSE_KEEPALIVE_S = 15.0  # a comment line this often on a quiet stream keeps proxies from closing it
 
@@ -54,7 +54,7 @@ def warm_up(engine: Engine) -> None:
 
 class Service:
     """Everything the routes share: settings, the service stack (engine, scheduler, request layer, validator:
-    service/text/stack.py), metrics, explainer, and the readiness and drain flags. `loop` is the event loop the
+    service/requests/stack.py), metrics, explainer, and the readiness and drain flags. `loop` is the event loop the
     scheduler wakes (set by the lifespan)."""
 
     def __init__(self, settings: Settings, engine: Engine, keepalive_s: float = SSE_KEEPALIVE_S, lexicon: Lexicon | None = None):
@@ -83,7 +83,7 @@ class Service:
         )
         self.metrics = stack.metrics
         self.scheduler = stack.scheduler
-        self.text = stack.text  # the request layer (service/text/requests.py)
+        self.text = stack.text  # the request layer (service/requests/frontend.py)
         self.validator = stack.validator
         self.lexicon = lexicon
         self.reader = self.text.reader  # None: inputs are read whole
@@ -97,7 +97,7 @@ class Service:
         self.lexicon = self.text.lexicon = lexicon
 
     def validate(self, body: GenerateRequest, stream: bool) -> ValidRequest:
-        """A TGI body through the one validator (service/text/validation.py): its unknown fields, its parameters, its
+        """A TGI body through the one validator (service/requests/validation.py): its unknown fields, its parameters, its
         input. Raises InvalidRequest (422) naming the field at fault."""
         p = body.parameters or GenerateParameters()
         check_field_names(body)
@@ -106,6 +106,6 @@ class Service:
 
     def admit(self, body: GenerateRequest, stream: bool) -> TextRequest:
         """Validate a generation request, answer what the lexicon knows and queue the rest for the engine
-        (service/text/requests.py). Raises the validator's InvalidRequest (422), or the scheduler's ServiceErrors
+        (service/requests/frontend.py). Raises the validator's InvalidRequest (422), or the scheduler's ServiceErrors
         (429, 503), which the app's handlers and the fast path answer alike."""
         return self.text.admit(self.validate(body, stream), stream=stream, loop=self.loop)

@@ -1,7 +1,7 @@
-"""What the TGI routes' validation adds to the one validator (service/text/validation.py): the body's unknown fields.
+"""What the TGI routes' validation adds to the one validator (service/requests/validation.py): the body's unknown fields.
 
 The schema (service/http/schemas.py) checks types and ranges field by field; `Service.validate`
-(service/http/state.py) hands the rest to `service.text.validation.validate`, which every front end
+(service/http/state.py) hands the rest to `service.requests.validation.validate`, which every front end
 shares. Here: an unknown field that looks like a misspelling of a known one is a 422 naming it
 (`check_field_names`); the others are ignored, logged once and named in a response header.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from service.http import fields
 from service.http.schemas import GenerateParameters, GenerateRequest
-from service.text.validation import check_names
+from service.requests.validation import check_names
 
 
 def ignored_fields(body: GenerateRequest) -> list[str]:

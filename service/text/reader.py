@@ -263,7 +263,7 @@ class CharIds:
 class TextReader:
     """Running text -> the words a word-level bundle's model can read, and back to one answer.
 
-    Build it once per bundle, with the engine's tokenizers (service/text/requests.py `word_reader`,
+    Build it once per bundle, with the engine's tokenizers (service/requests/frontend.py `word_reader`,
     which builds one only for a bundle that declares `word_level_source`); call `words(text)` per
     request (raises TextError, a 422) and `join(answers)` to make generated_text.
     """
@@ -291,7 +291,7 @@ class TextReader:
 
     def read(self, text: str, known: Container[str] | None = None, punctuation: bool = False) -> Reading:
         """The words of `text` with their source ids, each checked readable by the source tokenizer (how long a word
-        may be is the request layer's check, with the whole input's: service/text/requests.py `TextFrontEnd.units`),
+        may be is the request layer's check, with the whole input's: service/requests/frontend.py `TextFrontEnd.units`),
         and what was skipped. `known`: the dictionary (a Lexicon), for the acronym rules; `punctuation`: keep the
         pauses' marks as words (`read_text`), which have no source ids.
 

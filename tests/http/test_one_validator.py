@@ -1,4 +1,4 @@
-"""One validator (service/text/validation.py): the same bad request names the same field through every front end.
+"""One validator (service/requests/validation.py): the same bad request names the same field through every front end.
 
 Over a real uvicorn server on 127.0.0.1 (the default model) and the in-process `Generator` on the same bundle: TGI's
 routes answer a 422 whose message names the field (as a path in TGI's body), OpenAI's a 400 whose `param` is the

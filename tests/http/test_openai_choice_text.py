@@ -6,7 +6,7 @@ import random
 from service.http.openai import completions
 from service.http.openai.choices import ChoiceText
 from service.http.openai.schemas import ChatCompletionRequest
-from service.text.units import Token
+from service.requests.units import Token
 
 # a one-character stop sequence that never occurs: the general rule holds nothing back, as without stop sequences
 NEVER = ("\x00",)

@@ -572,7 +572,7 @@ def test_repeated_parameters_share_their_checked_options_and_bad_ones_are_refuse
     (frozen) options; any field that differs gives its own; a refused set is refused again, not remembered."""
     from service.errors import InvalidRequest
     from service.http.schemas import GenerateParameters
-    from service.text.validation import Limits, Validator
+    from service.requests.validation import Limits, Validator
 
     v = Validator(Limits(max_new_tokens=16, max_best_of=2, max_top_n_tokens=5))
     greedy = v.options(GenerateParameters(max_new_tokens=8), stream=False)

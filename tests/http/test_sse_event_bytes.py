@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import orjson
 
 from service.http.responses import LastChunk, sse_events
-from service.text.units import CAUGHT_UP, StreamToken, Token
+from service.requests.units import CAUGHT_UP, StreamToken, Token
 
 
 class FakeJob:

@@ -10,9 +10,9 @@ import pytest
 from tokenizers import Tokenizer
 
 from service.engine.bundle import load_bundle
+from service.requests.frontend import word_reader
 from service.text.lexicon import Lexicon
 from service.text.reader import MAX_WORDS, WORD_SEPARATOR, CharIds, TextError, TextReader, check_separator, split_words
-from service.text.requests import word_reader
 
 DEFAULT_BUNDLE = Path(__file__).resolve().parents[2] / "models" / "g2p-en"
 
@@ -131,7 +131,7 @@ def test_a_word_longer_than_the_model_reads_is_refused():
     from service.engine.scheduler import Scheduler
     from service.errors import InvalidRequest
     from service.metrics import ServiceMetrics
-    from service.text.requests import TextFrontEnd
+    from service.requests.frontend import TextFrontEnd
 
     engine = Engine(load_bundle(DEFAULT_BUNDLE), threads=1)
     front = TextFrontEnd(engine, Scheduler(engine, ServiceMetrics("t")))

@@ -1,4 +1,4 @@
-"""HTTP and the in-process Generator answer alike: both go through the one request layer (service/text/requests.py).
+"""HTTP and the in-process Generator answer alike: both go through the one request layer (service/requests/frontend.py).
 
 The same requests are sent both ways to the default model (models/g2p-en: word-level, with all of
 CMUdict as its lexicon): dictionary words, a stop sequence that cuts a lexicon answer, a length

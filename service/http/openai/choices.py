@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from service.http.responses import warnings
-from service.text.requests import TextRequest
-from service.text.units import Token
+from service.requests.frontend import TextRequest
+from service.requests.units import Token
 
 FINISH = {"eos_token": "stop", "stop_sequence": "stop", "length": "length"}
 

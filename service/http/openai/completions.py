@@ -2,7 +2,7 @@
 
 A completion (or a chat's one user message) becomes one or more `GenerateRequest`s, admitted through
 `Service.admit` exactly as /generate and /generate_stream admit theirs: the same validator, request
-layer (service/text/requests.py: running text, the lexicon), scheduler, limits and metrics.
+layer (service/requests/frontend.py: running text, the lexicon), scheduler, limits and metrics.
 
 How the OpenAI parameters map:
 
@@ -44,9 +44,9 @@ from service.http.openai.schemas import ChatCompletionRequest, CompletionRequest
 from service.http.responses import disconnect_watch
 from service.http.schemas import GenerateParameters, GenerateRequest
 from service.http.state import Service
-from service.text.requests import TextRequest
-from service.text.units import lexicon_answers
-from service.text.validation import Limits, ParameterMemo, check_names, invalid, text_params
+from service.requests.frontend import TextRequest
+from service.requests.units import lexicon_answers
+from service.requests.validation import Limits, ParameterMemo, check_names, invalid, text_params
 
 log = logging.getLogger("attnserve.service")
 

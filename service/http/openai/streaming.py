@@ -20,8 +20,8 @@ from service.http.openai.completions import Plan, cancel_all
 from service.http.openai.errors import OpenAIError, from_error
 from service.http.responses import LastChunk
 from service.http.state import Service
-from service.text.requests import TextRequest
-from service.text.units import CaughtUp, StreamToken
+from service.requests.frontend import TextRequest
+from service.requests.units import CaughtUp, StreamToken
 
 KEEPALIVE = b": keep-alive\n\n"
 DONE = b"data: [DONE]\n\n"

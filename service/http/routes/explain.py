@@ -20,8 +20,8 @@ from service.http.explain_schemas import ExplainResponse, explanation_response
 from service.http.responses import ERROR_RESPONSES
 from service.http.schemas import ErrorResponse, GenerateParameters, GenerateRequest
 from service.http.validation import check_field_names
-from service.text.units import TextParams
-from service.text.validation import ValidRequest, validate
+from service.requests.units import TextParams
+from service.requests.validation import ValidRequest, validate
 
 ROUTE = "/explain"
 STATIC_DIR = Path(__file__).resolve().parents[1] / "static"

@@ -1,7 +1,7 @@
 """Generation: POST /generate, POST /generate_stream and TGI's POST / (what huggingface_hub calls).
 
 What a request becomes (the lexicon's answers, running text's words, the engine's tickets) is
-service/text/requests.py's; these handlers only wait and answer.
+service/requests/frontend.py's; these handlers only wait and answer.
 """
 
 from __future__ import annotations

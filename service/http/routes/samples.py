@@ -1,4 +1,4 @@
-"""GET /samples: inputs of the served model's own task, from its bundle's parity corpus (service/text/samples.py).
+"""GET /samples: inputs of the served model's own task, from its bundle's parity corpus (service/requests/samples.py).
 
 A client that knows nothing of the model, `attnserve-loadtest` without `--input` above all, sends these.
 """
@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 from service.http import errors
 from service.http.dependencies import ServiceDep
 from service.http.schemas import ErrorResponse
-from service.text.samples import sample_inputs
+from service.requests.samples import sample_inputs
 
 ROUTE = "/samples"
 

@@ -1,4 +1,4 @@
-"""POST /score: the served model's log-probabilities of given answers (teacher forcing; service/text/scoring.py).
+"""POST /score: the served model's log-probabilities of given answers (teacher forcing; service/requests/scoring.py).
 
     POST /score {"inputs": "attention", "targets": ["AH0 T EH1 N SH AH0 N", "AE1 T EH1 N SH AH0 N"]}
     -> {"scores": [{"target", "total", "score", "tokens": [{"id", "text", "logprob", "special"}, ...]}, ...]}
@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from service.http.dependencies import GENERATION_GUARDS, ServiceDep
 from service.http.responses import ERROR_RESPONSES, wire_steps, wire_tokens
 from service.http.schemas import Token
-from service.text.scoring import admit_scores
+from service.requests.scoring import admit_scores
 
 ROUTE = "/score"
 MAX_TARGETS_NOTE = "At most the server's `max_batch_size` targets per request."

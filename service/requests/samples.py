@@ -15,7 +15,7 @@ import json
 from service.engine.bundle import LoadedBundle
 from service.engine.engine import InputError
 from service.errors import InvalidRequest
-from service.text.requests import TextFrontEnd
+from service.requests.frontend import TextFrontEnd
 
 MAX_SAMPLES = 500  # "a few hundred": enough that a load test's rows vary, small enough to send at once
 

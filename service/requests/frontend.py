@@ -4,18 +4,18 @@ Every front end calls it: the HTTP routes (service/http/) and the in-process `Ge
 (service/client.py, `attnserve-generate`), so they answer alike by construction:
 
     front = TextFrontEnd(engine, scheduler, lexicon=..., max_input_tokens=...)   # once
-    valid = validate(front, inputs, TextParams(...), options)  # read and check (service/text/validation.py)
+    valid = validate(front, inputs, TextParams(...), options)  # read and check (service/requests/validation.py)
     job = front.admit(valid, loop=loop, stream=False)  # look up, queue (in chunks)
     await job.collect(client_gone)  # an event loop's owner: every unit finished (False: the client went away)
     job.wait()                    # a thread's owner: every unit finished
     job.answers(unit)             # a finished unit's answers, best first: the lexicon's, then the model's
     job.stream_items(keepalive_s) # a stream: tokens in text order, as they come
 
-`validate` (service/text/validation.py, the one validator every front end calls) reads the input
+`validate` (service/requests/validation.py, the one validator every front end calls) reads the input
 and checks the engine's `DecodingOptions`; `TextParams` say the rest: truncation, whether the lexicon
 may answer, and which details are asked for. Refusals are `service.errors.InvalidRequest` (what to
 fix, and its `field`) and the scheduler's `Overloaded` / `Unavailable`; HTTP maps them to status codes.
-What this layer gives back are domain objects (units, answers, stream tokens: service/text/units.py);
+What this layer gives back are domain objects (units, answers, stream tokens: service/requests/units.py);
 service/http/ alone writes them in a wire format.
 
 Units. A word-level bundle (`bundle.json` `word_level_source`) reads running text word by
@@ -62,13 +62,9 @@ from service.engine.engine import DecodingOptions, Engine, InputError
 from service.engine.options import request_seed
 from service.engine.scheduler import Failed, Finished, Scheduler
 from service.errors import InvalidRequest
-from service.text.context import ContextChooser, rank_by_context
-from service.text.forms import FormUnsupported, OutputForm, output_form
-from service.text.lexicon import Lexicon
-from service.text.pronunciations import Pronunciations
-from service.text.reader import MAX_TEXT_CHARS, MAX_WORDS, Skipped, TextError, TextReader, Word
-from service.text.streaming import StreamReader
-from service.text.units import (
+from service.requests.forms import FormUnsupported, OutputForm, output_form
+from service.requests.streaming import StreamReader
+from service.requests.units import (
     CAUGHT_UP,
     Answer,
     CaughtUp,
@@ -83,7 +79,11 @@ from service.text.units import (
     step_token,
     top_tokens,
 )
-from service.text.validation import ValidRequest
+from service.requests.validation import ValidRequest
+from service.text.context import ContextChooser, rank_by_context
+from service.text.lexicon import Lexicon
+from service.text.pronunciations import Pronunciations
+from service.text.reader import MAX_TEXT_CHARS, MAX_WORDS, Skipped, TextError, TextReader, Word
 
 
 def word_reader(
@@ -130,7 +130,7 @@ class TextFrontEnd:
         self._forms: dict[tuple[str, bool], OutputForm | None] = {}
 
     def admit(self, valid: ValidRequest, *, stream: bool = False, loop: asyncio.AbstractEventLoop | None = None) -> TextRequest:
-        """Answer what the lexicon knows of a validated request (service/text/validation.py `validate`) and queue
+        """Answer what the lexicon knows of a validated request (service/requests/validation.py `validate`) and queue
         the rest on the engine (in chunks). `loop`: the event loop of an asyncio owner (None: a thread waits with
         `wait`); `stream`: the owner reads tokens as they come. Raises the scheduler's Overloaded / Unavailable
         (InvalidRequest only for what the engine itself refuses)."""
@@ -324,7 +324,7 @@ class TextRequest:
         self.t_arrival = t_arrival
         self.ready = ready  # what the tickets set when one ends (an asyncio owner reading whole answers: `collect`)
         self.skipped: list[Skipped] = []  # running text's characters that were not read (the details' warnings)
-        self.form = form  # the answer's alphabet and stress (service/text/forms.py); None: the model's own
+        self.form = form  # the answer's alphabet and stress (service/requests/forms.py); None: the model's own
 
     def cancel(self) -> None:
         """Drop every unit's rows from the batch (the client went away, or another unit failed)."""
@@ -469,7 +469,7 @@ class TextRequest:
             raise
 
     async def stream_items(self, keepalive_s: float) -> AsyncIterator[StreamToken | Failed | CaughtUp | None]:
-        """The answer's tokens in text order as the engine makes them (service/text/streaming.py): StreamToken per
+        """The answer's tokens in text order as the engine makes them (service/requests/streaming.py): StreamToken per
         token (a lexicon word's at once), CAUGHT_UP after the tokens of each wake-up, None after `keepalive_s`
         without one, or a Failed that ends the stream."""
         # one timer per stream, re-armed only when it fires, not a timeout per token: it wakes the ticket

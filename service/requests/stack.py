@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from service.engine.engine import Engine
 from service.engine.scheduler import Scheduler
 from service.metrics import ServiceMetrics
+from service.requests.frontend import TextFrontEnd
+from service.requests.validation import Limits, Validator
 from service.text.lexicon import Lexicon
 from service.text.reader import MAX_TEXT_CHARS, MAX_WORDS
-from service.text.requests import TextFrontEnd
-from service.text.validation import Limits, Validator
 
 
 @dataclass
@@ -26,8 +26,8 @@ class Stack:
     engine: Engine
     metrics: ServiceMetrics
     scheduler: Scheduler
-    text: TextFrontEnd  # the request layer (service/text/requests.py)
-    validator: Validator  # the one validator (service/text/validation.py), with the limits below
+    text: TextFrontEnd  # the request layer (service/requests/frontend.py)
+    validator: Validator  # the one validator (service/requests/validation.py), with the limits below
     limits: Limits
 
 

@@ -1,6 +1,6 @@
 """What a generation request is made of and answered with: its units (a word of running text, or the whole
 input), their answers (the lexicon's or the model's), the stream's tokens, and the one rule of when the lexicon
-answers (`lexicon_answers`), which admission (service/text/requests.py) and the OpenAI routes' count of the
+answers (`lexicon_answers`), which admission (service/requests/frontend.py) and the OpenAI routes' count of the
 slots a request needs both read.
 """
 
@@ -84,7 +84,7 @@ class TextParams:
     decoder_input_details: bool = False  # asks for the model's own prefill: the model answers
     return_full_text: bool = False  # generated_text starts with the input
     punctuation: bool = False  # running text: sentence and phrase punctuation kept as its own units between words
-    # output form and per-request pronunciations (service/text/forms.py, service/text/pronunciations.py)
+    # output form and per-request pronunciations (service/requests/forms.py, service/text/pronunciations.py)
     alphabet: str = "arpabet"  # or "ipa"
     stress: bool = True  # False: no stress digits (ARPAbet) or marks (IPA)
     pronunciations: Mapping[str, str] | None = None  # word -> phones, this request only

@@ -16,12 +16,12 @@ from typing import Protocol
 
 from service.engine.engine import Engine
 from service.engine.scheduler import Failed, Finished, Ticket
-from service.text.forms import FormStream, OutputForm
-from service.text.units import CAUGHT_UP, CaughtUp, StreamToken, Token, Unit, is_mark, step_token, top_tokens
+from service.requests.forms import FormStream, OutputForm
+from service.requests.units import CAUGHT_UP, CaughtUp, StreamToken, Token, Unit, is_mark, step_token, top_tokens
 
 
 class Streamed(Protocol):
-    """What a stream reads of its request (service.text.requests.TextRequest, which imports this module)."""
+    """What a stream reads of its request (service.requests.frontend.TextRequest, which imports this module)."""
 
     engine: Engine
     units: list[Unit]

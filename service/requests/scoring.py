@@ -26,8 +26,8 @@ from service.engine.scheduler import Failed, Finished, ScoreTicket
 from service.engine.scoring import TargetScore
 from service.engine.stopping import Hypothesis
 from service.errors import InvalidRequest
-from service.text.requests import TextFrontEnd
-from service.text.units import Token, hypothesis_tokens, top_tokens
+from service.requests.frontend import TextFrontEnd
+from service.requests.units import Token, hypothesis_tokens, top_tokens
 
 
 @dataclass

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 from tokenizers import Tokenizer
 
+from service.requests.units import Token
 from service.text import ipa
-from service.text.units import Token
 
 ALPHABETS = ("arpabet", "ipa")
 

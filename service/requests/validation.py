@@ -35,10 +35,10 @@ from typing import Any, Protocol
 from service.engine.engine import DecodingOptions, InputError
 from service.engine.scheduler import check_rows
 from service.errors import InvalidRequest
-from service.text.forms import OutputForm
+from service.requests.forms import OutputForm
+from service.requests.units import TextParams, Unit
 from service.text.pronunciations import Pronunciations, check_pronunciations
 from service.text.reader import Skipped
-from service.text.units import TextParams, Unit
 
 # ---- field names ------------------------------------------------------------------------------------
 CLOSE_RATIO = 0.85
@@ -284,7 +284,7 @@ class ValidRequest:
 
 
 class Reads(Protocol):
-    """What `validate` asks of the request layer (service/text/requests.py `TextFrontEnd`)."""
+    """What `validate` asks of the request layer (service/requests/frontend.py `TextFrontEnd`)."""
 
     engine: Any
 

@@ -1,0 +1,12 @@
+"""The request layer: the one place both the HTTP routes and the in-process `Generator` turn a request into
+an answer, so they answer alike by construction.
+
+Owns the one validator (validation.py: a request -> ValidRequest whose refusals name their field), admission
+and answers (frontend.py, `TextFrontEnd`), the answers' domain objects (units.py: answers and tokens; http/
+alone writes them as TGI or OpenAI JSON), output forms of an answer's tokens (forms.py), streams
+(streaming.py), scoring (scoring.py), the bundle's samples (samples.py), and stack.py, where the HTTP service
+and the in-process Generator build the same scheduler, request layer and validator.
+
+May import `service.text` (reading text), `service.engine` and the top-level leaves of `service`; never
+`service.settings`, `service.http`, fastapi or starlette (pyproject.toml's import-linter contracts).
+"""
