@@ -4,7 +4,7 @@ Each form maps q [B,H,1,Dh], K and V [B,H,S,Dh] and an additive key bias [B,1,1,
 Invariance: 40 random rows, each alone (no padding) against the same row in a batch of 32 with 1-8 padded keys
 (left or right, bias -1e9), max |difference|. Speed: median of 400 calls, 1 thread, microseconds.
 
-    taskset -c 1 .venv/bin/python docs/bench/attention_forms.py --out REPORT.json
+    taskset -c 1 .venv/bin/python -m benchmarks.attention_forms --out REPORT.json
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ import os
 
 import numpy as np
 import onnxruntime as ort
-from measure import call_times, cpu_model  # docs/bench/, beside this script
 from onnx import TensorProto, helper, numpy_helper
+
+from benchmarks.measure import call_times, cpu_model
 
 H, D = 4, 64
 node = helper.make_node

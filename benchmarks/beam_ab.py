@@ -1,36 +1,32 @@
 """Beam search's step, the vectorised search against the per-search one it replaced, A B A B in one process.
 
-The per-search search is tests/engine/beam_reference.py (the test suite's reference: its BeamSearch, its step
+The per-search search is benchmarks/beam_reference.py (the test suite's reference: its BeamSearch, its step
 and its row placement, where every beam keeps its row and takes its parent's cache when the parent was another
 row). Both run through the same engine, on the same words, interleaved, so a busy machine disturbs both alike.
 Width 4, forced lengths (min_new_tokens = max_new_tokens, as `attnserve-bench --beam 4` runs), the default
 model's int8 (the served v2 decoder), one ONNX Runtime thread; CPU time of the process per step, best of the
 rounds; and the rows whose cache was copied per step.
 
-    taskset -c 1 .venv/bin/python docs/bench/beam_ab.py --out docs/bench/beam_vectorised/inprocess_ab.json
+    taskset -c 1 .venv/bin/python -m benchmarks.beam_ab --out benchmarks/results/beam_vectorised/inprocess_ab.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
-from measure import cpu_model  # docs/bench/, beside this script
+import service.engine.beam as beam
+import service.engine.rows as rows_module
+import service.engine.slots as slots_module
+import service.engine.step as step_module
+from benchmarks import beam_reference as reference
+from benchmarks.measure import cpu_model
+from service.engine.bundle import load_bundle
+from service.engine.engine import DecodingOptions, Engine
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "engine"))
-
-import beam_reference as reference  # noqa: E402  (tests/engine/, put on the path above)
-
-import service.engine.beam as beam  # noqa: E402
-import service.engine.rows as rows_module  # noqa: E402
-import service.engine.slots as slots_module  # noqa: E402
-import service.engine.step as step_module  # noqa: E402
-from service.engine.bundle import load_bundle  # noqa: E402
-from service.engine.engine import DecodingOptions, Engine  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 WORDS = ["phonetics", "attention", "zebra", "characteristically", "onnx", "runtime", "hello", "cat"]
 KINDS = {"per-search": reference, "vectorised": beam}

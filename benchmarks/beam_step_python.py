@@ -5,7 +5,7 @@ model's int8 variant, one ONNX Runtime thread; `--requests` beam searches in one
 section is timed by a wrapper (about 0.2 us each); microseconds per step, over every step of `--runs`
 generations after 3 warm-up ones.
 
-    taskset -c 1 .venv/bin/python docs/bench/beam_step_python.py --requests 32
+    taskset -c 1 .venv/bin/python -m benchmarks.beam_step_python --requests 32
 """
 
 from __future__ import annotations
@@ -16,17 +16,16 @@ import json
 import time
 from pathlib import Path
 
-from measure import cpu_model  # docs/bench/, beside this script
-from step_python import timing
-
 import service.engine.batch as batch_module
 import service.engine.engine as engine_module
 import service.engine.slots as slots_module
 import service.engine.step as step_module
+from benchmarks.measure import cpu_model
+from benchmarks.step_python import timing
 from service.engine.bundle import load_bundle
 from service.engine.engine import DecodingOptions, Engine
 
-BUNDLE = Path(__file__).resolve().parents[2] / "models" / "g2p-en"
+BUNDLE = Path(__file__).resolve().parents[1] / "models" / "g2p-en"
 WORDS = ["phonetics", "attention", "zebra", "characteristically", "onnx", "runtime", "hello", "cat"]
 
 

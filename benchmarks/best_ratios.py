@@ -2,7 +2,8 @@
 the best round's CPU time of the process (CTranslate2's threads included) and of wall time, and the best of the
 runs. One set per glob pattern, so an A B A B series (before_r*, after_r*) reads side by side.
 
-    cd docs/bench/beam_vectorised && python ../best_ratios.py 'beam_before_r*.json' 'beam_after_r*.json'
+    python -m benchmarks.best_ratios 'benchmarks/results/beam_vectorised/series1_beam_before_r*.json' \
+        'benchmarks/results/beam_vectorised/series1_beam_after_r*.json'
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ component does). A client on core 1 sends one sentence at a time over a kept-ali
 /proc/PID/stat) is divided by its requests. Two sentences of 20 words, every word in the dictionary (so the
 engine does no work and the figure is the text layer's and HTTP's): one with one heteronym, one with none.
 
-    PYTHONPATH=$PWD .venv/bin/python docs/bench/context_cpu.py --out docs/bench/context_cpu.json
+    .venv/bin/python -m benchmarks.context_cpu --out benchmarks/results/context_cpu.json
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ import time
 from pathlib import Path
 
 import httpx
-from measure import machine
 
-ROOT = Path(__file__).resolve().parents[2]
+from benchmarks.measure import machine
+
+ROOT = Path(__file__).resolve().parents[1]
 WITH_HOMOGRAPH = "After the long meeting in the old town hall we will read the new report to all of the people"
 WITHOUT = "After the long meeting in the old town hall we will study the new report with all of the people"
 

@@ -1,8 +1,8 @@
 """The engine against CTranslate2, cell by cell, from `attnserve-bench` reports: the ratios the
 batch-invariance and step-speed issue sets as targets, each a median of interleaved rounds.
 
-    python docs/bench/ct2_targets.py docs/bench/engine_ct2_threads1.json docs/bench/engine_ct2_threads2.json \
-        [--beam docs/bench/engine_ct2_beam4.json]
+    python -m benchmarks.ct2_targets benchmarks/results/engine_ct2_threads1.json benchmarks/results/engine_ct2_threads2.json \
+        [--beam benchmarks/results/engine_ct2_beam4.json]
 
 Ratios are tokens/s over tokens/s (>= 1.0: the engine is as fast or faster). Prints a markdown table.
 """

@@ -1,6 +1,6 @@
 """What the cyclic garbage collector costs a server under load: collections per generation and their thread CPU.
 
-    PYTHONPATH=$PWD .venv/bin/python docs/bench/gc_cost.py [--server-repo CHECKOUT] [--route /generate_stream]
+    .venv/bin/python -m benchmarks.gc_cost [--server-repo CHECKOUT] [--route /generate_stream]
         [--clients 64] [--requests 6000]
 
 Serves the default model from the checkout (`http_overhead.start_server`: core 0, `--threads 1`, max batch 32)
@@ -17,8 +17,8 @@ import asyncio
 import sys
 from pathlib import Path
 
-import http_overhead as h  # docs/bench/, beside this script
-from measure import signalled_totals  # docs/bench/, beside this script
+from benchmarks import http_overhead as h
+from benchmarks.measure import signalled_totals
 
 SITECUSTOMIZE = """
 import gc, os, signal, time

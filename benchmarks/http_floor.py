@@ -1,6 +1,6 @@
 """What uvicorn, uvloop and httptools cost per request by themselves: the floor under the serving tax's event loop.
 
-    PYTHONPATH=$PWD .venv/bin/python docs/bench/http_floor.py [--clients 64] [--requests 3000] [--out DIR]
+    .venv/bin/python -m benchmarks.http_floor [--clients 64] [--requests 3000] [--out DIR]
 
 A bare ASGI app (no FastAPI, no text layer, no engine) served as attnserve-serve serves (uvicorn with uvloop and
 httptools, on core 0) answers the lean closed-loop client of http_overhead.py (on core 1) on the same two routes:
@@ -23,8 +23,8 @@ import textwrap
 import time
 from pathlib import Path
 
-from http_overhead import _closed_loop, proc_cpu_s, pseudo_words  # docs/bench/, beside this script
-from measure import machine, write_report
+from benchmarks.http_overhead import _closed_loop, proc_cpu_s, pseudo_words
+from benchmarks.measure import machine, write_report
 
 APP = textwrap.dedent(
     """
@@ -104,7 +104,7 @@ def main() -> int:
     p.add_argument("--clients", type=int, default=64)
     p.add_argument("--requests", type=int, default=3000)
     p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "serving_tax")
+    p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "serving_tax")
     args = p.parse_args()
     if len(os.sched_getaffinity(0)) < 2:
         p.error("needs cores 0 and 1")
@@ -125,7 +125,7 @@ def main() -> int:
                 print(f"{route:17s} round {r}: {level['server_cpu_ms_per_request']:.3f} ms of server CPU per request", flush=True)
     finally:
         proc.kill()
-    argv = " ".join(["docs/bench/http_floor.py", *sys.argv[1:]])
+    argv = " ".join(["python -m benchmarks.http_floor", *sys.argv[1:]])
     print(write_report(args.out, "http_floor", {"command": argv, "machine": machine(), "levels": levels}))
     return 0
 

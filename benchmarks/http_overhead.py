@@ -1,7 +1,7 @@
 """What HTTP costs beside the engine (issue 14), on a 2-core machine: the server on core 0 with one
 ONNX Runtime thread, the load client on core 1, the same out-of-dictionary pseudo-words everywhere.
 
-    PYTHONPATH=$PWD .venv/bin/python docs/bench/http_overhead.py [--out docs/bench] [--label NAME]
+    .venv/bin/python -m benchmarks.http_overhead [--out benchmarks/results] [--label NAME]
 
 a. engine CPU per word: `attnserve-generate --no-lexicon` on core 0 over N words and over n, the CPU
    of the child (rusage) for N minus that for n, over N - n (start-up cancels out); its decode-only
@@ -48,9 +48,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-from measure import cpu_model  # docs/bench/, beside this script
+from benchmarks.measure import cpu_model
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 # the server's core and the load client's (`--cores`): 0 and 1 on the 2-core machine; on a larger host, cores away
 # from the ones that take the machine's interrupts
 SERVER_CORE, CLIENT_CORE = 0, 1
@@ -140,17 +140,15 @@ def engine_in_process(words_file: Path, n: int, small: int, batch: int) -> dict:
     return {"words": n, "small": small, "runs": runs, "cpu_ms_per_word": cpu_ms, "decode_words_per_s": rate}
 
 
-def start_server(
-    repo: Path, batch: int, bundle: Path | None = None, first_on_path: str | None = None
-) -> tuple[subprocess.Popen, str]:
-    """`attnserve-serve` from checkout `repo` on core 0, serving `bundle` (default: this checkout's default model);
-    `first_on_path`: a directory ahead of the checkout on the server's sys.path (a `sitecustomize` that measures)."""
+def serve(repo: Path, args: list[str], first_on_path: str | None = None, core: int | None = None) -> tuple[subprocess.Popen, str]:
+    """`python -m service ARGS` from checkout `repo` on a free loopback port, on `core` when given (taskset), once
+    it answers /ready; `first_on_path`: a directory ahead of the checkout on the server's sys.path (a
+    `sitecustomize` that measures). Returns (process, url); the caller kills the process."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cmd = ["taskset", "-c", str(SERVER_CORE), sys.executable, "-m", "service", str(bundle or ROOT / "models/g2p-en")]
-    cmd += ["--threads", "1"]
-    cmd += ["--port", str(port), "--max-batch-size", str(batch), "--max-concurrent-requests", "1024"]
+    cmd = (["taskset", "-c", str(core)] if core is not None else []) + [sys.executable, "-m", "service", *args]
+    cmd += ["--port", str(port)]
     env = os.environ | {"PYTHONPATH": str(repo) if first_on_path is None else first_on_path + os.pathsep + str(repo)}
     proc = subprocess.Popen(cmd, cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
@@ -165,10 +163,20 @@ def start_server(
     raise RuntimeError("the server did not start")
 
 
+def start_server(
+    repo: Path, batch: int, bundle: Path | None = None, first_on_path: str | None = None
+) -> tuple[subprocess.Popen, str]:
+    """`attnserve-serve` from checkout `repo` on the server core with one ONNX Runtime thread, serving `bundle`
+    (default: this checkout's default model) at max batch `batch`; `first_on_path` as `serve` takes it."""
+    args = [str(bundle or ROOT / "models/g2p-en"), "--threads", "1"]
+    args += ["--max-batch-size", str(batch), "--max-concurrent-requests", "1024"]
+    return serve(repo, args, first_on_path, SERVER_CORE)
+
+
 @contextlib.contextmanager
 def measured_server(repo: Path, sitecustomize: str, out_variable: str):
     """`start_server` (max batch 32) with `sitecustomize` ahead of the checkout on its sys.path, told through the
-    environment variable `out_variable` which file to write its totals to (docs/bench/measure.py `signalled_totals`
+    environment variable `out_variable` which file to write its totals to (benchmarks/measure.py `signalled_totals`
     reads them). Yields (process, url, totals file); the server is killed on leaving."""
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "sitecustomize.py").write_text(sitecustomize)
@@ -423,7 +431,7 @@ def interleaved_c1(url: str, words: list[str], block: int = 25, warmup: int = 20
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", type=Path, default=ROOT / "docs/bench", help="directory of the raw JSON (one file per run)")
+    p.add_argument("--out", type=Path, default=ROOT / "benchmarks/results", help="directory of the raw JSON (one file per run)")
     p.add_argument("--label", default="run")
     p.add_argument("--server-repo", type=Path, default=ROOT, help="checkout the server runs from (default: this one)")
     p.add_argument("--words", type=int, default=4000, help="N of (a), and the pool every measurement draws from")
@@ -452,7 +460,7 @@ def main() -> int:
         "label": args.label,
         "machine": f"{os.cpu_count()}-core {platform.machine()} " + cpu_model(),
         "server_repo": checkout_name(args.server_repo),
-        "command": " ".join(["docs/bench/http_overhead.py", *portable_args(sys.argv[1:])]),
+        "command": " ".join(["python -m benchmarks.http_overhead", *portable_args(sys.argv[1:])]),
     }
     tax_clients = [int(c) for c in args.tax_clients.split(",") if c]
     if args.only_tax:

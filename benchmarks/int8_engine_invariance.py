@@ -1,10 +1,10 @@
 """Batch invariance through the engine: 2,000 words decoded alone, in shuffled batches of 32 and
 under continuous batching, greedy and seeded sampling, on the served int8 and on ONNX Runtime's
 dynamic int8 (derived from the same bundle's fp32 graphs). docs/BENCHMARKS.md, "The int8 gate".
-The words and the three compositions are tests/engine_compositions.py's, which the CI test
+The words and the three compositions are benchmarks/engine_compositions.py's, which the CI test
 tests/engine/test_invariance.py runs too.
 
-    PYTHONPATH=. .venv/bin/python docs/bench/int8_engine_invariance.py --out docs/bench/int8_engine_invariance.json
+    .venv/bin/python -m benchmarks.int8_engine_invariance --out benchmarks/results/int8_engine_invariance.json
 """
 
 from __future__ import annotations
@@ -13,19 +13,15 @@ import argparse
 import json
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
-from measure import cpu_model  # docs/bench/, beside this script
-
+from benchmarks.engine_compositions import invariance_words, three_ways
+from benchmarks.measure import cpu_model
 from export.graphs.variants import quantize_int8_dynamic
 from export.pipeline.manifest import write_manifest
 from service.engine.bundle import load_bundle
 from service.engine.engine import DecodingOptions, Engine
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
-from engine_compositions import invariance_words, three_ways  # noqa: E402  (tests/ is not a package)
 
 
 def differing(engine: Engine, items: list[list[int]], opts: list[DecodingOptions]) -> dict:

@@ -1,4 +1,4 @@
-"""Batch-invariant int8: the candidates compared on one bundle (docs/bench/HISTORY.md, "Batch-invariant int8").
+"""Batch-invariant int8: the candidates compared on one bundle (benchmarks/HISTORY.md, "Batch-invariant int8").
 
 Every candidate is derived from the bundle's own fp32 graphs into a scratch copy of the bundle:
 
@@ -16,7 +16,7 @@ round by round, median wall and thread-CPU time; then greedy tokens/s through th
 threads (export/checks/speed.py's bench_engine_speed, what the int8 gate measures: best of 3 interleaved
 rounds, 48 words at batch 1, 256 at batch 32).
 
-    PYTHONPATH=. .venv/bin/python docs/bench/int8_invariant.py --out docs/bench/int8_invariant.json
+    .venv/bin/python -m benchmarks.int8_invariant --out benchmarks/results/int8_invariant.json
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from measure import cpu_model  # docs/bench/, beside this script
 
+from benchmarks.measure import cpu_model
 from export.checks.invariance import ConcatSteps, batch_invariance, cpu_session
 from export.checks.speed import bench_engine_speed
 from export.graphs.variants import quantize_int8, quantize_int8_dynamic

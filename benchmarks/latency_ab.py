@@ -1,6 +1,6 @@
 """Latency and streamed throughput of two checkouts' servers, A B A B on one machine.
 
-    PYTHONPATH=$PWD .venv/bin/python docs/bench/latency_ab.py --a CHECKOUT [--b CHECKOUT] [--rounds 2]
+    .venv/bin/python -m benchmarks.latency_ab --a CHECKOUT [--b CHECKOUT] [--rounds 2]
         [--engine-bench REPORT.json] [--out DIR]
 
 Each round serves the default model from checkout A, then from B (each its own `models/g2p-en` when it has
@@ -23,8 +23,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from http_overhead import BIN, ROOT, checkout_name, portable_args, pseudo_words, start_server  # docs/bench/, beside this script
-from measure import machine, write_report
+from benchmarks.http_overhead import BIN, ROOT, checkout_name, portable_args, pseudo_words, start_server
+from benchmarks.measure import machine, write_report
 
 
 def loadtest(url: str, words_file: Path, clients: int, requests: int, out: Path) -> dict:
@@ -76,7 +76,7 @@ def main() -> int:
     ap.add_argument("--c1-requests", type=int, default=300)
     ap.add_argument("--c32-requests", type=int, default=3000)
     ap.add_argument("--engine-bench", type=Path)
-    ap.add_argument("--out", type=Path, default=ROOT / "docs/bench/serving_tax")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/serving_tax")
     args = ap.parse_args()
     if len(os.sched_getaffinity(0)) < 2:
         ap.error("needs cores 0 and 1")
@@ -92,7 +92,7 @@ def main() -> int:
                 run["c32_share_of_engine_tokens_per_s"] = run["c32_output_tokens_per_s"] / engine
             runs.append(run)
             print(" ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in run.items()), flush=True)
-    result = {"command": " ".join(["docs/bench/latency_ab.py", *portable_args(sys.argv[1:])]), "machine": machine()}
+    result = {"command": " ".join(["python -m benchmarks.latency_ab", *portable_args(sys.argv[1:])]), "machine": machine()}
     result |= {"engine_tokens_per_s": engine, "runs": runs}
     print(write_report(args.out, "latency_ab", result))
     return 0

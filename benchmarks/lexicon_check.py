@@ -9,9 +9,9 @@ length) or by the total (`--by total`). What comes out is where a dictionary and
 an entry wrong in the dictionary, a foreign name, an abbreviation read letter by letter, or a word the
 model has not learnt.
 
-    python docs/eval/lexicon_check.py --limit 5000                 # a fixed sample of 5,000 words, in process
-    python docs/eval/lexicon_check.py --limit 0 --top 50           # every entry (minutes)
-    python docs/eval/lexicon_check.py --url http://127.0.0.1:8000  # a running server's served variant
+    python -m benchmarks.lexicon_check --limit 5000                 # a fixed sample of 5,000 words, in process
+    python -m benchmarks.lexicon_check --limit 0 --top 50           # every entry (minutes)
+    python -m benchmarks.lexicon_check --url http://127.0.0.1:8000  # a running server's served variant
 
 Words the model cannot read as one word (a word of the reader's running text: "a.m.", digits) are skipped and
 counted.
@@ -28,9 +28,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def read_lexicon(path: Path) -> dict[str, list[str]]:

@@ -1,11 +1,11 @@
-"""What every script in docs/bench/ records beside its figures, and how it times a call.
+"""What every script in benchmarks/ records beside its figures, and how it times a call.
 
 Two sessions on the same kind of 2-core VM have had different CPUs (AMD EPYC with AVX-512 and VNNI in
 one, AVX2 only in another), and int8 and attention kernels take different paths on each. So every report
 names the CPU with the extensions that change those paths, and a figure is compared only with figures
 taken on the same CPU.
 
-    from measure import call_times, cpu_model, machine  # docs/bench/, beside the script
+    from benchmarks.measure import call_times, cpu_model, machine
 
 `signalled_totals` reads what a server's measuring `sitecustomize` writes on SIGUSR1 (gc_cost.py, tax_parts.py);
 `write_report` writes a script's raw JSON, named by the script and the time.

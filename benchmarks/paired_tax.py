@@ -1,7 +1,7 @@
 """Two checkouts' servers side by side, in short alternating blocks: the server CPU per request of each, and
 the tax, on a machine too noisy for A B A B runs minutes apart.
 
-    PYTHONPATH=$PWD .venv/bin/python docs/bench/paired_tax.py --a CHECKOUT_A --b CHECKOUT_B [--rounds 12]
+    .venv/bin/python -m benchmarks.paired_tax --a CHECKOUT_A --b CHECKOUT_B [--rounds 12]
         [--block 600] [--routes /generate_stream,/v1/chat/completions,/generate] [--engine-bench REPORT.json]
 
 Both servers serve the default model on the same core (0; `--threads 1`, max batch 32) for the whole run;
@@ -24,7 +24,7 @@ import os
 import statistics
 from pathlib import Path
 
-from http_overhead import (  # docs/bench/, beside this script
+from benchmarks.http_overhead import (
     ROOT,
     _closed_loop,
     checkout_name,
@@ -35,7 +35,7 @@ from http_overhead import (  # docs/bench/, beside this script
     start_server,
     thread_cpu_s,
 )
-from measure import machine, write_report
+from benchmarks.measure import machine, write_report
 
 
 def block(url: str, pid: int, route: str, words: list[str], model: str, n: int) -> dict[str, float]:
@@ -47,19 +47,10 @@ def block(url: str, pid: int, route: str, words: list[str], model: str, n: int) 
     return {"total": sum(per.values()), **per}
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--a", type=Path, required=True, help="checkout A (its service/ is served)")
-    p.add_argument("--b", type=Path, default=ROOT, help="checkout B (default: this one)")
-    p.add_argument("--rounds", type=int, default=12)
-    p.add_argument("--block", type=int, default=600, help="requests per route, server and round")
-    p.add_argument("--routes", default="/generate_stream,/v1/chat/completions,/generate")
-    p.add_argument("--engine-bench", type=Path, help="an attnserve-bench report with the ort-int8 batch-32 8-token cell")
-    p.add_argument("--bench", action="store_true", help="measure the engine's cell here, before and after the rounds")
-    p.add_argument("--out", type=Path, default=ROOT / "docs/bench")
-    args = p.parse_args()
-    routes = args.routes.split(",")
-    words = pseudo_words(600)
+def paired_rounds(args: argparse.Namespace, routes: list[str], words: list[str]) -> tuple[dict, list[float]]:
+    """Servers A and B on core 0, this client on core 1: one warm-up block each, then `args.rounds` rounds of one
+    block per route and server, A and B alternating first. Returns ({side: {route: [block]}}, the engine's
+    cpu_ms_per_step before and after each round with --bench, else [])."""
     servers = {"A": start_server(args.a, 32), "B": start_server(args.b, 32)}
     runs: dict[str, dict[str, list[dict]]] = {side: {r: [] for r in routes} for side in servers}
     affinity = os.sched_getaffinity(0)
@@ -82,6 +73,23 @@ def main() -> int:
         for proc, _ in servers.values():
             proc.terminate()
             proc.wait(timeout=60)
+    return runs, bench_steps
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--a", type=Path, required=True, help="checkout A (its service/ is served)")
+    p.add_argument("--b", type=Path, default=ROOT, help="checkout B (default: this one)")
+    p.add_argument("--rounds", type=int, default=12)
+    p.add_argument("--block", type=int, default=600, help="requests per route, server and round")
+    p.add_argument("--routes", default="/generate_stream,/v1/chat/completions,/generate")
+    p.add_argument("--engine-bench", type=Path, help="an attnserve-bench report with the ort-int8 batch-32 8-token cell")
+    p.add_argument("--bench", action="store_true", help="measure the engine's cell here, before and after the rounds")
+    p.add_argument("--out", type=Path, default=ROOT / "benchmarks/results")
+    args = p.parse_args()
+    routes = args.routes.split(",")
+    words = pseudo_words(600)
+    runs, bench_steps = paired_rounds(args, routes, words)
     engine_ms = None
     per_round: list[float] = []  # the engine's CPU per word around each round (--bench)
     if args.engine_bench or args.bench:
@@ -119,7 +127,7 @@ def main() -> int:
             line += f" {med['A']['total'] / engine_ms:.2f} | {med['B']['total'] / engine_ms:.2f} |"
         print(line)
     result = {
-        "command": " ".join(["python docs/bench/paired_tax.py", *portable_args(os.sys.argv[1:])]),
+        "command": " ".join(["python -m benchmarks.paired_tax", *portable_args(os.sys.argv[1:])]),
         "machine": machine(),
         "a": checkout_name(args.a),
         "b": checkout_name(args.b),

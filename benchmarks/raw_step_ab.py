@@ -5,7 +5,7 @@ shapes (B rows, P past slots, S source positions). Rounds interleave A and B; ea
 minimum of its calls, each cell the median over rounds. Outputs are compared bitwise on one mixed input.
 
     git show REV:models/g2p-en/decoder.int8.onnx > /tmp/A.onnx
-    taskset -c 1 .venv/bin/python docs/bench/raw_step_ab.py /tmp/A.onnx models/g2p-en/decoder.int8.onnx --out REPORT.json
+    taskset -c 1 .venv/bin/python -m benchmarks.raw_step_ab /tmp/A.onnx models/g2p-en/decoder.int8.onnx --out REPORT.json
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from functools import partial
 
 import numpy as np
 import onnxruntime as ort
-from measure import call_times, cpu_model  # docs/bench/, beside this script
+
+from benchmarks.measure import call_times, cpu_model
 
 SHAPES = [(1, 8, 10), (1, 40, 20), (32, 8, 10), (32, 32, 10), (32, 48, 20)]  # (B, P, S): the default model's range
 

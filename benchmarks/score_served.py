@@ -9,7 +9,7 @@ PER is the edit distance to the nearest listed pronunciation over that pronuncia
 summed over words.
 
     attnserve-serve models/g2p-en --port 8000 &
-    python docs/eval/score_served.py --url http://127.0.0.1:8000 --out score.json
+    python -m benchmarks.score_served --url http://127.0.0.1:8000 --out score.json
 """
 
 from __future__ import annotations

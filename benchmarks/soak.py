@@ -1,6 +1,6 @@
 """A soak: a server under a steady mix of requests for minutes, watched for errors, changed answers and growth.
 
-    PYTHONPATH=$PWD .venv/bin/python docs/bench/soak.py [--minutes 10] [--clients 6] [--out docs/bench/soak]
+    .venv/bin/python -m benchmarks.soak [--minutes 10] [--clients 6] [--out benchmarks/results/soak]
 
 The server (`attnserve-serve models/g2p-en --threads 1`, pinned to core 0) answers `--clients` closed-loop
 clients (this process, pinned to core 1) for `--minutes`. Each request is one word, 80% of them made-up words
@@ -30,8 +30,9 @@ import time
 from pathlib import Path
 
 import httpx
-from http_overhead import ROOT, portable_args, proc_cpu_s, pseudo_words, start_server  # docs/bench/, beside this script
-from measure import machine, write_report
+
+from benchmarks.http_overhead import ROOT, portable_args, proc_cpu_s, pseudo_words, start_server
+from benchmarks.measure import machine, write_report
 
 MODES = ("greedy", "stream", "sampled")
 
@@ -146,7 +147,7 @@ def main() -> int:
     ap.add_argument("--minutes", type=float, default=10.0)
     ap.add_argument("--clients", type=int, default=6)
     ap.add_argument("--words", type=int, default=500, help="distinct words in the pool (default 500)")
-    ap.add_argument("--out", type=Path, default=ROOT / "docs/bench/soak")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/soak")
     args = ap.parse_args()
     words = word_pool(args.words)
     server, url = start_server(ROOT, batch=32)

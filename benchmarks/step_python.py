@@ -12,7 +12,7 @@ model. The decoder's call (`Engine.run_decoder`), the encoder's, `Engine.run_ste
   at 8 tokens) / 24, without the per-request set-up, timed with only ONNX Runtime's calls wrapped;
   `ms_python_per_request`: that set-up (Python at 8 tokens less 8 marginal steps).
 
-    taskset -c 1 .venv/bin/python docs/bench/step_python.py --variant int8 [--logprobs]
+    taskset -c 1 .venv/bin/python -m benchmarks.step_python --variant int8 [--logprobs]
 """
 
 from __future__ import annotations
@@ -22,13 +22,12 @@ import json
 import time
 from pathlib import Path
 
-from measure import cpu_model  # docs/bench/, beside this script
-
 import service.engine.engine as engine_module
+from benchmarks.measure import cpu_model
 from service.engine.bundle import load_bundle
 from service.engine.engine import DecodingOptions, Engine
 
-BUNDLE = Path(__file__).resolve().parents[2] / "models" / "g2p-en"
+BUNDLE = Path(__file__).resolve().parents[1] / "models" / "g2p-en"
 
 
 def timing(fn, spent: dict, key: str):

@@ -3,7 +3,7 @@ one-choice body (/v1/chat/completions, usage asked for: `OneChoiceWriter` throug
 checkout without it) over a fake request that gives 8 tokens and the
 end token in 4 wake-ups (what a stream gets at 64 clients), with no server, engine or socket around them.
 
-    PYTHONPATH=$PWD .venv/bin/python docs/bench/stream_body.py [--rounds 12] [--requests 3000]
+    .venv/bin/python -m benchmarks.stream_body [--rounds 12] [--requests 3000]
 
 Prints the best of `--rounds` rounds (thread CPU per request, us), the two bodies taking turns. Run it in two
 checkouts to compare them: it imports the bodies of the checkout on PYTHONPATH.

@@ -2,7 +2,7 @@
 Runtime thread) while the lean closed-loop client of http_overhead.py (on core 1) keeps `--clients`
 streams going on `--route` with out-of-dictionary pseudo-words.
 
-    PYTHONPATH=$PWD .venv/bin/python docs/bench/stream_profile.py [--clients 32] [--seconds 20] [--out DIR]
+    .venv/bin/python -m benchmarks.stream_profile [--clients 32] [--seconds 20] [--out DIR]
 
 Writes DIR/stream_profile_LABEL.txt (py-spy's raw collapsed stacks, all threads, idle samples left out) and
 prints the top frames: by own time (the leaf of each sample) and by total time (any frame of the
@@ -22,8 +22,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from http_overhead import BIN, ROOT, _closed_loop, pseudo_words, start_server  # docs/bench/, beside this script
-from measure import cpu_model
+from benchmarks.http_overhead import BIN, ROOT, _closed_loop, pseudo_words, start_server
+from benchmarks.measure import cpu_model
 
 
 def summary(raw: Path, top: int) -> str:
@@ -59,7 +59,7 @@ def main() -> int:
     p.add_argument("--top", type=int, default=15)
     p.add_argument("--label", default="run")
     p.add_argument("--server-repo", type=Path, default=ROOT)
-    p.add_argument("--out", type=Path, default=ROOT / "docs/bench")
+    p.add_argument("--out", type=Path, default=ROOT / "benchmarks/results")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     raw = args.out / f"stream_profile_{args.label}.txt"

@@ -1,7 +1,7 @@
 """Where a served request's CPU goes: the event loop, and on the engine thread the decoder's calls, the encoder's calls
 and the Python around them.
 
-    PYTHONPATH=$PWD .venv/bin/python docs/bench/tax_parts.py [--server-repo CHECKOUT] [--route /generate_stream]
+    .venv/bin/python -m benchmarks.tax_parts [--server-repo CHECKOUT] [--route /generate_stream]
         [--clients 1,64] [--requests 4000] [--engine-bench BENCH.json | --bench] [--cold] [--out DIR]
 
 Serves the default model from the checkout (`http_overhead.start_server`: core 0, `--threads 1`, max batch 32) with a
@@ -27,8 +27,8 @@ import sys
 import time
 from pathlib import Path
 
-import http_overhead as h  # docs/bench/, beside this script
-from measure import machine, signalled_totals, write_report  # docs/bench/, beside this script
+from benchmarks import http_overhead as h
+from benchmarks.measure import machine, signalled_totals, write_report
 
 SITECUSTOMIZE = """
 import os, signal, time

@@ -2,7 +2,7 @@
 reports of one or more runs: tokens/s ratios from the median wall-time round, and from the process's CPU time
 (best round), which a busy shared machine disturbs less. Median over the runs given.
 
-    python docs/bench/v2_ratios.py docs/bench/v2_round8/greedy_t1_r*.json
+    python -m benchmarks.v2_ratios benchmarks/results/v2_round8/greedy_t1_r*.json
 """
 
 from __future__ import annotations

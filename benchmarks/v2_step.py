@@ -5,7 +5,7 @@ written by the export code that builds real bundles). Each graph is called the w
 through `run_with_ort_values` with a past of P positions (the cache it concatenates grows with P), v2 through
 its IOBinding over [B, H, 136, Dh] buffers with every row's past length P. Best-of median over rounds.
 
-    taskset -c 1 .venv/bin/python docs/bench/v2_step.py --out docs/bench/v2_round8/step.json
+    taskset -c 1 .venv/bin/python -m benchmarks.v2_step --out benchmarks/results/v2_round8/step.json
 
 Reports ms per step for B in {1, 32} and P in {8, 32, 128}, v2 / v1, and v2's step at P=128 over P=8 (the
 issue's target: at most 1.15 at batch 1, since nothing copies the cache). Also counts each graph's nodes after
@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
-from measure import call_times, machine  # docs/bench/, beside this script
 
+from benchmarks.measure import call_times, machine
 from export.bench import synthetic_run
 from export.checks.steps import StepRunner, v2_session
 from export.pipeline.v2 import optimized_node_count
@@ -96,7 +96,7 @@ def main() -> None:
                 print(json.dumps(cells[-1]), flush=True)
     by = {(c["batch"], c["past"]): c for c in cells}
     report = {
-        "command": "docs/bench/v2_step.py",
+        "command": "python -m benchmarks.v2_step",
         "machine": machine(),
         "nodes_after_optimisation": nodes,
         "cells": cells,
