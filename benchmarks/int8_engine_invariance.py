@@ -1,6 +1,6 @@
 """Batch invariance through the engine: 2,000 words decoded alone, in shuffled batches of 32 and
 under continuous batching, greedy and seeded sampling, on the served int8 and on ONNX Runtime's
-dynamic int8 (derived from the same bundle's fp32 graphs). docs/BENCHMARKS.md, "The int8 gate".
+dynamic int8 (derived from the same bundle's fp32 graphs). benchmarks/HISTORY.md, "The int8 gate".
 The words and the three compositions are benchmarks/engine_compositions.py's, which the CI test
 tests/engine/test_invariance.py runs too.
 
