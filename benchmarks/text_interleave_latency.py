@@ -1,10 +1,14 @@
 """One-word request latency over HTTP, idle and while a 3,000-word text (every word read by the model, admitted in
 chunks) is read, on a server of the default bundle with default settings (docs/TEXT.md, "Limits").
 
-    .venv/bin/python -m benchmarks.text_interleave_latency
+    .venv/bin/python -m benchmarks.text_interleave_latency [--out benchmarks/results/text]
+
+Prints the figures and writes them, with the machine, to OUT/text_interleave_latency_TIME.json.
 """
 
+import argparse
 import random
+import sys
 import threading
 import time
 from pathlib import Path
@@ -12,6 +16,7 @@ from pathlib import Path
 import httpx
 
 from benchmarks.http_overhead import serve
+from benchmarks.measure import machine, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLE = ROOT / "models" / "g2p-en"
@@ -29,18 +34,29 @@ def p(xs, q):
 
 
 def main() -> None:
-    """Serve the default bundle (`attnserve-serve --threads 1`, every other setting its default) in a child process
-    and print the one-word latencies idle and beside the long text, and the long text's own times."""
+    """Serve the default bundle (`attnserve-serve --threads 1`, every other setting its default) in a child process;
+    print and write the one-word latencies idle and beside the long text, and the long text's own times."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "text")
+    args = ap.parse_args()
     proc, url = serve(ROOT, [str(BUNDLE), "--threads", "1"])
     try:
-        measure(url)
+        result = measure(url)
     finally:
         proc.kill()
         proc.wait()
+    command = " ".join(["python -m benchmarks.text_interleave_latency", *sys.argv[1:]])
+    result = {"command": command, "machine": machine(), **result}
+    print(f"raw: {write_report(args.out, 'text_interleave_latency', result)}")
 
 
-def measure(url: str) -> None:
-    """The measurement against the server at `url`."""
+def summary(seconds: list[float]) -> dict:
+    """n, p50 and p99 in ms of request times in seconds."""
+    return {"n": len(seconds), "p50_ms": round(p(seconds, 0.5) * 1e3, 2), "p99_ms": round(p(seconds, 0.99) * 1e3, 2)}
+
+
+def measure(url: str) -> dict:
+    """The measurement against the server at `url`: {"idle", "busy": summary, "text_s": [seconds per reading]}."""
     with httpx.Client(timeout=120) as c:
         for _ in range(5):
             c.post(url + "/generate", json=ONE)
@@ -76,6 +92,7 @@ def measure(url: str) -> None:
         print(f"idle  n={len(idle)} p50={p(idle, 0.5) * 1e3:.1f} ms p99={p(idle, 0.99) * 1e3:.1f} ms")
         print(f"busy  n={len(busy)} p50={p(busy, 0.5) * 1e3:.1f} ms p99={p(busy, 0.99) * 1e3:.1f} ms")
         print("3,000-word text (model only):", ", ".join(f"{x:.2f} s" for x in text_s))
+    return {"idle": summary(idle), "busy": summary(busy), "text_s": [round(x, 3) for x in text_s]}
 
 
 if __name__ == "__main__":
