@@ -21,7 +21,7 @@ One reader reads both IPA styles (`read_ipa`); where they write the same sound d
   as `alphabet: "ipa"` writes it, every diphthong and affricate tied, so there an untied pair is two phones
   (`ˈdɹɔɪŋ` "drawing" is D R AO1 IH0 NG; read as `espeak`, or with neither style's marks, it is D R OY1 NG);
 - espeak-ng's conventions where its en-us output and CMUdict differ in writing, not in sound: an `ɹ` right after
-  an r-coloured vowel belongs to it (`hˈɜːɹi` "hurry" HH ER1 IY0, `tˈɛmpɚɹəl` "temporal" T EH1 M P ER0 AH0 L), a
+  an r-coloured vowel belongs to it (`hˈɜːɹi` "hurry" HH ER1 IY0, `bᵻwˈɪldɚɹɪŋ` "bewildering" ... D ER0 IH0 NG), a
   doubled `ɹɹ` is one R, and `oː` (before `ɹ`: `mˈoːɹ` "more") is AO. These apply to IPA said to be `espeak`, or
   with a mark only espeak-ng writes (a length mark, `ᵻ`, `ɐ`, `ɾ`, `ʔ`); elsewhere `ɚɹ` is ER0 R as written;
 - a syllabic consonant (`n̩`, `l̩`, `m̩`: the mark U+0329) is AH0 and the consonant, as CMUdict writes it.
@@ -53,7 +53,6 @@ IPA_TO_ARPABET = {
     # monophthongs
     "ɑ": "AA",
     "ɒ": "AA",
-
     "a": "AA",
     "æ": "AE",
     "ʌ": "AH",
@@ -204,7 +203,6 @@ def _symbol_at(value: str, i: int, tied: bool) -> tuple[str | None, int]:
         if len(chars) == n and candidate in IPA_TO_ARPABET:
             return candidate, j
     return None, i
-
 
 
 def read_phones(value: str, alphabet: str | None = None) -> tuple[list[str], str]:
