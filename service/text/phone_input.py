@@ -118,8 +118,8 @@ class PhoneInputError(ValueError):
 
 WHAT = {
     "arpabet": "an ARPAbet phone",
-    "ipa": "an IPA symbol of English this server reads (docs/IPA.md)",
-    "espeak": "an IPA symbol of English this server reads (docs/IPA.md)",
+    "ipa": "an IPA symbol of English this server reads (docs/PRONUNCIATIONS.md)",
+    "espeak": "an IPA symbol of English this server reads (docs/PRONUNCIATIONS.md)",
 }
 
 
