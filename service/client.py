@@ -7,6 +7,7 @@
         for token in g.stream("attention"): ...        # engine StepResults as they come
         [r.text for r in g.generate_text_many(lines)]  # as the server answers: lexicon first, running text
         next(g.generate_text_many(["I love it 😀"])).warnings  # what was skipped: offsets, why (`details.warnings`)
+        next(g.generate_text_many(["Hi, New York"])).word_details()  # words, spans, answers (`details: "words"`)
         g.score("attention", ["AH0 T EH1 N SH AH0 N"])[0].total  # the model's log-probability of an answer (POST /score)
 
 `generate_text_many` answers as the HTTP API does, through the same request layer

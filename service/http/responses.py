@@ -293,7 +293,8 @@ class SSEWriter:
                 if not item.last:  # the common event, from pre-encoded parts: the bytes orjson gives the whole dict
                     top = b"null" if item.top_tokens is None else _json([token_object(t) for t in item.top_tokens])
                     token = _json(token_object(item.token))
-                    event = (self._index, token, top, self._word(item), _EVENT_END)
+                    word = b"" if item.word is None else self._word(item)  # most tokens complete no word
+                    event = (self._index, token, top, word, _EVENT_END)
                     gathered.append(b'data:{"index":%d,"token":%b,"top_tokens":%b%b%b' % event)
                 else:
                     gathered.append(b"data:" + _json(self._last_event(item)) + b"\n\n")
@@ -309,7 +310,7 @@ class SSEWriter:
 
     def _word(self, item: StreamToken) -> bytes:
         """`,"word":{...}`: the span of the word an event completes, with `details: "words"`; b"" otherwise."""
-        if item.word is None or not self.job.params.words_only:
+        if not self.job.params.words_only:
             return b""
         return b',"word":' + _json(word_span(self.job, item.word))
 

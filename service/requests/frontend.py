@@ -63,6 +63,7 @@ from service.engine.options import request_seed
 from service.engine.scheduler import Failed, Finished, Scheduler
 from service.errors import InvalidRequest
 from service.requests.forms import FormUnsupported, OutputForm, output_form
+from service.requests.overrides import pronounce
 from service.requests.streaming import StreamReader
 from service.requests.units import (
     CAUGHT_UP,
@@ -82,7 +83,7 @@ from service.requests.units import (
 from service.requests.validation import ValidRequest
 from service.text.context import ContextChooser, rank_by_context
 from service.text.lexicon import Lexicon
-from service.text.pronunciations import MAX_KEY_WORDS, Pronunciations
+from service.text.pronunciations import Pronunciations
 from service.text.reader import MAX_TEXT_CHARS, MAX_WORDS, Skipped, TextError, TextReader, Word
 
 
@@ -202,29 +203,8 @@ class TextFrontEnd:
         return self._forms[key]
 
     def pronounce(self, inputs: str, units: list[Unit], found: Pronunciations, options: DecodingOptions) -> list[Unit]:
-        """Give the words a request's pronunciations (checked: service/text/pronunciations.py) name their answer; the
-        words that share the span of a matching key (an acronym read letter by letter), or that a key of several
-        words matches ("New York"), become one."""
-        groups = word_groups(units)
-        out: list[Unit] = []
-        k = 0
-        while k < len(groups):
-            group, n = groups[k], 1
-            phrase = found.find_phrase(group_words(inputs, groups[k : k + MAX_KEY_WORDS])) if found.phrases else None
-            original = group_words(inputs, [group])[0][0]
-            if phrase is not None:
-                n, ids = phrase
-                pronounced = [(merged_unit(inputs, [u for g in groups[k : k + n] for u in g]), ids)]
-            elif len(group) > 1 and (ids := found.find(original)) is not None:  # the whole span is the key
-                pronounced = [(merged_unit(inputs, group), ids)]
-            else:
-                pronounced = [(u, found.find(original, u.text)) for u in group]
-            for u, ids in pronounced:
-                if ids is not None:
-                    u.known = [lexicon_answer(self.engine, ids, options.max_new_tokens, options.stop)]
-                out.append(u)
-            k += n
-        return out
+        """Give the words a request's pronunciations name their answer (service/requests/overrides.py)."""
+        return pronounce(self.engine, inputs, units, found, options)
 
     def units(self, text: str, truncate: int | None) -> list[Unit]:
         """The units of an input: its words (a word-level bundle), else the whole input, each within
@@ -517,34 +497,3 @@ def _take(u: Unit, events: list) -> bool:
             return True
         u.results.append(ev)
     return u.finished is not None
-
-
-def word_groups(units: list[Unit]) -> list[list[Unit]]:
-    """The units in groups of one word of the input each: the units that share a span (an acronym read letter by
-    letter) together, every other unit alone."""
-    groups: list[list[Unit]] = []
-    for u in units:
-        last = groups[-1][0].word if groups else None
-        if u.word is not None and last is not None and (last.start, last.end) == (u.word.start, u.word.end):
-            groups[-1].append(u)
-        else:
-            groups.append([u])
-    return groups
-
-
-def group_words(inputs: str, groups: list[list[Unit]]) -> list[tuple[str, str]]:
-    """Each group's word as a key is matched with it: its text in the input, and as read."""
-    out = []
-    for group in groups:
-        w = group[0].word
-        original = inputs[w.start : w.end] if w is not None else group[0].text.strip()
-        out.append((original, " ".join(u.text for u in group)))
-    return out
-
-
-def merged_unit(inputs: str, units: list[Unit]) -> Unit:
-    """Several units answered as one word (a key's pronunciation): its span covers theirs."""
-    start, end = units[0].word.start, units[-1].word.end
-    source_ids = [i for u in units for i in u.source_ids]
-    word = Word(inputs[start:end], start, end, tuple(source_ids))
-    return Unit(word.text, word, source_ids, [])
