@@ -63,6 +63,7 @@ from service.engine.options import request_seed
 from service.engine.scheduler import Failed, Finished, Scheduler
 from service.errors import InvalidRequest
 from service.requests.forms import FormUnsupported, OutputForm, output_form
+from service.requests.overrides import pronounce
 from service.requests.streaming import StreamReader
 from service.requests.units import (
     CAUGHT_UP,
@@ -202,33 +203,8 @@ class TextFrontEnd:
         return self._forms[key]
 
     def pronounce(self, inputs: str, units: list[Unit], found: Pronunciations, options: DecodingOptions) -> list[Unit]:
-        """Give the words a request's pronunciations (checked: service/text/pronunciations.py) name their answer; the
-        words that share the span of a matching key (an acronym read letter by letter) become one."""
-        out: list[Unit] = []
-        k = 0
-        while k < len(units):
-            u = units[k]
-            span = (u.word.start, u.word.end) if u.word is not None else None
-            group = 1
-            while span is not None and k + group < len(units) and units[k + group].word is not None:
-                w = units[k + group].word
-                if (w.start, w.end) != span:
-                    break
-                group += 1
-            original = inputs[span[0] : span[1]] if span is not None else u.text.strip()
-            ids = found.find(original)
-            if ids is not None and group > 1:  # the whole span is the key: one word with its pronunciation
-                word = Word(original, span[0], span[1], u.word.source_ids)
-                u = Unit(original, word, u.source_ids, [])
-                out.append(u)
-            else:
-                group = 1
-                ids = found.find(original, u.text)
-                out.append(u)
-            if ids is not None:
-                u.known = [lexicon_answer(self.engine, ids, options.max_new_tokens, options.stop)]
-            k += group
-        return out
+        """Give the words a request's pronunciations name their answer (service/requests/overrides.py)."""
+        return pronounce(self.engine, inputs, units, found, options)
 
     def units(self, text: str, truncate: int | None) -> list[Unit]:
         """The units of an input: its words (a word-level bundle), else the whole input, each within

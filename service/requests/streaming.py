@@ -76,7 +76,7 @@ class StreamReader:
         for j, t in enumerate(tokens):
             end = j == len(tokens) - 1
             reason = u.known[0].finish_reason if end else None
-            out.append(StreamToken(job.separated(t, k, j), None, reason, last_unit and end))
+            out.append(StreamToken(job.separated(t, k, j), None, reason, last_unit and end, k if end else None))
         out.append(CAUGHT_UP)
 
     def _take(self, events: list, out: list) -> bool:
@@ -107,6 +107,6 @@ class StreamReader:
                     top = [job.separated(t, k, self._position) for t in top]
                 token = job.separated(token, k, self._position)
                 self._position += 1
-                out.append(StreamToken(token, top, reason, last_unit and reason is not None))
+                out.append(StreamToken(token, top, reason, last_unit and reason is not None, None if reason is None else k))
         out.append(CAUGHT_UP)
         return u.finished is not None
