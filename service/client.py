@@ -81,10 +81,17 @@ class TextResult:
     # running text's characters that were not read (an emoji, a letter of another script), with their offsets in
     # the line and why: the HTTP answer's `details.warnings`; empty when nothing was skipped
     warnings: tuple[Skipped, ...] = ()
+    # what goes before each word instead of `separator` (alphabet "espeak": a space, nothing before a mark)
+    joints: tuple[str, ...] | None = None
 
     @property
     def text(self) -> str:
-        return self.separator.join(a[0].text for a in self.answers)
+        return self.join([a[0].text for a in self.answers])
+
+    def join(self, texts: list[str]) -> str:
+        if self.joints is None:
+            return self.separator.join(texts)
+        return "".join(j + t for j, t in zip(self.joints, texts))
 
     def ranked(self) -> list[TextAnswer]:
         """The line's n-best: rank k joins every word's k-th answer (a word with fewer keeps its last);
@@ -96,7 +103,7 @@ class TextResult:
             sources = {p.source for p in picked}
             out.append(
                 TextAnswer(
-                    self.separator.join(p.text for p in picked),
+                    self.join([p.text for p in picked]),
                     float(np.mean(scores)) if None not in scores else None,
                     sources.pop() if len(sources) == 1 else "mixed",
                 )
@@ -224,7 +231,7 @@ class Generator:
         reads heteronyms as the lexicon's first entry; `punctuation` keeps
         running text's pauses as units of their own (the mark is their answer, source "punctuation"). A line that
         cannot be read yields its InputError in its place. Up to `window` lines (default 4 x max_batch_size)
-        are in flight, so the model's words of many lines share the batch. `alphabet` ("arpabet" or "ipa"), `stress`
+        are in flight, so the model's words of many lines share the batch. `alphabet` ("arpabet", "ipa" or "espeak"), `stress`
         and `pronunciations` ({word: ARPAbet}, for these lines only) are the HTTP parameters of the same names; a
         bad one raises InputError before any line is read."""
         options = self.options(**{"token_text": False, **params})  # whole answers, as from `generate`
@@ -261,7 +268,8 @@ class Generator:
             raise GenerationError(e.message) from None
         answers = [[TextAnswer(a.text, a.score, a.source) for a in job.answers(u)[0]] for u in job.units]
         separator = self.text.reader.separator if self.text.reader else ""
-        return TextResult([u.text for u in job.units], answers, separator, tuple(job.skipped))
+        joints = tuple(job.written.joints) if job.written is not None else None
+        return TextResult([u.text for u in job.units], answers, separator, tuple(job.skipped), joints)
 
     def samples(self) -> list[str]:
         """Inputs of the model's own task, as GET /samples offers them (service/requests/samples.py); [] when the bundle

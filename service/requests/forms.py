@@ -1,4 +1,5 @@
-"""Output forms: a request's answer in ARPAbet or IPA, with or without stress (`parameters.alphabet`, `.stress`).
+"""Output forms: a request's answer in ARPAbet, IPA or espeak-ng's IPA, with or without stress (`parameters.alphabet`,
+`.stress`).
 
 The engine and the lexicon answer in the model's own target tokens (ARPAbet with stress digits for G2P).
 An `OutputForm` rewrites a unit's answer, its text and each of its tokens' texts, from its token ids:
@@ -6,13 +7,18 @@ An `OutputForm` rewrites a unit's answer, its text and each of its tokens' texts
 - ARPAbet without stress: each phone without its digit, the tokens' texts as the model's are
   (the first phone bare, the others after a space): `AH T EH N SH AH N`;
 - IPA (service/text/ipa.py): each phone's symbol, no spaces inside a word, the stress mark in front
-  of the first phone of its syllable (`ə`, `ˈt`, `ɛ`, `n`, ...): `əˈtɛnʃən`.
+  of the first phone of its syllable (`ə`, `ˈt`, `ɛ`, `n`, ...): `əˈtɛnʃən`;
+- espeak (service/text/espeak.py): espeak-ng's en-us IPA, what Piper's voices read: the stress mark on the vowel's
+  text, length marks, flaps (`ɐ`, `t`, `ˈɛ`, `n`, `ʃ`, `ə`, `n`: `ɐtˈɛnʃən`). A function word of running text takes
+  its weak form as a whole (`weak`, decided by the word's neighbours: `EspeakText`), written on its first token; words
+  are joined by a space and a kept mark is written against the word before it, as Piper's phonemizer joins them.
 
 Token ids, log-probabilities, the end token (text '') and word offsets stay as they are, so the tokens'
 texts still concatenate to the text. Where a stress mark goes depends on the syllable's vowel, which comes
-after its onset, so a stream in IPA with stress holds a word's tokens until the word has ended
-(`FormStream`); the other forms stream token by token. The texts of `top_n_tokens` alternatives are
-each phone alone in the form (no stress mark: an alternative has no syllable).
+after its onset, and espeak's flaps and reduced vowels on the phones after them, so a stream in IPA with stress, or
+in espeak, holds a word's tokens until the word has ended (`FormStream`); the other forms stream token by token.
+The texts of `top_n_tokens` alternatives are each phone alone in the form (no stress mark: an alternative has no
+syllable).
 """
 
 from __future__ import annotations
@@ -22,10 +28,10 @@ from dataclasses import dataclass
 
 from tokenizers import Tokenizer
 
-from service.requests.units import Token
-from service.text import ipa
+from service.requests.units import Token, Unit
+from service.text import espeak, ipa
 
-ALPHABETS = ("arpabet", "ipa")
+ALPHABETS = ("arpabet", "ipa", "espeak")
 
 
 @dataclass(frozen=True)
@@ -39,28 +45,35 @@ class OutputForm:
     @property
     def incremental(self) -> bool:
         """Whether a token's text is known when the token is (False: it waits for its word's end)."""
-        return not (self.alphabet == "ipa" and self.stress)
+        return self.alphabet == "arpabet" or (self.alphabet == "ipa" and not self.stress)
 
-    def texts(self, ids: Sequence[int]) -> list[str]:
-        """Each token's text, for one word's (non-special) token ids; they concatenate to `text(ids)`."""
+    def texts(self, ids: Sequence[int], weak: str | None = None) -> list[str]:
+        """Each token's text, for one word's (non-special) token ids; they concatenate to `text(ids)`. `weak`: the
+        word's whole text instead (espeak's weak form of a function word), on its first token."""
+        if weak is not None and ids:
+            return [weak] + [""] * (len(ids) - 1)
         phones = [self.vocab[i] for i in ids]
+        if self.alphabet == "espeak":
+            return list(espeak.word_texts(tuple(phones), self.stress))
         if self.alphabet == "ipa":
             return ipa.ipa_symbols(phones, self.stress)
         return [(" " if k else "") + (ipa.strip_stress(p) if ipa.is_arpabet(p) else "") for k, p in enumerate(phones)]
 
-    def text(self, ids: Sequence[int]) -> str:
-        return "".join(self.texts(ids))
+    def text(self, ids: Sequence[int], weak: str | None = None) -> str:
+        return "".join(self.texts(ids, weak))
 
     def alone(self, token_id: int, first: bool) -> str:
         """One token's text with nothing around it to place a mark by: a top_n_tokens alternative."""
         phone = self.vocab[token_id]
+        if self.alphabet == "espeak":
+            return espeak.phone_symbol(phone) if ipa.is_arpabet(phone) else ""
         if self.alphabet == "ipa":
             return ipa.phone_symbol(phone) if ipa.is_arpabet(phone) else ""
         return ("" if first else " ") + (phone if self.stress else ipa.strip_stress(phone))
 
-    def tokens(self, tokens: list[Token]) -> list[Token]:
-        """One word's tokens with their texts in this form (special tokens keep '')."""
-        texts = iter(self.texts([t.id for t in tokens if not t.special]))
+    def tokens(self, tokens: list[Token], weak: str | None = None) -> list[Token]:
+        """One word's tokens with their texts in this form (special tokens keep ''); `weak` as in `texts`."""
+        texts = iter(self.texts([t.id for t in tokens if not t.special], weak))
         return [t if t.special else t.with_text(next(texts)) for t in tokens]
 
     def top(self, steps: list[list[Token]] | None, offset: int = 0) -> list[list[Token]] | None:
@@ -128,3 +141,55 @@ class FormStream:
 
     def alternatives(self, step: list[Token] | None) -> list[Token] | None:
         return None if step is None else self.form.alternatives(step, self.sent)
+
+
+PAUSES = frozenset(".,;:!?\u2014\u2013\u2026")  # between two words, these end a phrase (espeak's "final" forms)
+
+
+class EspeakText:
+    """Running text in espeak's form, as Piper's phonemizer joins it: what goes before each unit (a space before a word,
+    nothing before a mark of punctuation, which Piper writes against the word before it), each kept mark as Piper
+    writes it (service/text/espeak.py `mark_text`), and each function word's weak form by its neighbours.
+
+    `units` are a request's units in text order; `pinned`: the units whose answer the request itself gave
+    (`pronunciations`), which keep it. A weak form replaces a lexicon answer only (a model's answer, asked for with
+    `lexicon: false`, is the model's). Its position: `alone` when it is the text's only word, `final` before a pause
+    (a kept mark, or a pause mark between it and the next word) or at the end, else `vowel` or `consonant` by the
+    next word's first sound: its lexicon answer's first phone, or its first letter when the model answers it."""
+
+    def __init__(self, form: OutputForm, inputs: str, units: list[Unit], pinned: frozenset[int] = frozenset()):
+        self.weak: dict[int, str] = {}  # unit index -> its best answer's text
+        self.marks: dict[int, str] = {}  # unit index (a kept mark) -> its text
+        self.joints: list[str] = []  # unit index -> the text before it
+        words = [k for k, u in enumerate(units) if u.word is not None and not u.word.punctuation]
+        written = False
+        for k, u in enumerate(units):
+            if u.word is not None and u.word.punctuation:
+                self.marks[k] = espeak.mark_text(u.text)
+                self.joints.append("")
+                written = written or bool(self.marks[k])
+                continue
+            self.joints.append(" " if written else "")
+            written = True
+            if k in pinned or not u.known or u.known[0].source not in ("lexicon", "context"):
+                continue
+            position = "alone" if len(words) == 1 else self._position(form, inputs, units, k)
+            weak = espeak.weak_form(u.text, position, form.stress)
+            if weak is not None:
+                self.weak[k] = weak
+
+    @staticmethod
+    def _position(form: OutputForm, inputs: str, units: list[Unit], k: int) -> str:
+        if k + 1 == len(units):
+            return "final"
+        u, nxt = units[k], units[k + 1]
+        if nxt.word is None or nxt.word.punctuation or PAUSES.intersection(inputs[u.word.end : nxt.word.start]):
+            return "final"
+        if nxt.known and nxt.known[0].token_ids:
+            first = form.vocab[nxt.known[0].token_ids[0]]
+            return "vowel" if ipa.is_arpabet(first) and ipa.is_vowel(first) else "consonant"
+        return "vowel" if nxt.text[:1].lower() in "aeiou" else "consonant"
+
+    def join(self, texts: Sequence[str]) -> str:
+        """generated_text for the units' texts (in this form), in order."""
+        return "".join(j + t for j, t in zip(self.joints, texts))

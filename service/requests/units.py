@@ -85,7 +85,7 @@ class TextParams:
     return_full_text: bool = False  # generated_text starts with the input
     punctuation: bool = False  # running text: sentence and phrase punctuation kept as its own units between words
     # output form and per-request pronunciations (service/requests/forms.py, service/text/pronunciations.py)
-    alphabet: str = "arpabet"  # or "ipa"
+    alphabet: str = "arpabet"  # or "ipa", "espeak"
     stress: bool = True  # False: no stress digits (ARPAbet) or marks (IPA)
     pronunciations: Mapping[str, str] | None = None  # word -> phones, this request only
     context: bool = True  # False: a heteronym reads as the lexicon's first entry, whatever the sentence
