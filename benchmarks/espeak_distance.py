@@ -109,10 +109,11 @@ def compare(items: list[str], answers: list[str], keys: set[str]) -> dict:
 def write_function_words(path: Path) -> None:
     rows = []
     for w in FUNCTION_WORDS:
-        alone = espeak(w)
-        final = espeak("we saw " + w).split()
-        consonant = espeak("we saw " + w + " dog").split()
-        vowel = espeak("we saw " + w + " old dog").split()
+        said = re.sub(r"^i\b", "I", w)  # espeak-ng reads a lower-case "i" as the letter
+        alone = espeak(said)
+        final = espeak("we saw " + said).split()
+        consonant = espeak("we saw " + said + " dog").split()
+        vowel = espeak("we saw " + said + " old dog").split()
         if len(final) != 3 or len(consonant) != 4 or len(vowel) != 5:
             print(f"skipped {w!r}: espeak-ng joined it to a neighbour ({final}, {consonant}, {vowel})", file=sys.stderr)
             continue

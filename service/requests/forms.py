@@ -47,20 +47,24 @@ class OutputForm:
         """Whether a token's text is known when the token is (False: it waits for its word's end)."""
         return self.alphabet == "arpabet" or (self.alphabet == "ipa" and not self.stress)
 
-    def texts(self, ids: Sequence[int], weak: str | None = None) -> list[str]:
+    def texts(self, ids: Sequence[int], weak: str | None = None, link: bool = False) -> list[str]:
         """Each token's text, for one word's (non-special) token ids; they concatenate to `text(ids)`. `weak`: the
-        word's whole text instead (espeak's weak form of a function word), on its first token."""
+        word's whole text instead (espeak's weak form of a function word), on its first token; `link`: espeak's
+        linking r after a final ER before a vowel ("number of" nˈʌmbɚɹ ʌv), on its last token."""
         if weak is not None and ids:
             return [weak] + [""] * (len(ids) - 1)
         phones = [self.vocab[i] for i in ids]
         if self.alphabet == "espeak":
-            return list(espeak.word_texts(tuple(phones), self.stress))
+            texts = list(espeak.word_texts(tuple(phones), self.stress))
+            if link and texts:
+                texts[-1] += "ɹ"
+            return texts
         if self.alphabet == "ipa":
             return ipa.ipa_symbols(phones, self.stress)
         return [(" " if k else "") + (ipa.strip_stress(p) if ipa.is_arpabet(p) else "") for k, p in enumerate(phones)]
 
-    def text(self, ids: Sequence[int], weak: str | None = None) -> str:
-        return "".join(self.texts(ids, weak))
+    def text(self, ids: Sequence[int], weak: str | None = None, link: bool = False) -> str:
+        return "".join(self.texts(ids, weak, link))
 
     def alone(self, token_id: int, first: bool) -> str:
         """One token's text with nothing around it to place a mark by: a top_n_tokens alternative."""
@@ -71,9 +75,9 @@ class OutputForm:
             return ipa.phone_symbol(phone) if ipa.is_arpabet(phone) else ""
         return ("" if first else " ") + (phone if self.stress else ipa.strip_stress(phone))
 
-    def tokens(self, tokens: list[Token], weak: str | None = None) -> list[Token]:
-        """One word's tokens with their texts in this form (special tokens keep ''); `weak` as in `texts`."""
-        texts = iter(self.texts([t.id for t in tokens if not t.special], weak))
+    def tokens(self, tokens: list[Token], weak: str | None = None, link: bool = False) -> list[Token]:
+        """One word's tokens with their texts in this form (special tokens keep ''); `weak`, `link` as in `texts`."""
+        texts = iter(self.texts([t.id for t in tokens if not t.special], weak, link))
         return [t if t.special else t.with_text(next(texts)) for t in tokens]
 
     def top(self, steps: list[list[Token]] | None, offset: int = 0) -> list[list[Token]] | None:
@@ -155,10 +159,12 @@ class EspeakText:
     (`pronunciations`), which keep it. A weak form replaces a lexicon answer only (a model's answer, asked for with
     `lexicon: false`, is the model's). Its position: `alone` when it is the text's only word, `final` before a pause
     (a kept mark, or a pause mark between it and the next word) or at the end, else `vowel` or `consonant` by the
-    next word's first sound: its lexicon answer's first phone, or its first letter when the model answers it."""
+    next word's first sound: its lexicon answer's first phone, or its first letter when the model answers it. Another
+    lexicon answer that ends in ER before a vowel takes a linking r, as espeak-ng writes it (`linked`)."""
 
     def __init__(self, form: OutputForm, inputs: str, units: list[Unit], pinned: frozenset[int] = frozenset()):
         self.weak: dict[int, str] = {}  # unit index -> its best answer's text
+        self.linked: set[int] = set()  # unit indices whose best answer ends with a linking r
         self.marks: dict[int, str] = {}  # unit index (a kept mark) -> its text
         self.joints: list[str] = []  # unit index -> the text before it
         words = [k for k, u in enumerate(units) if u.word is not None and not u.word.punctuation]
@@ -177,6 +183,8 @@ class EspeakText:
             weak = espeak.weak_form(u.text, position, form.stress)
             if weak is not None:
                 self.weak[k] = weak
+            elif position == "vowel" and u.known[0].token_ids and form.vocab[u.known[0].token_ids[-1]][:2] == "ER":
+                self.linked.add(k)
 
     @staticmethod
     def _position(form: OutputForm, inputs: str, units: list[Unit], k: int) -> str:

@@ -355,8 +355,8 @@ class TextRequest:
             k = self._index[id(u)]
             if k in self.written.marks:
                 return self.written.marks[k]
-            weak = self.written.weak.get(k)
-            return self.form.text(u.known[0].token_ids if u.known else u.ticket.generation.token_ids, weak)
+            ids = u.known[0].token_ids if u.known else u.ticket.generation.token_ids
+            return self.form.text(ids, self.written.weak.get(k), k in self.written.linked)
         if self.form is not None and not is_mark(u):
             return self.form.text(u.known[0].token_ids if u.known else u.ticket.generation.token_ids)
         return u.known[0].text if u.known else u.ticket.generation.text
@@ -381,10 +381,10 @@ class TextRequest:
             return [dataclasses.replace(a, text=mark, tokens=[t.with_text(mark) for t in a.tokens]) for a in answers], top
         if self.form is None or is_mark(u):  # a kept mark of punctuation is written as itself in every other form
             return answers, top
-        weak = self.written.weak.get(k) if k is not None else None
+        weak, link = (self.written.weak.get(k), k in self.written.linked) if k is not None else (None, False)
         written = [
-            dataclasses.replace(a, text=self.form.text(a.token_ids, w), tokens=self.form.tokens(a.tokens, w))
-            for a, w in zip(answers, [weak] + [None] * (len(answers) - 1))
+            dataclasses.replace(a, text=self.form.text(a.token_ids, w, n), tokens=self.form.tokens(a.tokens, w, n))
+            for a, (w, n) in zip(answers, [(weak, link)] + [(None, False)] * (len(answers) - 1))
         ]
         return written, self.form.top(top)
 

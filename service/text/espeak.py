@@ -89,20 +89,24 @@ def word_texts(phones: tuple[str, ...], stress: bool = True) -> tuple[str, ...]:
 
 
 def _demoted(split: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The secondary stresses espeak-ng leaves out, each vowel keeping its stressed quality (digit "d"): one right
-    before the primary on a word's first vowel ("instead" ɪnstˈɛd), one right after it ("access" ˈæksɛs), and a
-    final IY's ("probably" pɹˈɑːbəbli, which also takes the unstressed quality)."""
+    """The word's stresses as espeak-ng places them: one primary a word, the last (the others become secondary:
+    "FBI" ˌɛfbˌiːˈaɪ); no secondary stress right before the primary on a word's first vowel ("instead" ɪnstˈɛd) or
+    right after it ("access" ˈæksɛs), those vowels keeping their stressed quality (digit "d"); and a final IY
+    unstressed ("probably" pɹˈɑːbəbli)."""
     vowels = [i for i, (b, _) in enumerate(split) if b in VOWELS]
     if len(vowels) < 2:
         return split
     out = list(split)
-    digits = [split[v][1] for v in vowels]
-    primary = digits.index("1") if "1" in digits else None
-    if primary == 1 and digits[0] == "2":
-        out[vowels[0]] = (split[vowels[0]][0], "d")
-    if primary is not None and primary + 1 < len(vowels) and digits[primary + 1] == "2":
-        v = vowels[primary + 1]
-        out[v] = (split[v][0], "d")
+    primaries = [v for v in vowels if split[v][1] == "1"]
+    for v in primaries[:-1]:
+        out[v] = (split[v][0], "2")
+    digits = [out[v][1] for v in vowels]
+    if primaries:
+        k = vowels.index(primaries[-1])  # the primary's place among the vowels
+        if k == 1 and digits[0] == "2":
+            out[vowels[0]] = (split[vowels[0]][0], "d")
+        if k + 1 < len(vowels) and digits[k + 1] == "2":
+            out[vowels[k + 1]] = (split[vowels[k + 1]][0], "d")
     last = vowels[-1]
     if split[last] == ("IY", "2") and last == len(split) - 1:
         out[last] = ("IY", "0")
@@ -131,8 +135,8 @@ def _vowel(split: list[tuple[str, str]], i: int, stress: bool) -> str:
         text = _reduced(split, i, text)
     elif base == "AO" and nxt == "R":
         text = "oː"  # "more" mˈoːɹ
-    elif base == "AO" and nxt in ("NG", "F"):
-        text = "ɔ"  # "long" lˈɔŋ, "off" ˈɔf
+    elif base == "AO" and nxt in ("NG", "F", "S"):
+        text = "ɔ"  # "long" lˈɔŋ, "off" ˈɔf, "lost" lˈɔst
     if base == "IY" and not stressed and nxt in VOWELS:
         text = "iː" if _stressed(nxt_digit) else "i"  # "create" kɹiːˈeɪt, "various" vˈɛɹiəs
     if base == "ER" and digit == "0" and nxt == "AH" and nxt_digit == "0" and after == "N" and prev in CONSONANTS:
@@ -164,6 +168,8 @@ def _reduced(split: list[tuple[str, str]], i: int, text: str) -> str:
         return REDUCED_A  # "about" ɐbˈaʊt
     if base == "IH" and first_vowel and i == 1 and (prev, nxt) in REDUCED_PREFIXES:
         return REDUCED_I  # re-, de-, be-: "remain" ɹᵻmˈeɪn, "delete" dᵻlˈiːt
+    if base in ("AH", "IY") and first_vowel and i == 1 and prev == "R" and nxt in CONSONANTS:
+        return REDUCED_I  # re-: "receive" ɹᵻsˈiːv, "release" ɹᵻlˈiːs
     if base == "AH" and prev == "Y":
         return "ʊ" if nxt == "L" else "uː"  # "regular" ɹˈɛɡjʊlɚ, "argument" ˈɑːɹɡjuːmənt
     if base == "AH" and nxt == "JH" and i == n - 2:
