@@ -24,7 +24,7 @@ syllable).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tokenizers import Tokenizer
 
@@ -32,6 +32,7 @@ from service.requests.units import Token, Unit
 from service.text import espeak, ipa
 
 ALPHABETS = ("arpabet", "ipa", "espeak")
+WORD_CACHE = 1 << 17  # words an espeak form remembers
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,8 @@ class OutputForm:
     alphabet: str
     stress: bool
     vocab: Sequence[str]
+    # a word's text by its token ids, for espeak (a word already seen is one dict lookup); bounded by WORD_CACHE
+    _words: dict[tuple[int, ...], str] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def incremental(self) -> bool:
@@ -64,7 +67,17 @@ class OutputForm:
         return [(" " if k else "") + (ipa.strip_stress(p) if ipa.is_arpabet(p) else "") for k, p in enumerate(phones)]
 
     def text(self, ids: Sequence[int], weak: str | None = None, link: bool = False) -> str:
-        return "".join(self.texts(ids, weak, link))
+        if weak is not None and ids:
+            return weak
+        if self.alphabet != "espeak":
+            return "".join(self.texts(ids))
+        key = tuple(ids)
+        text = self._words.get(key)
+        if text is None:
+            text = "".join(self.texts(key))
+            if len(self._words) < WORD_CACHE:
+                self._words[key] = text
+        return text + "ɹ" if link and text else text
 
     def alone(self, token_id: int, first: bool) -> str:
         """One token's text with nothing around it to place a mark by: a top_n_tokens alternative."""
@@ -168,6 +181,7 @@ class EspeakText:
         self.marks: dict[int, str] = {}  # unit index (a kept mark) -> its text
         self.joints: list[str] = []  # unit index -> the text before it
         words = [k for k, u in enumerate(units) if u.word is not None and not u.word.punctuation]
+        table = espeak.function_words()
         written = False
         for k, u in enumerate(units):
             if u.word is not None and u.word.punctuation:
@@ -179,11 +193,14 @@ class EspeakText:
             written = True
             if k in pinned or not u.known or u.known[0].source not in ("lexicon", "context"):
                 continue
+            ids = u.known[0].token_ids
+            weak = u.text.lower() in table
+            if not (weak or (ids and form.vocab[ids[-1]][:2] == "ER")):
+                continue  # most words: neither a function word nor one to link
             position = "alone" if len(words) == 1 else self._position(form, inputs, units, k)
-            weak = espeak.weak_form(u.text, position, form.stress)
-            if weak is not None:
-                self.weak[k] = weak
-            elif position == "vowel" and u.known[0].token_ids and form.vocab[u.known[0].token_ids[-1]][:2] == "ER":
+            if weak:
+                self.weak[k] = espeak.weak_form(u.text, position, form.stress)
+            elif position == "vowel":
                 self.linked.add(k)
 
     @staticmethod
