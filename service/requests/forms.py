@@ -42,8 +42,9 @@ class OutputForm:
     alphabet: str
     stress: bool
     vocab: Sequence[str]
-    # a word's text by its token ids, for espeak (a word already seen is one dict lookup); bounded by WORD_CACHE
-    _words: dict[tuple[int, ...], str] = field(default_factory=dict, compare=False, repr=False)
+    # espeak: a word's text by its token ids or its answer's text (`spoken`), so a word already seen is one dict
+    # lookup; at most WORD_CACHE of them
+    _words: dict[tuple[int, ...] | str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def incremental(self) -> bool:
@@ -77,6 +78,18 @@ class OutputForm:
             text = "".join(self.texts(key))
             if len(self._words) < WORD_CACHE:
                 self._words[key] = text
+        return text + "ɹ" if link and text else text
+
+    def spoken(self, answer: str, weak: str | None = None, link: bool = False) -> str:
+        """espeak: a word's text from its answer in the model's own text ("AH0 T EH1 N SH AH0 N"; its tokens' texts
+        joined by spaces), memoised on that string: generated_text without building the token ids."""
+        if weak is not None:
+            return weak
+        text = self._words.get(answer)
+        if text is None:
+            text = "".join(espeak.word_texts(tuple(answer.split()), self.stress))
+            if len(self._words) < WORD_CACHE:
+                self._words[answer] = text
         return text + "ɹ" if link and text else text
 
     def alone(self, token_id: int, first: bool) -> str:
@@ -160,6 +173,7 @@ class FormStream:
         return None if step is None else self.form.alternatives(step, self.sent)
 
 
+ENDS_IN_ER = ("ER0", "ER1", "ER2", "ER")  # an answer, in the model's own text, whose last phone is ER
 PAUSES = frozenset(".,;:!?\u2014\u2013\u2026")  # between two words, these end a phrase (espeak's "final" forms)
 
 
@@ -180,39 +194,41 @@ class EspeakText:
         self.linked: set[int] = set()  # unit indices whose best answer ends with a linking r
         self.marks: dict[int, str] = {}  # unit index (a kept mark) -> its text
         self.joints: list[str] = []  # unit index -> the text before it
-        words = [k for k, u in enumerate(units) if u.word is not None and not u.word.punctuation]
+        alone = sum(1 for u in units if u.word is None or not u.word.punctuation) == 1
         table = espeak.function_words()
         written = False
         for k, u in enumerate(units):
             if u.word is not None and u.word.punctuation:
-                self.marks[k] = espeak.mark_text(u.text)
+                mark = self.marks[k] = espeak.mark_text(u.text)
                 self.joints.append("")
-                written = written or bool(self.marks[k])
+                written = written or bool(mark)
                 continue
             self.joints.append(" " if written else "")
             written = True
             if k in pinned or not u.known or u.known[0].source not in ("lexicon", "context"):
                 continue
-            ids = u.known[0].token_ids
-            weak = u.text.lower() in table
-            if not (weak or (ids and form.vocab[ids[-1]][:2] == "ER")):
+            forms = table.get(u.text.lower())
+            if forms is None and not u.known[0].text.endswith(ENDS_IN_ER):
                 continue  # most words: neither a function word nor one to link
-            position = "alone" if len(words) == 1 else self._position(form, inputs, units, k)
-            if weak:
-                self.weak[k] = espeak.weak_form(u.text, position, form.stress)
+            position = "alone" if alone else self._position(inputs, units, k)
+            if forms is not None:
+                self.weak[k] = forms.at(position) if form.stress else espeak.unstressed(forms.at(position))
             elif position == "vowel":
                 self.linked.add(k)
 
     @staticmethod
-    def _position(form: OutputForm, inputs: str, units: list[Unit], k: int) -> str:
+    def _position(inputs: str, units: list[Unit], k: int) -> str:
         if k + 1 == len(units):
             return "final"
         u, nxt = units[k], units[k + 1]
-        if nxt.word is None or nxt.word.punctuation or PAUSES.intersection(inputs[u.word.end : nxt.word.start]):
+        if nxt.word is None or nxt.word.punctuation:
             return "final"
-        if nxt.known and nxt.known[0].token_ids:
-            first = form.vocab[nxt.known[0].token_ids[0]]
-            return "vowel" if ipa.is_arpabet(first) and ipa.is_vowel(first) else "consonant"
+        between = inputs[u.word.end : nxt.word.start]
+        if between != " " and PAUSES.intersection(between):
+            return "final"
+        if nxt.known and nxt.known[0].text:
+            first = nxt.known[0].text.split(" ", 1)[0]  # its answer's first phone, in the model's own text
+            return "vowel" if ipa.is_vowel(first) else "consonant"
         return "vowel" if nxt.text[:1].lower() in "aeiou" else "consonant"
 
     def join(self, texts: Sequence[str]) -> str:

@@ -355,8 +355,8 @@ class TextRequest:
             k = self._index[id(u)]
             if k in self.written.marks:
                 return self.written.marks[k]
-            ids = u.known[0].token_ids if u.known else u.ticket.generation.token_ids
-            return self.form.text(ids, self.written.weak.get(k), k in self.written.linked)
+            answer = u.known[0].text if u.known else u.ticket.generation.text
+            return self.form.spoken(answer, self.written.weak.get(k), k in self.written.linked)
         if self.form is not None and not is_mark(u):
             return self.form.text(u.known[0].token_ids if u.known else u.ticket.generation.token_ids)
         return u.known[0].text if u.known else u.ticket.generation.text

@@ -232,8 +232,12 @@ def weak_form(word: str, position: str, stress: bool = True) -> str | None:
     forms = function_words().get(word.lower())
     if forms is None:
         return None
-    text = forms.at(position)
-    return text if stress else text.replace(PRIMARY, "").replace(SECONDARY, "")
+    return forms.at(position) if stress else unstressed(forms.at(position))
+
+
+def unstressed(text: str) -> str:
+    """`text` without its stress marks (its length marks stay)."""
+    return text.replace(PRIMARY, "").replace(SECONDARY, "")
 
 
 def mark_text(mark: str) -> str:
