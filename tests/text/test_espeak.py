@@ -14,6 +14,7 @@ import pytest
 from service_harness import serving, stream
 
 from service.client import Generator
+from service.requests.units import TextParams
 from service.text import espeak
 from training.data import cmudict_path, parse_cmudict
 
@@ -163,6 +164,26 @@ def test_a_3000_word_mixed_text_is_all_piper_symbols(generator):
         assert words >= 3000
         outside = {c for a in answers for c in a if c not in PIPER_KEYS}
         assert not outside, outside
+
+
+def test_a_word_is_written_alike_from_its_token_ids_and_from_its_answer_text(generator):
+    form = generator.text.output_form(TextParams(alphabet="espeak"))
+    tokenizer = generator.engine.tgt_tokenizer
+    for pron in ("AH0 T EH1 N SH AH0 N", "B AH1 T AH0 N", "W AO1 T ER0", "EH1 F B IY1 AY1"):
+        ids = tokenizer.encode(pron, add_special_tokens=False).ids
+        assert form.spoken(pron) == form.text(ids) == "".join(form.texts(ids)) == espeak.to_espeak(pron)
+        assert form.spoken(pron, link=True) == form.text(ids, link=True) == espeak.to_espeak(pron) + "ɹ"
+
+
+def test_attnserve_generate_writes_espeak(tmp_path):
+    from service.cli import generate_main
+
+    words = tmp_path / "words.txt"
+    words.write_text("attention\nthe apple and the pear\n")
+    out = tmp_path / "out.tsv"
+    argv = [str(words), "-o", str(out), "--bundle", str(DEFAULT_BUNDLE), "--threads", "1", "--alphabet", "espeak"]
+    assert generate_main(argv) == 0
+    assert out.read_text().splitlines() == ["attention\tɐtˈɛnʃən", "the apple and the pear\tðɪ ˈæpəl ænd ðə pˈɛɹ"]
 
 
 # ---- over HTTP -----------------------------------------------------------------------------------
