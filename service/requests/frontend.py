@@ -140,12 +140,13 @@ class TextFrontEnd:
             options = dataclasses.replace(options, seed=request_seed(options))
         if valid.pronunciations is not None:
             units = self.pronounce(inputs, units, valid.pronunciations, options)
-        pinned = frozenset(k for k, u in enumerate(units) if u.known and not is_mark(u))  # the request's own readings
+        espeak = valid.form is not None and valid.form.alphabet == "espeak" and self.reader is not None
+        # the request's own readings, which keep their answer in espeak's running text
+        pinned = frozenset(k for k, u in enumerate(units) if u.known and not is_mark(u)) if espeak else frozenset()
         if lexicon_answers(params, options):
             self.answer_known(inputs, units, params, options)
-        written = None
-        if valid.form is not None and valid.form.alphabet == "espeak" and self.reader is not None:
-            written = EspeakText(valid.form, inputs, units, pinned)  # running text as Piper's phonemizer joins it
+        # running text as Piper's phonemizer joins it: weak forms, marks, spaces
+        written = EspeakText(valid.form, inputs, units, pinned) if espeak else None
         to_model = [u for u in units if len(u.known) < options.n_best and not is_mark(u)]
         # an asyncio owner that reads its answer whole is woken once per ending ticket, on one event
         ready = asyncio.Event() if loop is not None and not stream else None

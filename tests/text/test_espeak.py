@@ -129,6 +129,13 @@ def test_monosyllabic_function_words_carry_no_primary_stress(generator):
     assert words[0] == "tʊ" and words[3] == "ɐn"  # "to" and "an" before a vowel, as espeak-ng says them
 
 
+def test_weak_forms_leave_the_requests_own_readings_and_the_models_answers_alone(generator):
+    assert read(generator, "the apple", pronunciations={"the": "DH IY1"}) == "ðˈiː ˈæpəl"
+    assert read(generator, "the apple", lexicon=False).split()[0] == espeak.to_espeak(
+        next(generator.generate_text_many(["the"], lexicon=False)).text
+    )
+
+
 def test_a_function_word_alone_is_said_in_full(generator):
     for word in ("to", "a", "the", "of", "and"):
         assert read(generator, word) == espeak_ng(word), word
