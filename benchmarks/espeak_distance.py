@@ -1,6 +1,6 @@
 """How far `alphabet: "espeak"` is from espeak-ng itself, on common words and on running sentences.
 
-    python benchmarks/espeak_distance.py [--bundle models/g2p-en] [--corpus /usr/share/vim/vim90/doc] \\
+    python benchmarks/espeak_distance.py [--bundle models/g2p-en] [--corpus /usr/share/vim/vim90/doc] [--glob '*.txt'] \\
         [--words 3000] [--sentences 300] [--out benchmarks/results/espeak_distance.json]
     python benchmarks/espeak_distance.py --write-function-words service/text/espeak_function_words.tsv
 
@@ -66,8 +66,8 @@ def levenshtein(a: str, b: str) -> int:
     return prev[-1]
 
 
-def corpus_text(corpus: Path) -> str:
-    return "\n".join(p.read_text(encoding="utf-8", errors="replace") for p in sorted(corpus.glob("*.txt")))
+def corpus_text(corpus: Path, pattern: str = "*.txt") -> str:
+    return "\n".join(p.read_text(encoding="utf-8", errors="replace") for p in sorted(corpus.glob(pattern)))
 
 
 def common_words(text: str, lexicon: Lexicon, n: int) -> list[str]:
@@ -131,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--bundle", type=Path, default=ROOT / "models" / "g2p-en")
     p.add_argument("--corpus", type=Path, default=Path("/usr/share/vim/vim90/doc"))
+    p.add_argument("--glob", default="*.txt", help="the corpus's files")
     p.add_argument("--words", type=int, default=3000)
     p.add_argument("--sentences", type=int, default=300)
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "espeak_distance.json")
@@ -142,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     from piper_phonemize import get_espeak_map
 
     keys = set(get_espeak_map())
-    text = corpus_text(args.corpus)
+    text = corpus_text(args.corpus, args.glob)
     with Generator(args.bundle, threads=1) as g:
         lexicon = g.text.lexicon
         words = common_words(text, lexicon, args.words)
@@ -155,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python benchmarks/espeak_distance.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "date": time.strftime("%Y-%m-%d"),
         "machine": platform.processor() or platform.machine(),
-        "corpus": str(args.corpus),
+        "corpus": str(args.corpus / args.glob),
         "attnserve_seconds": round(seconds, 2),
         "words": compare(words, word_answers, keys),
         "sentences": compare(sentences, sentence_answers, keys),

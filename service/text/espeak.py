@@ -58,8 +58,8 @@ REDUCED_A = "ɐ"
 # an unstressed IH after these consonants opening a word is ᵻ before these ("remain", "delete", but "result", "detect")
 REDUCED_PREFIXES = frozenset(
     {("R", c) for c in ("M", "P", "K", "S", "T", "L", "F", "V", "N", "D", "JH", "W")}
-    | {("D", c) for c in ("L", "F", "P", "K", "V", "N", "M", "Z", "S")}
-    | {("B", c) for c in ("K", "F", "L", "G", "T", "HH", "N", "S", "W")}
+    | {("D", c) for c in ("L", "F", "P", "K", "N", "M")}
+    | {("B", c) for c in ("F", "L", "T", "HH", "N", "S", "W")}
 )
 SIBILANT_OR_ALVEOLAR = frozenset({"T", "D", "S", "Z", "SH", "ZH", "CH", "JH"})
 
@@ -103,7 +103,7 @@ def _demoted(split: list[tuple[str, str]]) -> list[tuple[str, str]]:
     digits = [out[v][1] for v in vowels]
     if primaries:
         k = vowels.index(primaries[-1])  # the primary's place among the vowels
-        if k == 1 and digits[0] == "2":
+        if k == 1 and split[vowels[0]][1] == "2":  # a secondary of its own, not a primary made one
             out[vowels[0]] = (split[vowels[0]][0], "d")
         if k + 1 < len(vowels) and digits[k + 1] == "2":
             out[vowels[k + 1]] = (split[vowels[k + 1]][0], "d")
@@ -168,8 +168,10 @@ def _reduced(split: list[tuple[str, str]], i: int, text: str) -> str:
         return REDUCED_A  # "about" ɐbˈaʊt
     if base == "IH" and first_vowel and i == 1 and (prev, nxt) in REDUCED_PREFIXES:
         return REDUCED_I  # re-, de-, be-: "remain" ɹᵻmˈeɪn, "delete" dᵻlˈiːt
-    if base in ("AH", "IY") and first_vowel and i == 1 and prev == "R" and nxt in CONSONANTS:
-        return REDUCED_I  # re-: "receive" ɹᵻsˈiːv, "release" ɹᵻlˈiːs
+    if base in ("AH", "IY") and first_vowel and i == 1 and prev == "R" and nxt in CONSONANTS and (base, nxt) != ("IY", "D"):
+        return REDUCED_I  # re-: "receive" ɹᵻsˈiːv, "release" ɹᵻlˈiːs (but "redo" ɹiːdˈuː)
+    if base == "AH" and i == 1 and (prev, nxt) == ("S", "L"):
+        return REDUCED_I  # "select" sᵻlˈɛkt
     if base == "AH" and prev == "Y":
         return "ʊ" if nxt == "L" else "uː"  # "regular" ɹˈɛɡjʊlɚ, "argument" ˈɑːɹɡjuːmənt
     if base == "AH" and nxt == "JH" and i == n - 2:
