@@ -95,6 +95,19 @@ def test_stress_goes_before_the_vowel_with_espeaks_vowels(arpabet, written):
     assert espeak.to_espeak(arpabet, stress=False) == written.replace("ˈ", "").replace("ˌ", "")
 
 
+def test_the_vowel_table_in_docs_ipa_is_the_one_the_server_uses():
+    text = (ROOT / "docs" / "IPA.md").read_text(encoding="utf-8").split("### The table (service/text/espeak.py)")[1]
+    rows = {}
+    for line in text.split("###")[0].splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 3 and cells[0].strip("`") in espeak.VOWELS:
+            rows[cells[0].strip("`")] = cells[1]
+    assert set(rows) == set(espeak.VOWELS)
+    for phone, (stressed, unstressed) in espeak.VOWELS.items():
+        expected = stressed if stressed == unstressed else f"{stressed} (stressed), {unstressed} ({phone}0)"
+        assert rows[phone] == expected, phone
+
+
 def test_function_word_table_is_what_espeak_ng_says():
     rows = list(csv.reader(espeak.FUNCTION_WORDS_TSV.open(encoding="utf-8"), delimiter="\t"))
     rows = [r for r in rows if r and not r[0].startswith("#")][1:]
