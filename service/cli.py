@@ -231,7 +231,12 @@ def generate_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--num-beams", type=int, help="beam width when larger than --best-of")
     p.add_argument("--no-lexicon", action="store_true", help="the model answers every word, even those the lexicon knows")
-    p.add_argument("--alphabet", choices=("arpabet", "ipa"), default="arpabet", help="write answers in ARPAbet or IPA")
+    p.add_argument(
+        "--alphabet",
+        choices=("arpabet", "ipa", "espeak"),
+        default="arpabet",
+        help="write answers in ARPAbet, IPA or espeak-ng's IPA (docs/IPA.md)",
+    )
     p.add_argument("--no-stress", action="store_true", help="leave out stress (ARPAbet's digits, IPA's marks)")
     p.add_argument(
         "--pronunciations",

@@ -84,10 +84,17 @@ class TextResult:
     warnings: tuple[Skipped, ...] = ()
     # each word's span in the line, line[start:end] (running text); () for a bundle that reads its lines whole
     spans: tuple[tuple[int, int], ...] = ()
+    # what goes before each word instead of `separator` (alphabet "espeak": a space, nothing before a mark)
+    joints: tuple[str, ...] | None = None
 
     @property
     def text(self) -> str:
-        return self.separator.join(a[0].text for a in self.answers)
+        return self.join([a[0].text for a in self.answers])
+
+    def join(self, texts: list[str]) -> str:
+        if self.joints is None:
+            return self.separator.join(texts)
+        return "".join(j + t for j, t in zip(self.joints, texts))
 
     def word_details(self) -> list[dict]:
         """The words as the HTTP answer's `details.words` gives them (`details: "words"`): each one's `word` as read,
@@ -107,7 +114,7 @@ class TextResult:
             sources = {p.source for p in picked}
             out.append(
                 TextAnswer(
-                    self.separator.join(p.text for p in picked),
+                    self.join([p.text for p in picked]),
                     float(np.mean(scores)) if None not in scores else None,
                     sources.pop() if len(sources) == 1 else "mixed",
                 )
@@ -236,10 +243,10 @@ class Generator:
         reads heteronyms as the lexicon's first entry; `punctuation` keeps
         running text's pauses as units of their own (the mark is their answer, source "punctuation"). A line that
         cannot be read yields its InputError in its place. Up to `window` lines (default 4 x max_batch_size)
-        are in flight, so the model's words of many lines share the batch. `alphabet`, `stress`, `pronunciations`
-        ({word or words: ARPAbet, IPA or espeak-ng IPA}, for these lines only) and `pronunciations_alphabet` are the HTTP
-        parameters of the same names; a bad one raises InputError before any line is read. Each result's
-        `word_details()` gives what `details: "words"` gives over HTTP."""
+        are in flight, so the model's words of many lines share the batch. `alphabet` ("arpabet", "ipa" or "espeak"),
+        `stress`, `pronunciations` ({word or words: ARPAbet, IPA or espeak-ng IPA}, for these lines only) and
+        `pronunciations_alphabet` are the HTTP parameters of the same names; a bad one raises InputError before any
+        line is read. Each result's `word_details()` gives what `details: "words"` gives over HTTP."""
         options = self.options(**{"token_text": False, **params})  # whole answers, as from `generate`
         asked = TextParams(
             lexicon=lexicon,
@@ -276,7 +283,8 @@ class Generator:
         answers = [[TextAnswer(a.text, a.score, a.source) for a in job.answers(u)[0]] for u in job.units]
         separator = self.text.reader.separator if self.text.reader else ""
         spans = tuple((u.word.start, u.word.end) for u in job.units if u.word is not None)
-        return TextResult([u.text for u in job.units], answers, separator, tuple(job.skipped), spans)
+        joints = tuple(job.written.joints) if job.written is not None else None
+        return TextResult([u.text for u in job.units], answers, separator, tuple(job.skipped), spans, joints)
 
     def samples(self) -> list[str]:
         """Inputs of the model's own task, as GET /samples offers them (service/requests/samples.py); [] when the bundle

@@ -96,10 +96,12 @@ class GenerateParameters(BaseModel):
         "as its own tokens between the words' answers, so a TTS engine can place pauses (docs/TEXT.md).",
     )
     # output forms and per-request pronunciations (service/requests/forms.py, service/text/pronunciations.py)
-    alphabet: Literal["arpabet", "ipa"] | None = Field(
+    alphabet: Literal["arpabet", "ipa", "espeak"] | None = Field(
         None,
-        description="Extension: `arpabet` (default: the model's own phones) or `ipa` (written from them, stress marks "
-        "before the stressed syllable; docs/IPA.md). `details.tokens` and streamed tokens are in the same alphabet.",
+        description="Extension: `arpabet` (default: the model's own phones), `ipa` (written from them, stress marks "
+        "before the stressed syllable) or `espeak` (espeak-ng's en-us IPA, every symbol in Piper's phoneme map, words "
+        "joined as Piper's phonemizer joins them; docs/IPA.md). `details.tokens` and streamed tokens are in the same "
+        "alphabet.",
     )
     stress: bool | None = Field(None, description="Extension: false leaves out stress (ARPAbet's digits, IPA's marks).")
     pronunciations: dict[str, str] | None = Field(

@@ -97,8 +97,10 @@ class SamplingFields(BaseModel):
         "the words' answers (docs/TEXT.md).",
     )
     # output forms and per-request pronunciations, as the TGI routes' parameters of the same names
-    alphabet: Literal["arpabet", "ipa"] | None = Field(
-        None, description="Extension: `arpabet` (default) or `ipa`; the tokens of `logprobs` are in the same alphabet."
+    alphabet: Literal["arpabet", "ipa", "espeak"] | None = Field(
+        None,
+        description="Extension: `arpabet` (default), `ipa` or `espeak` (espeak-ng's IPA, for Piper voices: docs/IPA.md); "
+        "the tokens of `logprobs` are in the same alphabet.",
     )
     stress: bool | None = Field(None, description="Extension: false leaves out stress (ARPAbet's digits, IPA's marks).")
     pronunciations: dict[str, str] | None = Field(
