@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from service.engine.batch import ActiveBatch
-from service.engine.bundle import load_bundle
+from service.engine.bundle import load_bundle, write_bundle_json
 from service.engine.contract import DecodeBatch
 from service.engine.engine import BATCH_KINDS, DecodingOptions, Engine
 from service.engine.processors import log_softmax
@@ -49,7 +49,7 @@ def engines(tiny_bundle_dir, tmp_path_factory) -> dict[str, Engine]:
         "fallback": V2_FALLBACK,
     }
     meta["files"][path.name] = hashlib.sha256(path.read_bytes()).hexdigest()
-    (out / "bundle.json").write_text(json.dumps(meta, indent=2) + "\n")
+    write_bundle_json(out, meta)
     bundle = load_bundle(out)
     both = {"concat": Engine(bundle, variant="fp32", provider="cpu", threads=1)}
     both["in_place"] = Engine(bundle, variant=TWIN, provider="cpu", threads=1)

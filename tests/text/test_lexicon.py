@@ -14,7 +14,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from export.pipeline.lexicon import add_lexicon
-from service.engine.bundle import BundleError, load_bundle, sha256_file
+from service.engine.bundle import BundleError, load_bundle, sha256_file, write_bundle_json
 from service.text.lexicon import LEXICON_FILE, Lexicon, LexiconError
 from training.data import cmudict_path, parse_cmudict
 
@@ -84,7 +84,7 @@ def make_bundle(root: Path, lexicon_rows: str | None = None, word_level: bool = 
     files = ["src_tokenizer.json", "tgt_tokenizer.json", "encoder.onnx", "decoder.onnx"]
     files += [LEXICON_FILE] if lexicon_rows is not None else []
     meta["files"] = {name: sha256_file(d / name) for name in files}
-    (d / "bundle.json").write_text(json.dumps(meta, indent=2))
+    write_bundle_json(d, meta)
     return d
 
 
@@ -153,7 +153,7 @@ def test_loader_refuses_a_tampered_or_missing_lexicon(tmp_path):
     (d / LEXICON_FILE).write_bytes(original)
     meta = json.loads((d / "bundle.json").read_text())
     del meta["files"][LEXICON_FILE]
-    (d / "bundle.json").write_text(json.dumps(meta))
+    write_bundle_json(d, meta)
     with pytest.raises(BundleError, match=f"{LEXICON_FILE} is referenced but not listed"):
         load_bundle(d)
 
@@ -199,7 +199,7 @@ def test_evaluation_scores_the_model_alone_whatever_the_lexicon_says(tmp_path):
     write_lexicon_file(d / LEXICON_FILE, {w: ["ZH ZH ZH"] for w in words})
     meta = json.loads((DEFAULT_BUNDLE / "bundle.json").read_text())
     meta["files"][LEXICON_FILE] = sha256_file(d / LEXICON_FILE)
-    (d / "bundle.json").write_text(json.dumps(meta))
+    write_bundle_json(d, meta)
     assert [a.text for a in Lexicon.load(load_bundle(d)).lookup(words[0])] == ["ZH ZH ZH"]
     shipped = evaluate_bundle(DEFAULT_BUNDLE, "test", 24, None, 24)
     wrong = evaluate_bundle(d, "test", 24, None, 24)
