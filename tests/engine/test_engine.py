@@ -255,7 +255,7 @@ def test_fp16_and_int8_variants_run_in_the_engine(tiny_bundle_dir, engine):
 
 
 def test_service_modules_never_import_torch():
-    modules = "service.engine.engine, service.engine.batch, service.engine.bundle, service.engine.step"
+    modules = "service.engine.engine, service.engine.slots, service.engine.bundle, service.engine.step"
     code = f"import sys, {modules}; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
