@@ -71,7 +71,7 @@ class DecoderSpec:
     max_target_len: int
     device: str  # "cpu" or "cuda"
     calls: StepCalls
-    values: OrtValues  # makes the step's OrtValues on `device`
+    values: OrtValues  # makes a v1 step's feeds: OrtValues sharing host arrays (ONNX Runtime copies them to `device`)
     output_names: list[str]  # logits, the present self-attention cache, next_token when the graph has it
     has_next_token: bool  # the graph computes the argmax (next_token)
 

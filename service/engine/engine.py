@@ -143,10 +143,11 @@ class Engine:
             self._load(so, use_cuda)
         self.provider = self.decoder.get_providers()[0]
         self.device = "cuda" if self.provider == "CUDAExecutionProvider" else "cpu"
-        # the decode step's calls and the values it feeds, through service/engine/runtime.py's one adapter:
-        # ONNX Runtime's C++ session where known, its public API elsewhere (decided once, for both)
+        # the decode step's calls and the values a v1 step feeds (host arrays, whatever the device: ONNX Runtime
+        # copies them over), through service/engine/runtime.py's one adapter: ONNX Runtime's C++ session where
+        # known, its public API elsewhere (decided once, for both)
         self.step_calls = StepCalls(self.decoder)
-        self.values = OrtValues(self.device, self.step_calls.private)
+        self.values = OrtValues("cpu", self.step_calls.private)
         self.src_tokenizer = Tokenizer.from_file(str(bundle.src_tokenizer_path))
         self.tgt_tokenizer = Tokenizer.from_file(str(bundle.tgt_tokenizer_path))
 

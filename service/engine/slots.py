@@ -55,7 +55,7 @@ from service.engine.names import (
     present_names,
 )
 from service.engine.rows import Generation, Row, RowState
-from service.engine.runtime import OrtValues, StepCalls
+from service.engine.runtime import StepCalls
 from service.engine.step import StepChoice
 
 # ONNX Runtime would fuse the v2 graph's Add + LayerNormalization into SkipLayerNormalization, whose CPU kernel
@@ -413,10 +413,9 @@ class ConcatSlotBatch(SlotBatch):
 
     def __init__(self, decoder: DecoderSpec, pool: BufferPool, run: Callable):
         """`run`: the adapter's `run_with_values` (the engine's `run_decoder`, which a profiler may wrap)."""
-        host = OrtValues("cpu", decoder.calls.private)
-        super().__init__(dataclasses.replace(decoder, device="cpu", values=host), pool, run)
+        super().__init__(dataclasses.replace(decoder, device="cpu"), pool, run)
         self.run_values = run
-        self.host_values = host
+        self.host_values = decoder.values  # host OrtValues: the buffers stay on the host
         self.output_names = decoder.output_names  # logits, present self-attention (2L), next_token when present
         self.next_token_output = len(decoder.output_names) - 1 if decoder.has_next_token else None
 
