@@ -167,3 +167,24 @@ def test_the_engine_lends_one_buffer_pool_and_no_batch_changes_the_engine(engine
         assert batch.pool is pool
         engine.join(batch, [(engine.encode_text("cat"), DecodingOptions(max_new_tokens=8))])
         assert len(pool) == 0  # the emptied batch's buffers, taken instead of allocated
+
+
+def test_the_v1_adapter_keeps_its_buffers_on_the_host_whatever_the_device(engines):
+    """On CUDA the v1 adapter's slots stay on the host (ONNX Runtime copies the fed past over and present back).
+    No GPU here: the engine's decoder spec is relabelled "cuda" over its CPU session, the device being all the
+    adapter reads of it; the batch must then allocate host arrays and answer as the engine does."""
+    import dataclasses
+
+    from service.engine.contract import BufferPool
+
+    engine = engines["concat"]
+    batch = ConcatSlotBatch(dataclasses.replace(engine.decoder_spec, device="cuda"), BufferPool(), engine.run_decoder)
+    options = DecodingOptions(max_new_tokens=48, num_beams=3)
+    gens = engine.join(batch, [(engine.encode_text(w), options) for w in WORDS[:4]])
+    while len(batch):
+        choice = choose_tokens(batch.state, *batch.run(), engine.eos_id, engine.decode_ids)
+        assert all(isinstance(buf, np.ndarray) for buf in batch.cache)
+        batch.follow(choice)
+        batch.remove([r.generation for r in choice.results if r.finish_reason])
+    expected = engine.generate(WORDS[:4], options)
+    assert [g.token_ids for g in gens] == [r.token_ids for r in expected]
