@@ -16,7 +16,6 @@ import json
 import time
 from pathlib import Path
 
-import service.engine.batch as batch_module
 import service.engine.engine as engine_module
 import service.engine.slots as slots_module
 import service.engine.step as step_module
@@ -41,8 +40,7 @@ def main() -> None:
         setattr(owner, name, timing(getattr(owner, name), spent, key))
 
     engine = Engine(load_bundle(BUNDLE), variant=args.variant, threads=1)
-    timed(batch_module.ActiveBatch, "reorder", "cache gather (reorder)")  # a v1 variant's batch
-    timed(slots_module.SlotBatch, "reorder", "cache gather (reorder)")  # a v2 variant's (the served int8)
+    timed(slots_module.SlotBatch, "reorder", "cache gather (reorder)")  # every variant's batch (the one beam reorder)
     timed(step_module, "update_searches", "beam search update")  # every search of a width, one call (choose_tokens')
     timed(step_module, "place_beams", "beam rows placed")
     timed(step_module, "log_softmax", "log_softmax")

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from service.engine.bundle import write_bundle_json
+
 TINY_TRAIN_SETTINGS = [
     "dataset=cmudict",
     "train_limit=4000",
@@ -50,12 +52,12 @@ def tiny_bundle_dir(tiny_run_dir, tmp_path_factory) -> Path:
     build(tiny_run_dir, out, model_id="g2p-tiny", eval_limit=200, parity_limit=256, threads=1, log=lambda _msg: None)
     # The int8 gate weighs a speed measurement, so on a busy machine it can go either way; tests
     # compare served outputs with the fp32 PyTorch reference, so the test bundle always serves
-    # fp32 (bundle.json is not among its own hashed files; int8 is tested by name).
+    # fp32 (bundle.json written again with its own hash, manifest_sha256; int8 is tested by name).
     meta_path = out / "bundle.json"
     meta = json.loads(meta_path.read_text())
     meta["int8_gate"]["built_cpu_default"] = meta["default_variant"]["cpu"]  # what the gate chose
     meta["default_variant"] = {**meta["default_variant"], "cpu": "fp32"}
-    meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+    write_bundle_json(meta_path.parent, meta)
     return out
 
 
@@ -68,7 +70,7 @@ def tiny_int8_bundle_dir(tiny_bundle_dir, tmp_path_factory) -> Path:
     meta_path = out / "bundle.json"
     meta = json.loads(meta_path.read_text())
     meta["default_variant"] = {**meta["default_variant"], "cpu": "int8"}
-    meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+    write_bundle_json(meta_path.parent, meta)
     return out
 
 

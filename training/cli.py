@@ -8,6 +8,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
+from service.engine.bundle import write_bundle_json
 from training.data import DataError
 
 
@@ -187,12 +188,14 @@ def eval_main(argv: list[str] | None = None) -> int:
 
 
 def _record_eval(bundle_json: Path, split: str, report: dict, limit: int) -> None:
-    """bundle.json is not among its own `files`, so recording figures keeps every hash valid."""
+    """bundle.json is not among its own `files`, so recording figures keeps every file's hash valid; its own
+    content's hash (`manifest_sha256`) is written anew with it."""
+
     meta = json.loads(bundle_json.read_text())
     headline = {k: v for k, v in report.items() if isinstance(v, int | float) and k != "decode_seconds"}
     headline["variant"] = report.get("variant")
     if limit:
         headline["limit"] = limit
     meta.setdefault("eval", {})[split] = headline
-    bundle_json.write_text(json.dumps(meta, indent=2) + "\n")
+    write_bundle_json(bundle_json.parent, meta)
     print(f"[eval] {split} figures recorded in {bundle_json}", file=sys.stderr)

@@ -2,8 +2,11 @@
 
 No run directory and no PyTorch: the weights are read back from the bundle's v1 fp32 graphs
 (training/weights.py, the mapping `requantize` and `attnserve-train --init-from` use), the v2 decoder is
-written from them (export/graphs/v2.py) and converted to float16 (export/graphs/variants.py), beside an fp16 copy
-of the encoder. The variant's v1 fallback is the bundle's fp32 variant, which every bundle has.
+written from them (export/graphs/v2.py) and converted to float16 (export/graphs/variants.py). The variant
+shares the fp32 variant's encoder (no second copy of the encoder's weights: the default bundle fits its budget
+with it): the encoder runs once per request, in float32, and its cross-attention K/V are rounded to float16 as
+they enter the batch's buffers (service/engine/slots.py), what an fp16 encoder's outputs would hold with one
+rounding less. The variant's v1 fallback is the bundle's fp32 variant, which every bundle has.
 
 Checks, recorded in bundle.json `parity.fp16` with the gate that makes fp16 `default_variant.cuda`:
 - everywhere: the graph's structure (GroupQueryAttention over a float16 in-place cache, float32 logits),
@@ -38,13 +41,13 @@ from service.engine.runtime import gpu_present
 from training.weights import load_bundle_weights
 
 VARIANT = "fp16"
-FILES = {"encoder": "encoder.fp16.onnx", "decoder": "decoder.v2.fp16.onnx"}
+FILES = {"decoder": "decoder.v2.fp16.onnx"}  # written here; the encoder is the fp32 variant's
 TWIN = "fp32-v2"  # the float32 v2 decoder checked on the CPU, then deleted
 TWIN_FILE = "decoder.v2.onnx"
 PRECISION = (
     "float16 v2 decoder (GroupQueryAttention over a float16 in-place cache, MultiHeadAttention over float16 cross K/V); "
     "LayerNormalization, Softmax and the logits projection in float32; encoder_attention_bias and logits float32 at the "
-    "graph boundary"
+    "graph boundary; the fp32 variant's encoder, its cross K/V rounded to float16 as they enter the cache"
 )
 
 
@@ -102,21 +105,20 @@ def add_variant(
 
 
 def _write_graphs(work: Path, meta: dict, log) -> dict:
-    """The fp16 encoder, the v2 float32 twin and its fp16 conversion, as variants of `meta` (returned)."""
+    """The v2 float32 twin and its fp16 conversion, as variants of `meta` (returned), both over the fp32 encoder."""
     config, state = load_bundle_weights(work)
     fp32 = meta["variants"]["fp32"]
     if fp32.get("kv_cache", "concat") != "concat":
         raise BuildError(f"{work}: variant fp32 is not the v1 graph the weights are read from")
     for old in {meta["variants"].get(VARIANT, {}).get(g) for g in ("encoder", "decoder")} - {None, *FILES.values()}:
         if old not in {v[g] for k, v in meta["variants"].items() if k != VARIANT for g in ("encoder", "decoder")}:
-            (work / old).unlink(missing_ok=True)  # an fp16 v1 decoder this replaces
+            (work / old).unlink(missing_ok=True)  # an fp16 encoder or v1 decoder this replaces
     built = write_decoder_v2(config, state, work / TWIN_FILE)
     log(f"[add-variant] {TWIN_FILE}: {built['nodes']} nodes, from the weights of {fp32['decoder']}")
-    convert_fp16(work / fp32["encoder"], work / FILES["encoder"])
     convert_fp16(work / TWIN_FILE, work / FILES["decoder"])
-    log(f"[add-variant] {FILES['encoder']}, {FILES['decoder']} (float16)")
+    log(f"[add-variant] {FILES['decoder']} (float16), over {fp32['encoder']} (shared with fp32)")
     common = {"kv_cache": "in_place", "fallback": V2_FALLBACK}
-    meta["variants"][VARIANT] = {**FILES, **common, "precision": PRECISION}
+    meta["variants"][VARIANT] = {"encoder": fp32["encoder"], **FILES, **common, "precision": PRECISION}
     meta["variants"][TWIN] = {"encoder": fp32["encoder"], "decoder": TWIN_FILE, **common}
     meta["io"]["decoder_v2"] = graph_io(work / TWIN_FILE)  # the same names in every v2 variant
     return meta

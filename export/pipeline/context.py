@@ -15,8 +15,8 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from export.pipeline.lexicon import BUNDLE_JSON, with_fields_after
-from service.engine.bundle import load_bundle, sha256_file
+from export.pipeline.lexicon import with_fields_after
+from service.engine.bundle import load_bundle, sha256_file, write_bundle_json
 from service.text.context import CONTEXT_FILE, ContextChooser
 from service.text.lexicon import read_lexicon_file
 
@@ -61,6 +61,6 @@ def add_context(bundle_dir: Path, run_dir: Path, log: Callable = print) -> dict:
     field = write_context(bundle_dir, run_dir, bundle.lexicon_path, log)
     meta = with_fields_after(bundle.meta, "lexicon", {"context": field})
     meta["files"] = {**meta["files"], CONTEXT_FILE: sha256_file(bundle_dir / CONTEXT_FILE)}
-    (bundle_dir / BUNDLE_JSON).write_text(json.dumps(meta, indent=2) + "\n")
+    write_bundle_json(bundle_dir, meta)
     load_bundle(bundle_dir)  # the service's own loader must accept what we wrote
     return meta

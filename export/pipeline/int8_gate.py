@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from export.checks.invariance import ConcatSteps, InPlaceSteps, batch_invariance
+from export.checks.invariance import InPlaceSteps, batch_invariance
 from export.checks.speed import bench_engine_speed
+from export.errors import BuildError
 from export.pipeline.manifest import PARITY_CORPUS
 from service.engine.bundle import load_bundle
 from service.engine.engine import Engine
@@ -42,10 +43,9 @@ def int8_gate(bundle_dir: Path, train_cfg: dict, eval_limit: int, threads: int |
     enc, dec = bundle.graph_paths("int8")
     cfg = bundle.config
     vocab = int(cfg["tgt_vocab_size"])
-    if bundle.kv_cache("int8") == "in_place":
-        steps = InPlaceSteps(enc, dec, bundle.n_layers, bundle.max_target_len, vocab)
-    else:
-        steps = ConcatSteps(enc, dec, bundle.n_layers, vocab)
+    if bundle.kv_cache("int8") != "in_place":  # build and requantize write int8 as the v2 decoder before the gate
+        raise BuildError(f"{bundle.dir}: the int8 gate weighs the v2 int8 decoder; variant int8 is a v1 graph")
+    steps = InPlaceSteps(enc, dec, bundle.n_layers, bundle.max_target_len, vocab)
     invariance = batch_invariance(steps, corpus["source_ids"], pad_id=cfg["pad_id"])
     decision = int8_decision(bundle.meta["task"], dev["fp32"], dev["int8"], speed, invariance)
     decision["threads"] = engines["fp32"].threads

@@ -14,13 +14,12 @@ phoneme missing from its vocabularies) is left out and counted in `dropped`.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from service.engine.bundle import load_bundle, sha256_file
+from service.engine.bundle import load_bundle, sha256_file, write_bundle_json
 from service.text.lexicon import LEXICON_FILE, write_lexicon_file
 from training.data import load_dictionary
 
@@ -94,7 +93,7 @@ def add_lexicon(
         word_level_source = meta.get("task", "g2p") == "g2p"
     meta = with_fields_after(meta, "strip_stress", {"word_level_source": word_level_source, "lexicon": field})
     meta["files"] = {**meta["files"], LEXICON_FILE: sha256_file(bundle_dir / LEXICON_FILE)}
-    (bundle_dir / BUNDLE_JSON).write_text(json.dumps(meta, indent=2) + "\n")
+    write_bundle_json(bundle_dir, meta)
     load_bundle(bundle_dir)  # the service's own loader must accept what we wrote
     return meta
 

@@ -1,6 +1,8 @@
 """A bundle's files on disk, without torch: their names, and bundle.json with the sha256 of every file it refers
-to (each graph's external data included). What `build` (export/pipeline/build.py) writes and what `add-variant`
-(export/pipeline/add_variant.py) rewrites on a machine with no PyTorch (a GPU host: `attnserve-gpu-check`)."""
+to (each graph's external data included) and of its own content (`manifest_sha256`, written by
+service/engine/bundle.py's `write_bundle_json`, which every command that writes bundle.json goes through).
+What `build` (export/pipeline/build.py) writes and what `add-variant` (export/pipeline/add_variant.py) rewrites
+on a machine with no PyTorch (a GPU host: `attnserve-gpu-check`)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import json
 from pathlib import Path
 
 from export.graphs.format import external_data_files
-from service.engine.bundle import sha256_file
+from service.engine.bundle import sha256_file, write_bundle_json
 
 BUNDLE_JSON = "bundle.json"
 PARITY_CORPUS = "parity_corpus.json"
@@ -21,7 +23,8 @@ VARIANT_FILES = {
 
 
 def write_manifest(bundle_dir: Path, meta: dict) -> None:
-    """Hash every file the bundle refers to and write bundle.json (itself not listed)."""
+    """Hash every file the bundle refers to and write bundle.json (itself not listed: its own content's hash is
+    its `manifest_sha256`)."""
     names = [*TOKENIZERS.values(), *(v[g] for v in meta["variants"].values() for g in ("encoder", "decoder"))]
     if (bundle_dir / PARITY_CORPUS).is_file():
         names.append(PARITY_CORPUS)
@@ -33,11 +36,12 @@ def write_manifest(bundle_dir: Path, meta: dict) -> None:
         names.append(meta["context"]["file"])
     names += [data for name in names if name.endswith(".onnx") for data in external_data_files(bundle_dir / name)]
     meta["files"] = {name: sha256_file(bundle_dir / name) for name in dict.fromkeys(names)}
-    (bundle_dir / BUNDLE_JSON).write_text(json.dumps(meta, indent=2) + "\n")
+    write_bundle_json(bundle_dir, meta)
 
 
 def update_manifest(bundle_dir: Path, **fields) -> dict:
+    """bundle.json with `fields` set (no file changed, so `files` stands); returns it."""
     meta = json.loads((bundle_dir / BUNDLE_JSON).read_text())
     meta.update(fields)
-    (bundle_dir / BUNDLE_JSON).write_text(json.dumps(meta, indent=2) + "\n")
+    write_bundle_json(bundle_dir, meta)
     return meta

@@ -32,7 +32,7 @@ from export.pipeline.manifest import BUNDLE_JSON, PARITY_CORPUS, external_data_f
 
 BATCHES = (1, 4, 32)
 MIN_AGREEMENT_PCT = 99.9
-# The fp32 graphs are the fallback of a runtime without ONNX Runtime's contrib kernels (and CUDA's default):
+# The fp32 graphs are the fallback of a runtime without ONNX Runtime's contrib kernels (encoder.onnx also the fp16 variant's):
 # only an encoder that already needs those kernels (int8's MatMulIntegerToFloat) gets MultiHeadAttention.
 STANDARD_ONLY = "standard ONNX operators only: the fallback for a runtime without contrib kernels stays so"
 PAD_EXTRA = 3

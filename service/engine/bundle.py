@@ -10,6 +10,12 @@ Contract 2 version 2: a variant whose `kv_cache` is "in_place" has the fused v2 
 fed by service/engine/slots.py; its io is `io.decoder_v2`, its `fallback` the v1 variant served instead
 where the runtime lacks its kernels. Such a bundle has `format_version` 2.
 
+`manifest_sha256` is the sha256 of bundle.json's own content less that field (`manifest_sha256` below: the
+fields as canonical JSON, so indentation does not count and every value does), written by `write_bundle_json`,
+which every command that writes bundle.json goes through, and checked here like every file: an edited
+bundle.json stops start-up with one line. A bundle without the field (one written before it existed) loads
+unchecked, so every bundle built so far still loads.
+
 Optional fields read here: `lexicon` {`file`, ...} names the bundle's lexicon
 (service/text/lexicon.py), listed in `files` like every file; `word_level_source`
 (bool) says the source is one word, so running text is split into words first
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +54,7 @@ REQUIRED_FIELDS = (
 # service loads each), the graph's inputs, outputs and KV cache float32. fp16 keeps a few ops and the graph
 # boundary in float32.
 VARIANT_WEIGHT_DTYPES = {"fp32": "float32", "fp16": "float16", "int8": "int8"}
+MANIFEST_FIELD = "manifest_sha256"  # bundle.json's hash of its own content, less this field
 
 
 class BundleError(Exception):
@@ -59,6 +67,37 @@ def sha256_file(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def manifest_sha256(meta: dict) -> str:
+    """The sha256 of bundle.json's content `meta` without its `manifest_sha256` field: of the fields as canonical
+    JSON (keys sorted, no whitespace, UTF-8), so re-indenting the file keeps it and changing any value does not."""
+    content = {k: v for k, v in meta.items() if k != MANIFEST_FIELD}
+    text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def write_bundle_json(bundle_dir: str | Path, meta: dict) -> None:
+    """Write `bundle_dir/bundle.json` from `meta`, its `manifest_sha256` computed last (and set in `meta` too).
+    Every command that writes bundle.json writes it through here, so the loader's check holds after each."""
+    meta.pop(MANIFEST_FIELD, None)
+    meta[MANIFEST_FIELD] = manifest_sha256(meta)
+    (Path(bundle_dir) / "bundle.json").write_text(json.dumps(meta, indent=2) + "\n")
+
+
+def _check_manifest(manifest: Path, meta: dict) -> None:
+    """BundleError when bundle.json's `manifest_sha256` is malformed or does not match its content; a bundle
+    without the field passes (one written before the field existed)."""
+    if MANIFEST_FIELD not in meta:
+        return
+    recorded = meta[MANIFEST_FIELD]
+    if not isinstance(recorded, str) or not re.fullmatch(r"[0-9a-f]{64}", recorded):
+        raise BundleError(f"{manifest}: {MANIFEST_FIELD} must be a sha256 (64 lower-case hex digits)")
+    if manifest_sha256(meta) != recorded:
+        raise BundleError(
+            f"{manifest}: content does not match its {MANIFEST_FIELD} (edited after export); "
+            "rebuild the bundle, or restore the file"
+        )
 
 
 def bounded_length(length_bound: dict | None, max_target_len: int, source_len: int) -> int | None:
@@ -204,6 +243,8 @@ def load_bundle(bundle_dir: str | Path, check_hashes: bool = True) -> LoadedBund
         raise BundleError(f"{manifest}: not valid JSON ({e})") from None
     if not isinstance(meta, dict):
         raise BundleError(f"{manifest}: expected a JSON object")
+    if check_hashes:
+        _check_manifest(manifest, meta)
     missing = [k for k in REQUIRED_FIELDS if k not in meta]
     if missing:
         raise BundleError(f"{manifest}: missing field(s) {', '.join(missing)}")

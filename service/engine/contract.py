@@ -1,11 +1,11 @@
 """The batch contract: what the engine, the scheduler and teacher forcing call on a batch of decoding rows,
 whatever cache kind the served variant has.
 
-Two kinds implement it: `ActiveBatch` (service/engine/batch.py) for a v1 decoder (`kv_cache: "concat"`: the
-cache grows a position per step and is fed back as the next step's past), and `SlotBatch`
-(service/engine/slots.py) for a v2 one (`"in_place"`: each row's cache in a slot the fused decoder writes in
-place). The engine picks the kind once, when it loads the variant, makes every batch of it (`Engine.new_batch`)
-and never asks which kind it holds again.
+One batch implements it, `SlotBatch` (service/engine/slots.py): each row's cache in a slot of the batch's buffers,
+which a v2 decoder (`kv_cache: "in_place"`) writes in place; its subclass `ConcatSlotBatch` steps the v1 reference
+graph (`"concat"`: past in, past + the new position out) over the same slots, so joins, compaction and the beam
+reorder are written once. The engine picks the kind once, when it loads the variant, makes every batch of it
+(`Engine.new_batch`) and never asks which kind it holds again.
 
 At a step boundary, in this order:
 
@@ -71,7 +71,7 @@ class DecoderSpec:
     max_target_len: int
     device: str  # "cpu" or "cuda"
     calls: StepCalls
-    values: OrtValues  # makes the step's OrtValues on `device`
+    values: OrtValues  # makes a v1 step's feeds: OrtValues sharing host arrays (ONNX Runtime copies them to `device`)
     output_names: list[str]  # logits, the present self-attention cache, next_token when the graph has it
     has_next_token: bool  # the graph computes the argmax (next_token)
 

@@ -22,10 +22,10 @@ search follow their beams: after each step the batch gathers their self-attentio
 held by a long one.
 
 The batch and its cache (layout, joins, compaction, beam reorder) are the batch contract's
-(service/engine/contract.py). The engine picks its kind once, when it loads the variant, from the variant's
-`kv_cache` (`BATCH_KINDS`): service/engine/batch.py's for a v1 decoder (`"concat"`), service/engine/slots.py's
-for a v2 one (`"in_place"`: each row's cache in a slot of the batch's buffers, which the fused decoder writes
-in place).
+(service/engine/contract.py), written once in service/engine/slots.py: each row's cache in a slot of the batch's
+buffers. The engine picks the step once, when it loads the variant, from the variant's `kv_cache`
+(`BATCH_KINDS`): `SlotBatch` for a v2 decoder (`"in_place"`: the fused decoder writes each slot in place), its
+v1 adapter `ConcatSlotBatch` for the v1 reference graph (`"concat"`), served only when asked for or as a fallback.
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
-from service.engine.batch import ActiveBatch
 from service.engine.bundle import BundleError, LoadedBundle
 from service.engine.contract import BufferPool, CacheLayout, DecodeBatch, DecoderSpec, EncodedSource, KernelsMissing
 from service.engine.names import (
@@ -64,7 +63,7 @@ from service.engine.runtime import (
     providers,
     session_options,
 )
-from service.engine.slots import SlotBatch
+from service.engine.slots import ConcatSlotBatch, SlotBatch
 from service.engine.step import StepResult, choose_tokens
 from service.engine.stopping import Hypothesis
 
@@ -74,7 +73,7 @@ __all__ = ["DecodingOptions", "Engine", "EngineError", "Generation", "Generation
 
 
 # the batch kind of each kv_cache layout (bundle.json `variants.<name>.kv_cache`): the engine picks one at load
-BATCH_KINDS: dict[str, type[DecodeBatch]] = {kind.KV_CACHE: kind for kind in (ActiveBatch, SlotBatch)}
+BATCH_KINDS: dict[str, type[DecodeBatch]] = {kind.KV_CACHE: kind for kind in (ConcatSlotBatch, SlotBatch)}
 
 
 class EngineError(RuntimeError):
@@ -144,10 +143,11 @@ class Engine:
             self._load(so, use_cuda)
         self.provider = self.decoder.get_providers()[0]
         self.device = "cuda" if self.provider == "CUDAExecutionProvider" else "cpu"
-        # the decode step's calls and the values it feeds, through service/engine/runtime.py's one adapter:
-        # ONNX Runtime's C++ session where known, its public API elsewhere (decided once, for both)
+        # the decode step's calls and the values a v1 step feeds (host arrays, whatever the device: ONNX Runtime
+        # copies them over), through service/engine/runtime.py's one adapter: ONNX Runtime's C++ session where
+        # known, its public API elsewhere (decided once, for both)
         self.step_calls = StepCalls(self.decoder)
-        self.values = OrtValues(self.device, self.step_calls.private)
+        self.values = OrtValues("cpu", self.step_calls.private)
         self.src_tokenizer = Tokenizer.from_file(str(bundle.src_tokenizer_path))
         self.tgt_tokenizer = Tokenizer.from_file(str(bundle.tgt_tokenizer_path))
 
@@ -258,8 +258,7 @@ class Engine:
 
     @property
     def kv_cache_bytes_per_row(self) -> int:
-        """A row's self-attention cache at max_target_len positions: what a v2 slot holds (allocated up
-        front), and what a v1 row's cache grows to."""
+        """A row's self-attention cache at max_target_len positions: what a slot holds (allocated up front)."""
         itemsize = np.dtype(self.kv_dtype).itemsize
         return 2 * self.n_layers * self.n_heads * self.max_target_len * self.head_dim * itemsize
 

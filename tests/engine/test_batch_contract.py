@@ -1,7 +1,8 @@
-"""The batch contract (service/engine/contract.py): both cache kinds implement it, the engine picks one at load
-and drives either through the same calls, and over the same weights they give the same answers.
+"""The batch contract (service/engine/contract.py): one batch implements it (SlotBatch), its v1 adapter steps the v1
+graph over the same slots, the engine picks the step at load and drives either through the same calls, and over the
+same weights they give the same answers.
 
-The tiny bundle's fp32 weights are served both ways: its fp32 variant (v1, `kv_cache: "concat"`, ActiveBatch)
+The tiny bundle's fp32 weights are served both ways: its fp32 variant (v1, `kv_cache: "concat"`, ConcatSlotBatch)
 and a float32 v2 decoder written from the same weights (`"in_place"`, SlotBatch; export/graphs/v2.py, what
 `attnserve-export add-variant` checks as the fp16 variant's twin). Real ONNX Runtime sessions throughout.
 """
@@ -15,14 +16,13 @@ import shutil
 import numpy as np
 import pytest
 
-from service.engine.batch import ActiveBatch
-from service.engine.bundle import load_bundle
+from service.engine.bundle import load_bundle, write_bundle_json
 from service.engine.contract import DecodeBatch
 from service.engine.engine import BATCH_KINDS, DecodingOptions, Engine
 from service.engine.processors import log_softmax
 from service.engine.scheduler import ScoreTicket
 from service.engine.scoring import ForcedBatch
-from service.engine.slots import SlotBatch
+from service.engine.slots import ConcatSlotBatch, SlotBatch
 from service.engine.step import choose_tokens
 
 WORDS = ["attention", "hello", "a", "phonetics", "zebra", "characteristically", "it", "onnx", "runtime", "cat"]
@@ -49,7 +49,7 @@ def engines(tiny_bundle_dir, tmp_path_factory) -> dict[str, Engine]:
         "fallback": V2_FALLBACK,
     }
     meta["files"][path.name] = hashlib.sha256(path.read_bytes()).hexdigest()
-    (out / "bundle.json").write_text(json.dumps(meta, indent=2) + "\n")
+    write_bundle_json(out, meta)
     bundle = load_bundle(out)
     both = {"concat": Engine(bundle, variant="fp32", provider="cpu", threads=1)}
     both["in_place"] = Engine(bundle, variant=TWIN, provider="cpu", threads=1)
@@ -57,15 +57,19 @@ def engines(tiny_bundle_dir, tmp_path_factory) -> dict[str, Engine]:
 
 
 def test_each_kind_implements_the_contract_and_the_engine_picks_it_at_load(engines):
-    assert BATCH_KINDS == {"concat": ActiveBatch, "in_place": SlotBatch}
+    assert BATCH_KINDS == {"concat": ConcatSlotBatch, "in_place": SlotBatch}
     for kv_cache, engine in engines.items():
         assert engine.kv_cache == kv_cache and engine.batch_kind is BATCH_KINDS[kv_cache]
         batch = engine.new_batch()
         assert isinstance(batch, DecodeBatch) and type(batch) is BATCH_KINDS[kv_cache] and len(batch) == 0
     written_once = ("remove", "feed")  # the contract's own, for both kinds
     assert not any(getattr(getattr(DecodeBatch, name), "__isabstractmethod__", False) for name in written_once)
-    for kind in (ActiveBatch, SlotBatch):
+    for kind in (ConcatSlotBatch, SlotBatch):
         assert not kind.__abstractmethods__
+    # one decoder loop: the v1 adapter writes its step and how it loads, and inherits the rest (rows, joins,
+    # compaction, the beam reorder)
+    own = {name for name in vars(ConcatSlotBatch) if not name.startswith("_")}
+    assert own == {"KV_CACHE", "DISABLED_OPTIMIZERS", "step_call", "load_error", "check_decoder", "run"}, own
 
 
 def contract_decode(engine: Engine, words: list[str], options: DecodingOptions) -> dict[str, tuple[list[int], list[float]]]:
@@ -151,16 +155,36 @@ def test_feed_gives_each_row_the_token_it_is_handed(engines):
 
 
 def test_the_engine_lends_one_buffer_pool_and_no_batch_changes_the_engine(engines):
-    """A v2 batch that empties gives its buffers to the engine's pool (through the pool's calls), and the next
+    """A batch that empties gives its buffers to the engine's pool (through the pool's calls), and the next
     batch takes them; decoding sets no engine attribute, whatever the kind."""
     for engine in engines.values():
         before = dict(vars(engine))
         pool = engine.buffer_pool
         engine.generate(WORDS[:3], DecodingOptions(max_new_tokens=8))
         assert vars(engine).keys() == before.keys() and all(vars(engine)[k] is v for k, v in before.items())
-        if engine.kv_cache == "in_place":
-            assert len(pool) == 1
-            batch = engine.new_batch()
-            assert batch.pool is pool
-            engine.join(batch, [(engine.encode_text("cat"), DecodingOptions(max_new_tokens=8))])
-            assert len(pool) == 0  # the emptied batch's buffers, taken instead of allocated
+        assert len(pool) == 1
+        batch = engine.new_batch()
+        assert batch.pool is pool
+        engine.join(batch, [(engine.encode_text("cat"), DecodingOptions(max_new_tokens=8))])
+        assert len(pool) == 0  # the emptied batch's buffers, taken instead of allocated
+
+
+def test_the_v1_adapter_keeps_its_buffers_on_the_host_whatever_the_device(engines):
+    """On CUDA the v1 adapter's slots stay on the host (ONNX Runtime copies the fed past over and present back).
+    No GPU here: the engine's decoder spec is relabelled "cuda" over its CPU session, the device being all the
+    adapter reads of it; the batch must then allocate host arrays and answer as the engine does."""
+    import dataclasses
+
+    from service.engine.contract import BufferPool
+
+    engine = engines["concat"]
+    batch = ConcatSlotBatch(dataclasses.replace(engine.decoder_spec, device="cuda"), BufferPool(), engine.run_decoder)
+    options = DecodingOptions(max_new_tokens=48, num_beams=3)
+    gens = engine.join(batch, [(engine.encode_text(w), options) for w in WORDS[:4]])
+    while len(batch):
+        choice = choose_tokens(batch.state, *batch.run(), engine.eos_id, engine.decode_ids)
+        assert all(isinstance(buf, np.ndarray) for buf in batch.cache)
+        batch.follow(choice)
+        batch.remove([r.generation for r in choice.results if r.finish_reason])
+    expected = engine.generate(WORDS[:4], options)
+    assert [g.token_ids for g in gens] == [r.token_ids for r in expected]

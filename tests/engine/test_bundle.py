@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from service.engine.bundle import BundleError, load_bundle
+from service.engine.bundle import BundleError, load_bundle, write_bundle_json
 
 
 @pytest.fixture
@@ -28,7 +28,7 @@ def refused(bundle_dir) -> str:
 def rewrite(bundle_dir, **changes):
     meta = json.loads((bundle_dir / "bundle.json").read_text())
     meta.update(changes)
-    (bundle_dir / "bundle.json").write_text(json.dumps(meta))
+    write_bundle_json(bundle_dir, meta)
     return meta
 
 
@@ -82,14 +82,14 @@ def test_referenced_but_unlisted_file_is_refused(bundle_copy):
     meta = json.loads((bundle_copy / "bundle.json").read_text())
     fp16 = meta["variants"]["fp16"]["decoder"]
     del meta["files"][fp16]
-    (bundle_copy / "bundle.json").write_text(json.dumps(meta))
+    write_bundle_json(bundle_copy, meta)
     assert fp16 in refused(bundle_copy)
 
 
 def test_missing_config_field_is_refused(bundle_copy):
     meta = json.loads((bundle_copy / "bundle.json").read_text())
     del meta["config"]["n_heads"]
-    (bundle_copy / "bundle.json").write_text(json.dumps(meta))
+    write_bundle_json(bundle_copy, meta)
     assert "n_heads" in refused(bundle_copy)
 
 
@@ -118,3 +118,57 @@ def test_verify_cli_refuses_tampered_bundle_with_one_line(bundle_copy):
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "encoder.onnx" in lines[0]
+
+
+def test_edited_manifest_stops_start_up_with_one_line_naming_it(bundle_copy):
+    """bundle.json carries the hash of its own content (manifest_sha256): an edit by hand, here the end token
+    moved from its id, is refused at start-up by attnserve-serve in one line naming bundle.json."""
+    from service.engine.bundle import MANIFEST_FIELD, manifest_sha256
+
+    path = bundle_copy / "bundle.json"
+    meta = json.loads(path.read_text())
+    assert meta[MANIFEST_FIELD] == manifest_sha256(meta)  # written by attnserve-export build
+    meta["special_ids"]["eos"] += 3
+    path.write_text(json.dumps(meta, indent=2) + "\n")
+    msg = refused(bundle_copy)
+    assert str(path) in msg and MANIFEST_FIELD in msg
+    from service_harness import free_port
+
+    cmd = [sys.executable, "-m", "service", str(bundle_copy), "--port", str(free_port()), "--threads", "1"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode != 0 and len(lines) == 1, proc.stderr
+    assert "bundle.json" in lines[0] and MANIFEST_FIELD in lines[0]
+
+
+def test_manifest_hash_ignores_layout_and_a_bundle_without_it_loads_unchecked(bundle_copy):
+    """Re-indenting bundle.json keeps its hash (the content is hashed as canonical JSON); a bundle written before
+    the field existed has none and loads as before; a malformed hash is refused."""
+    from service.engine.bundle import MANIFEST_FIELD
+
+    path = bundle_copy / "bundle.json"
+    meta = json.loads(path.read_text())
+    path.write_text(json.dumps(meta, separators=(",", ":")))
+    load_bundle(bundle_copy)
+    del meta[MANIFEST_FIELD]
+    meta["special_ids"]["eos"] += 3  # unchecked: nothing records what it was
+    path.write_text(json.dumps(meta))
+    assert load_bundle(bundle_copy).special_ids["eos"] == meta["special_ids"]["eos"]
+    path.write_text(json.dumps({**meta, MANIFEST_FIELD: "not-a-hash"}))
+    assert "64 lower-case hex" in refused(bundle_copy)
+
+
+def test_every_export_command_writes_the_manifest_hash_through_one_function():
+    """The commands that write bundle.json (build, add-lexicon, add-context, add-variant, requantize,
+    simplify-encoder, and attnserve-eval --record) go through write_bundle_json: no other code writes the file."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    writers = []
+    for package in ("export", "training", "service"):
+        for path in (root / package).rglob("*.py"):
+            text = path.read_text()
+            if re.search(r"(bundle\.json|BUNDLE_JSON|bundle_json|manifest)\S*\)?\.write_(text|bytes)\(", text):
+                writers.append(str(path.relative_to(root)))
+    assert writers == ["service/engine/bundle.py"], writers

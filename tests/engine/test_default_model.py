@@ -38,7 +38,27 @@ def test_default_bundle_ships_under_40_mb_with_its_lexicon():
     assert meta["lexicon"]["file"] in shipped  # all of CMUdict, gzip'd TSV (~0.9 MB)
     total = sum((BUNDLE_DIR / name).stat().st_size for name in shipped)
     assert total < 40_000_000, f"{total / 1e6:.1f} MB"
-    assert {"fp32", "int8"} <= set(meta["variants"])  # both, with their weights counted once each
+    assert {"fp32", "int8", "fp16"} <= set(meta["variants"])  # all three, with their weights counted once each
+
+
+def test_default_bundle_serves_v2_on_every_provider_with_v1_as_the_fallback():
+    """CUDA's default is the fp16 v2 decoder (over the shared fp32 encoder), the CPU's the int8 v2 one; the v1
+    fp32 graphs are every v2 variant's fallback. The fp16 variant, run here on the CPU through the service's
+    loop, answers the parity corpus as the PyTorch reference did; bundle.json's own hash verifies."""
+    import json
+
+    from service.engine.bundle import MANIFEST_FIELD, manifest_sha256
+
+    bundle = load_bundle(BUNDLE_DIR)
+    assert bundle.resolve_variant("auto", "cpu") == "int8" and bundle.resolve_variant("auto", "cuda") == "fp16"
+    assert bundle.kv_cache("int8") == bundle.kv_cache("fp16") == "in_place" and bundle.kv_cache("fp32") == "concat"
+    assert bundle.fallback("int8") == bundle.fallback("fp16") == "fp32"
+    assert bundle.variants["fp16"]["encoder"] == bundle.variants["fp32"]["encoder"]
+    assert bundle.meta[MANIFEST_FIELD] == manifest_sha256(bundle.meta)
+    corpus = json.loads((BUNDLE_DIR / bundle.meta["parity_corpus"]).read_text())
+    fp16 = Engine(bundle, variant="fp16", provider="cpu", threads=1)
+    results = fp16.generate(corpus["source_ids"][:64], DecodingOptions(max_new_tokens=fp16.max_target_len), batch_size=32)
+    assert [r.token_ids for r in results] == corpus["greedy"][:64]
 
 
 @pytest.mark.parametrize(

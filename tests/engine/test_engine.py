@@ -129,22 +129,27 @@ def test_free_slot_is_frozen_and_masked(engine):
     assert all(len(q.token_ids) == n for q in seqs[1:])
 
 
-def test_cache_stays_in_onnxruntime_values_between_steps(engine):
+def test_v1_steps_write_each_rows_cache_at_its_own_position_in_its_slot(engine):
+    """The v1 graph stepped over slots (ConcatSlotBatch): each step feeds the longest past, and each row's new K/V
+    land at that row's own position in its slot, where a v2 step writes them, in the same buffers from step to
+    step; a row that joins late writes its position 0 as it would alone, the other rows' longer pasts masked."""
     batch = engine.new_batch()
-    first = engine.join(batch, [(engine.encode_text("hello"), greedy()), (engine.encode_text("characteristically"), greedy())])
-    for expected_p in (1, 2, 3):
-        engine.step(batch)
-        # ONNX Runtime's values, never numpy arrays: the step's outputs feed the next step as they are
-        assert all(type(v).__name__ == "OrtValue" and v.has_value() for v in batch.past)
-        assert batch.past[0].shape() == [2, engine.n_heads, expected_p, engine.head_dim]
-    engine.join(batch, [(engine.encode_text("a"), greedy())])  # joins with left padding
-    assert batch.mask.shape == (3, 3) and batch.mask[2].sum() == 0
+    engine.join(batch, [(engine.encode_text("hello"), greedy()), (engine.encode_text("characteristically"), greedy())])
     engine.step(batch)
-    assert batch.past[0].shape()[2] == 4
-    batch.remove(first)  # 2 of 3 rows free: compacted at the next step
-    assert len(batch) == 1 and len(batch.rows) == 3
-    engine.step(batch)  # the new row's real past was 1: unused leading slots went before the step
-    assert len(batch.rows) == 1 and batch.past[0].shape()[2] == 2 and batch.mask.tolist() == [[1, 1]]
+    buffers = list(batch.past)
+    for _ in range(2):
+        engine.step(batch)
+    assert batch.positions[:2, 0].tolist() == [3, 3] and all(a is b for a, b in zip(batch.past, buffers))
+    engine.join(batch, [(engine.encode_text("a"), greedy())])
+    engine.step(batch)  # P = 3 for the step; "a" writes position 0 of its slot
+    assert batch.positions[:3, 0].tolist() == [4, 4, 1]
+    alone = engine.new_batch()
+    engine.join(alone, [(engine.encode_text("a"), greedy())])
+    engine.step(alone)
+    for batched, single in zip(batch.past, alone.past):
+        np.testing.assert_allclose(batched[2, :, 0], single[0, :, 0], atol=1e-5)
+    last = batch.past[-1]  # the last layer's values: past the first layer, position 0 depends on the source
+    assert not np.allclose(last[2, :, 0], last[0, :, 0]) and np.abs(last[0, :, 3]).sum() > 0
 
 
 def test_streamed_deltas_concatenate_to_the_text(engine):
@@ -255,7 +260,7 @@ def test_fp16_and_int8_variants_run_in_the_engine(tiny_bundle_dir, engine):
 
 
 def test_service_modules_never_import_torch():
-    modules = "service.engine.engine, service.engine.batch, service.engine.bundle, service.engine.step"
+    modules = "service.engine.engine, service.engine.slots, service.engine.bundle, service.engine.step"
     code = f"import sys, {modules}; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 import pytest
 
-from service.engine.bundle import BundleError, load_bundle
+from service.engine.bundle import BundleError, load_bundle, write_bundle_json
 from service.engine.engine import DecodingOptions, Engine
 from service.engine.slots import SlotBatch
 
@@ -33,7 +33,7 @@ def rewrite(bundle_dir, **fields):
     meta_path = bundle_dir / "bundle.json"
     meta = json.loads(meta_path.read_text())
     meta.update(fields)
-    meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+    write_bundle_json(meta_path.parent, meta)
     return meta
 
 
@@ -197,7 +197,7 @@ def _break_v2_decoder(bundle_dir, edit) -> None:
     edit(m)
     onnx.save(m, str(path))
     meta["files"][path.name] = hashlib.sha256(path.read_bytes()).hexdigest()
-    (bundle_dir / "bundle.json").write_text(json.dumps(meta, indent=2) + "\n")
+    write_bundle_json(bundle_dir, meta)
 
 
 @pytest.fixture

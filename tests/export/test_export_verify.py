@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 from export.checks.parity import corpus_failures
-from service.engine.bundle import sha256_file
+from service.engine.bundle import sha256_file, write_bundle_json
 
 
 def run_cli(*args):
@@ -35,7 +35,7 @@ def test_verify_fails_when_outputs_differ_from_the_recorded_reference(tiny_bundl
     (bundle / "parity_corpus.json").write_text(json.dumps(corpus))
     meta = json.loads((bundle / "bundle.json").read_text())
     meta["files"]["parity_corpus.json"] = sha256_file(bundle / "parity_corpus.json")  # a consistent, wrong bundle
-    (bundle / "bundle.json").write_text(json.dumps(meta))
+    write_bundle_json(bundle, meta)
     proc = run_cli("export", "verify", str(bundle), "--threads", "1")
     assert proc.returncode == 1
     assert "FAIL: greedy mismatches_one_at_a_time = 1 of" in proc.stderr

@@ -95,7 +95,9 @@ def test_add_variant_writes_fp16_v2_into_a_copy_of_the_default_bundle(tmp_path):
     assert loaded.default_variant == {"cpu": "int8", "cuda": "fp16"}
     fp16 = loaded.variants["fp16"]
     assert fp16["kv_cache"] == "in_place" and fp16["fallback"] == "fp32"
-    assert {fp16["encoder"], fp16["decoder"]} == set(FILES.values()) <= set(meta["files"])
+    assert {fp16["decoder"]} == set(FILES.values()) <= set(meta["files"])
+    assert fp16["encoder"] == loaded.variants["fp32"]["encoder"]  # shared: one copy of the encoder's weights
+    assert not (bundle / "encoder.fp16.onnx").exists()
     assert "fp32-v2" not in loaded.variants and not (bundle / "decoder.v2.onnx").exists()
     checks = meta["parity"]["fp16"]
     assert checks["structure"]["ok"] and checks["structure"]["GroupQueryAttention"] == 3

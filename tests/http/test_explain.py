@@ -25,7 +25,7 @@ from service_harness import PacedEngine, ServerThread, metric, scrape
 
 from export.checks.explain import attention_parity
 from export.pipeline.explain import EXPLAIN_DECODER
-from service.engine.bundle import BundleError, load_bundle
+from service.engine.bundle import BundleError, load_bundle, write_bundle_json
 from service.engine.engine import DecodingOptions, Engine
 from service.engine.explain import Explainer
 from training.model import decoder_self_bias
@@ -120,7 +120,7 @@ def test_a_bundle_whose_explain_graph_is_unlisted_is_refused_with_one_line(tiny_
     shutil.copytree(tiny_bundle_dir, bad)
     meta = json.loads((bad / "bundle.json").read_text())
     del meta["files"][EXPLAIN_DECODER]
-    (bad / "bundle.json").write_text(json.dumps(meta))
+    write_bundle_json(bad, meta)
     engine = Engine(load_bundle(bad), variant="fp32", threads=1)
     with pytest.raises(BundleError, match=r"decoder\.explain\.onnx is referenced but not listed") as e:
         Explainer.for_engine(engine)
@@ -266,7 +266,7 @@ def test_a_bundle_without_the_explain_graph_answers_501_and_still_serves(tiny_bu
     shutil.copytree(tiny_bundle_dir, old)
     meta = json.loads((old / "bundle.json").read_text())
     del meta["explain"], meta["files"][EXPLAIN_DECODER], meta["io"]["decoder.explain"]
-    (old / "bundle.json").write_text(json.dumps(meta))
+    write_bundle_json(old, meta)
     (old / EXPLAIN_DECODER).unlink()
     with serving_fp32(old) as s:
         r = httpx.post(s.url + "/explain", json={"inputs": "cat"}, timeout=30)

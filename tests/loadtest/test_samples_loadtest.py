@@ -14,6 +14,7 @@ from service_harness import serving
 from test_loadtest import serve
 
 from loadtest.cli import main
+from service.engine.bundle import write_bundle_json
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +47,8 @@ def test_a_bundle_without_a_parity_corpus_answers_404(tiny_bundle_dir, tmp_path)
     bundle = tmp_path / "no-corpus"
     shutil.copytree(tiny_bundle_dir, bundle)
     meta = json.loads((bundle / "bundle.json").read_text())
-    del meta["parity_corpus"]  # bundle.json is not among its own hashed files
-    (bundle / "bundle.json").write_text(json.dumps(meta))
+    del meta["parity_corpus"]  # written with its manifest_sha256 anew
+    write_bundle_json(bundle, meta)
     with serving(bundle) as s:
         r = httpx.get(s.url + "/samples", timeout=30)
     assert r.status_code == 404 and r.json()["error_type"] == "not_found"

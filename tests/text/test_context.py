@@ -17,7 +17,7 @@ import httpx
 import pytest
 from service_harness import serving
 
-from service.engine.bundle import load_bundle
+from service.engine.bundle import load_bundle, write_bundle_json
 from service.text.context import ContextChooser, context_features
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -175,7 +175,7 @@ def copy_without_context(tmp_path: Path) -> Path:
     meta = json.loads((out / "bundle.json").read_text())
     del meta["context"], meta["files"]["context.json.gz"]
     (out / "context.json.gz").unlink()
-    (out / "bundle.json").write_text(json.dumps(meta, indent=2) + "\n")
+    write_bundle_json(out, meta)
     return out
 
 

@@ -14,7 +14,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from export.pipeline.lexicon import add_lexicon
-from service.engine.bundle import BundleError, load_bundle, sha256_file
+from service.engine.bundle import BundleError, load_bundle, sha256_file, write_bundle_json
 from service.text.lexicon import LEXICON_FILE, Lexicon, LexiconError
 from training.data import cmudict_path, parse_cmudict
 
@@ -84,7 +84,7 @@ def make_bundle(root: Path, lexicon_rows: str | None = None, word_level: bool = 
     files = ["src_tokenizer.json", "tgt_tokenizer.json", "encoder.onnx", "decoder.onnx"]
     files += [LEXICON_FILE] if lexicon_rows is not None else []
     meta["files"] = {name: sha256_file(d / name) for name in files}
-    (d / "bundle.json").write_text(json.dumps(meta, indent=2))
+    write_bundle_json(d, meta)
     return d
 
 
@@ -153,7 +153,7 @@ def test_loader_refuses_a_tampered_or_missing_lexicon(tmp_path):
     (d / LEXICON_FILE).write_bytes(original)
     meta = json.loads((d / "bundle.json").read_text())
     del meta["files"][LEXICON_FILE]
-    (d / "bundle.json").write_text(json.dumps(meta))
+    write_bundle_json(d, meta)
     with pytest.raises(BundleError, match=f"{LEXICON_FILE} is referenced but not listed"):
         load_bundle(d)
 
@@ -173,9 +173,9 @@ def test_add_lexicon_ships_the_dictionary_without_touching_other_fields(tmp_path
         "dropped": 1,  # a phoneme the model's vocabulary lacks
     }
     assert meta["word_level_source"] is True
-    assert {k: v for k, v in meta.items() if k not in ("lexicon", "word_level_source", "files")} == {
-        k: v for k, v in before.items() if k not in ("word_level_source", "files")
-    }
+    changed = ("lexicon", "word_level_source", "files", "manifest_sha256")  # the manifest's own hash is written anew
+    assert {k: v for k, v in meta.items() if k not in changed} == {k: v for k, v in before.items() if k not in changed}
+    assert meta["manifest_sha256"] != before["manifest_sha256"]
     assert meta["files"] == {**before["files"], LEXICON_FILE: sha256_file(d / LEXICON_FILE)}
     lexicon = Lexicon.load(load_bundle(d))
     assert [a.text for a in lexicon.lookup("HELLO")] == ["HH AH0 L OW1", "HH EH0 L OW1"]  # sources normalised, merged
@@ -199,7 +199,7 @@ def test_evaluation_scores_the_model_alone_whatever_the_lexicon_says(tmp_path):
     write_lexicon_file(d / LEXICON_FILE, {w: ["ZH ZH ZH"] for w in words})
     meta = json.loads((DEFAULT_BUNDLE / "bundle.json").read_text())
     meta["files"][LEXICON_FILE] = sha256_file(d / LEXICON_FILE)
-    (d / "bundle.json").write_text(json.dumps(meta))
+    write_bundle_json(d, meta)
     assert [a.text for a in Lexicon.load(load_bundle(d)).lookup(words[0])] == ["ZH ZH ZH"]
     shipped = evaluate_bundle(DEFAULT_BUNDLE, "test", 24, None, 24)
     wrong = evaluate_bundle(d, "test", 24, None, 24)

@@ -19,6 +19,7 @@ import pytest
 from service_harness import free_port, metric, scrape, serving, stream
 from tokenizers import Tokenizer
 
+from service.engine.bundle import write_bundle_json
 from service.text.reader import WORD_SEPARATOR
 from training.data import cmudict_path, parse_cmudict
 
@@ -253,8 +254,8 @@ def test_a_bundle_without_the_word_level_flag_reads_its_input_whole(tiny_bundle_
     whole = tmp_path / "whole"
     shutil.copytree(tiny_bundle_dir, whole)
     meta = json.loads((whole / "bundle.json").read_text())
-    meta["word_level_source"] = False  # bundle.json is not among its own hashed files
-    (whole / "bundle.json").write_text(json.dumps(meta))
+    meta["word_level_source"] = False  # written with its manifest_sha256 anew
+    write_bundle_json(whole, meta)
     with serving(tiny_bundle_dir) as word_level, serving(whole) as s:
         r = httpx.post(s.url + "/generate", json={"inputs": "hello world"}, timeout=30)
         assert r.status_code == 422 and "' '" in r.json()["error"]  # a space is still a character it cannot read

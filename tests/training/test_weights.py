@@ -9,6 +9,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
+from service.engine.bundle import write_bundle_json
 from training.weights import WeightsError, load_bundle_weights
 
 
@@ -121,6 +122,6 @@ def test_a_config_that_does_not_match_the_graphs_is_refused(tiny_bundle_dir, tmp
     shutil.copytree(tiny_bundle_dir, copy)
     meta = json.loads((copy / "bundle.json").read_text())
     meta["config"]["n_encoder_layers"] += 1
-    (copy / "bundle.json").write_text(json.dumps(meta))
+    write_bundle_json(copy, meta)
     with pytest.raises(WeightsError, match="linear layers"):
         load_bundle_weights(copy)
