@@ -1,6 +1,6 @@
 """What `alphabet: "espeak"` costs the server: its CPU time per request against `arpabet`, on one long text.
 
-    python benchmarks/espeak_cpu.py [--bundle models/g2p-en] [--corpus /usr/share/vim/vim90/doc] [--words 2000] \\
+    python -m benchmarks.espeak_cpu [--bundle models/g2p-en] [--corpus /usr/share/vim/vim90/doc] [--words 2000] \\
         [--requests 20] [--out benchmarks/results/espeak_cpu.json]
 
 Starts `attnserve-serve` on 127.0.0.1 (one thread, pinned to CPU 0 when the machine has two or more), warms it with
@@ -26,10 +26,9 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.espeak_distance import corpus_text, plain_sentences
 
-from benchmarks.espeak_distance import corpus_text, plain_sentences  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def cpu_ns(pid: int) -> int:
@@ -107,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         server.wait(30)
     medians = {a: statistics.median(s) / 1e6 for a, s in samples.items()}
     report = {
-        "command": "python benchmarks/espeak_cpu.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m benchmarks.espeak_cpu " + " ".join(argv if argv is not None else sys.argv[1:]),
         "date": time.strftime("%Y-%m-%d"),
         "cpu": cpu_model(),
         "words": len(text.split()),

@@ -1,8 +1,8 @@
 """How far `alphabet: "espeak"` is from espeak-ng itself, on common words and on running sentences.
 
-    python benchmarks/espeak_distance.py [--bundle models/g2p-en] [--corpus /usr/share/vim/vim90/doc] [--glob '*.txt'] \\
+    python -m benchmarks.espeak_distance [--bundle models/g2p-en] [--corpus /usr/share/vim/vim90/doc] [--glob '*.txt'] \\
         [--words 3000] [--sentences 300] [--out benchmarks/results/espeak_distance.json]
-    python benchmarks/espeak_distance.py --write-function-words service/text/espeak_function_words.tsv
+    python -m benchmarks.espeak_distance --write-function-words service/text/espeak_function_words.tsv
 
 espeak-ng is `piper-phonemize` (the dev extra): `phonemize_espeak(text, "en-us")`, what Piper's voices are fed.
 attnserve answers through the in-process `Generator` (the server's request layer, lexicon first), one line per
@@ -30,11 +30,11 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from service.client import Generator
+from service.text.lexicon import Lexicon
 
-from service.client import Generator  # noqa: E402
-from service.text.lexicon import Lexicon  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+
 
 # closed-class words whose espeak-ng form depends on where they stand
 FUNCTION_WORDS = """
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         sentence_answers = [r.text for r in g.generate_text_many(sentences, alphabet="espeak", punctuation=True)]
         seconds = time.perf_counter() - t0
     report = {
-        "command": "python benchmarks/espeak_distance.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m benchmarks.espeak_distance " + " ".join(argv if argv is not None else sys.argv[1:]),
         "date": time.strftime("%Y-%m-%d"),
         "machine": platform.processor() or platform.machine(),
         "corpus": str(args.corpus / args.glob),
