@@ -63,6 +63,7 @@ from service.engine.options import request_seed
 from service.engine.scheduler import Failed, Finished, Scheduler
 from service.errors import InvalidRequest
 from service.requests.forms import FormUnsupported, OutputForm, output_form
+from service.requests.parts import PartsPlan, PartsTicket
 from service.requests.streaming import StreamReader
 from service.requests.units import (
     CAUGHT_UP,
@@ -82,6 +83,7 @@ from service.requests.units import (
 from service.requests.validation import ValidRequest
 from service.text.context import ContextChooser, rank_by_context
 from service.text.lexicon import Lexicon
+from service.text.parts import InParts, split_word
 from service.text.pronunciations import Pronunciations
 from service.text.reader import MAX_TEXT_CHARS, MAX_WORDS, Skipped, TextError, TextReader, Word
 
@@ -145,16 +147,27 @@ class TextFrontEnd:
         to_model = [u for u in units if len(u.known) < options.n_best and not is_mark(u)]
         # an asyncio owner that reads its answer whole is woken once per ending ticket, on one event
         ready = asyncio.Event() if loop is not None and not stream else None
+        parted = []
         if to_model:
             # in chunks: a text of more such words than the bound is admitted as the queue allows, not refused
             # (Overloaded only when the queue has no room for its first word); its other words wait their turn
-            requests = [(u.source_ids, options) for u in to_model]
-            tickets = self.scheduler.submit_many(requests, loop, ready, chunk=self.scheduler.text_chunk)
-            for u, t in zip(to_model, tickets):
-                u.ticket = t
+            parted = self.parts_plan(params, options).queue(inputs, to_model, options, loop, ready)
         job = TextRequest(self.engine, self.reader, inputs, params, options, units, valid.t_arrival, ready, valid.form)
         job.skipped = valid.skipped
+        for t in parted:  # a word read again in parts is named in the answer's warnings
+            t.warnings = job.skipped
         return job
+
+    def parts_plan(self, params: TextParams, options: DecodingOptions) -> PartsPlan:
+        """How this request's words reach the model, the long ones in parts (service/requests/parts.py)."""
+        known = self.part_ids if self.lexicon is not None and lexicon_answers(params, options) else None
+        encode = self.reader.encode if self.reader is not None else self.engine.tokenize_text
+        return PartsPlan(self.scheduler, self.engine, encode, known, self.lexicon, self.max_input_tokens)
+
+    def part_ids(self, part: str) -> tuple[int, ...] | None:
+        """A part's reading from the lexicon (its first entry's ids), None when the lexicon does not know it."""
+        entries = self.lexicon.lookup(part)
+        return entries[0].ids if entries else None
 
     def answer_known(self, inputs: str, units: list[Unit], params: TextParams, options: DecodingOptions) -> None:
         """Give the units the lexicon knows their answers (at most n_best each): a reading the reader's rules fixed,
@@ -254,7 +267,14 @@ class TextFrontEnd:
             except InputError as e:
                 raise InvalidRequest(str(e), field="inputs") from None
         for u in units:
-            self.check_length(u)
+            if u.word is not None and len(u.source_ids) > self.max_input_tokens:  # read in parts, not refused
+                u.parts = split_word(u.text, self.lexicon, self.max_input_tokens)
+                reason = f"{len(u.source_ids)} tokens long; this model reads at most {self.max_input_tokens}"
+                skipped.append(InParts(u.word.start, u.word.end, text[u.word.start : u.word.end], reason))
+            else:
+                self.check_length(u)
+        if len(skipped) > 1:
+            skipped.sort(key=lambda s: s.start)
         return units, skipped
 
     def check_length(self, u: Unit) -> None:
@@ -377,9 +397,9 @@ class TextRequest:
         else:
             tokens = hypothesis_tokens(self.engine, best)
         scored = bool(best.logprobs) or best.eos_logprob is not None
-        model = [
-            Answer(gen.text, tokens, u.finished.finish_reason, best.generated_tokens, best.score if scored else None, "model")
-        ]
+        source = u.ticket.source if isinstance(u.ticket, PartsTicket) else "model"
+        score = best.score if scored else None
+        model = [Answer(gen.text, tokens, u.finished.finish_reason, best.generated_tokens, score, source)]
         sampled = self.options.sampling  # a sampled candidate says which it was; beams do not
         model += [
             Answer(

@@ -122,6 +122,7 @@ class Unit:
     ticket: Ticket | None = None  # the engine's, when the model answers (or fills best_of)
     results: list[StepResult] = field(default_factory=list)
     finished: Finished | None = None
+    parts: list[str] | None = None  # a word longer than the model reads: its parts (service/requests/parts.py)
 
 
 @dataclass(slots=True)  # one per streamed token: a frozen dataclass's __init__ sets each field through object.__setattr__

@@ -328,6 +328,11 @@ class TextReader:
             raise TextError(f"input contains no text this model can read: {shown}; remove or replace it")
         return Reading(kept, sorted(skipped, key=lambda s: s.start))
 
+    def encode(self, word: str) -> list[int]:
+        """The source ids of one word (or part of one) as `read` gives them."""
+        ids = self.char_ids.ids(word) if self.char_ids is not None else None
+        return ids if ids is not None else self.src_tokenizer.encode(word, add_special_tokens=False).ids
+
     def join(self, answers: Sequence[str]) -> str:
         """generated_text for the words' answers, in order."""
         return self.separator.join(answers)
