@@ -87,6 +87,8 @@ from service.text.parts import InParts, split_word
 from service.text.pronunciations import Pronunciations
 from service.text.reader import MAX_TEXT_CHARS, MAX_WORDS, Skipped, TextError, TextReader, Word
 
+ANSWERS_KEPT = 1 << 16  # distinct lexicon answers kept made (`TextFrontEnd.known_answer`); more start again
+
 
 def word_reader(
     bundle: LoadedBundle,
@@ -129,6 +131,7 @@ class TextFrontEnd:
         src, tgt = engine.src_tokenizer, engine.tgt_tokenizer
         self.reader = word_reader(engine.bundle, src, tgt, max_chars, max_words)
         self._fixed: dict[str, tuple[int, ...]] = {}  # fixed readings' target ids (`fixed_ids`)
+        self._known: dict[tuple, tuple] = {}  # lexicon answers made (`known_answer`)
         self._forms: dict[tuple[str, bool], OutputForm | None] = {}
 
     def admit(self, valid: ValidRequest, *, stream: bool = False, loop: asyncio.AbstractEventLoop | None = None) -> TextRequest:
@@ -187,9 +190,22 @@ class TextFrontEnd:
                 found = [a.ids for a in entries[: options.n_best]]
             else:
                 continue
-            u.known = [lexicon_answer(self.engine, ids, options.max_new_tokens, options.stop) for ids in found]
+            u.known = [self.known_answer(ids, options) for ids in found]
             if candidates is not None and u.known:
                 u.known[0].source, u.known[0].candidates = "context", candidates
+
+    def known_answer(self, ids: tuple[int, ...], options: DecodingOptions) -> Answer:
+        """`lexicon_answer` of `ids` under the request's length bound and stop sequences, made once per distinct
+        answer (its tokens' texts take a decode each) and copied for each word that has it."""
+        key = (ids, options.max_new_tokens, tuple(options.stop))
+        made = self._known.get(key)
+        if made is None:
+            a = lexicon_answer(self.engine, ids, options.max_new_tokens, options.stop)
+            made = (a.text, tuple(a.tokens), a.finish_reason, a.generated_tokens)
+            if len(self._known) >= ANSWERS_KEPT:
+                self._known.clear()
+            self._known[key] = made
+        return Answer(made[0], list(made[1]), made[2], made[3], None, "lexicon")
 
     def fixed_ids(self, pronunciation: str) -> tuple[int, ...]:
         """The target ids of a reading the reader's rules fixed (its phonemes are in the target vocabulary)."""
