@@ -132,6 +132,8 @@ class TextFrontEnd:
         self.reader = word_reader(engine.bundle, src, tgt, max_chars, max_words)
         self._fixed: dict[str, tuple[int, ...]] = {}  # fixed readings' target ids (`fixed_ids`)
         self._known: dict[tuple, tuple] = {}  # lexicon answers made (`known_answer`)
+        self._answered: dict[tuple, dict[str, tuple[Answer, ...]]] = {}  # `_word_answers`, of the lexicon `_answered_by`
+        self._answered_by: Lexicon | None = None
         self._forms: dict[tuple[str, bool], OutputForm | None] = {}
 
     def admit(self, valid: ValidRequest, *, stream: bool = False, loop: asyncio.AbstractEventLoop | None = None) -> TextRequest:
@@ -174,25 +176,44 @@ class TextFrontEnd:
 
     def answer_known(self, inputs: str, units: list[Unit], params: TextParams, options: DecodingOptions) -> None:
         """Give the units the lexicon knows their answers (at most n_best each): a reading the reader's rules fixed,
-        or the lexicon's entries, a heteronym's ordered by its sentence."""
+        or the lexicon's entries, a heteronym's ordered by its sentence. A word's answers are made once per distinct
+        word and request shape (`_word_answers`) and copied for each of its occurrences."""
         chooser = self.context if params.context else None
+        lexicon = self.lexicon
+        made = self._word_answers(options)
         for u in units:
             if u.known:  # a mark of punctuation, or the request's own pronunciation
                 continue
-            candidates = None
-            if u.word is not None and u.word.pronunciation is not None:  # the reader's rules fixed it (letters spelt)
-                found = [self.fixed_ids(u.word.pronunciation)]
-            elif self.lexicon is not None:
-                entries = self.lexicon.lookup(u.text)
-                if chooser is not None and u.word is not None and chooser.covers(u.text.lower()):
-                    # a heteronym: its sentence orders the lexicon's pronunciations (service/text/context.py)
-                    entries, candidates = rank_by_context(chooser, u.text.lower(), entries, inputs, u.word.start, u.word.end)
-                found = [a.ids for a in entries[: options.n_best]]
-            else:
+            w, text = u.word, u.text
+            if w is not None and w.pronunciation is not None:  # the reader's rules fixed it (letters spelt)
+                u.known = [self.known_answer(self.fixed_ids(w.pronunciation), options)]
                 continue
-            u.known = [self.known_answer(ids, options) for ids in found]
-            if candidates is not None and u.known:
-                u.known[0].source, u.known[0].candidates = "context", candidates
+            if lexicon is None:
+                continue
+            if chooser is not None and w is not None and chooser.covers(text.lower()):
+                # a heteronym: its sentence orders the lexicon's pronunciations (service/text/context.py)
+                entries, candidates = rank_by_context(chooser, text.lower(), lexicon.lookup(text), inputs, w.start, w.end)
+                u.known = [self.known_answer(a.ids, options) for a in entries[: options.n_best]]
+                if candidates is not None and u.known:
+                    u.known[0].source, u.known[0].candidates = "context", candidates
+                continue
+            answers = made.get(text)
+            if answers is None:
+                answers = made[text] = tuple(self.known_answer(a.ids, options) for a in lexicon.lookup(text)[: options.n_best])
+            u.known = [Answer(a.text, list(a.tokens), a.finish_reason, a.generated_tokens, None, "lexicon") for a in answers]
+
+    def _word_answers(self, options: DecodingOptions) -> dict[str, tuple[Answer, ...]]:
+        """The lexicon's answers by word for requests of this n_best, length bound and stop sequences: kept while the
+        lexicon stays the same (a reload replaces it), at most ANSWERS_KEPT words of each shape."""
+        if self._answered_by is not self.lexicon:
+            self._answered_by, self._answered = self.lexicon, {}
+        key = (options.n_best, options.max_new_tokens, tuple(options.stop))
+        words = self._answered.get(key)
+        if words is None or len(words) >= ANSWERS_KEPT:
+            if len(self._answered) >= 16:  # request shapes seldom vary; a client that varies them starts again
+                self._answered.clear()
+            words = self._answered[key] = {}
+        return words
 
     def known_answer(self, ids: tuple[int, ...], options: DecodingOptions) -> Answer:
         """`lexicon_answer` of `ids` under the request's length bound and stop sequences, made once per distinct
