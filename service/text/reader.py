@@ -140,13 +140,19 @@ def read_text(
             else:
                 words.append(Word(t.text, t.start, t.end, punctuation=True))
             continue
-        spans = [(t.start, t.end)] * len(t.spoken or ())
-        if t.pieces is not None:  # offsets in the token's prepared text -> the original's
+        said = t.spoken
+        if not said:
+            continue
+        if t.pieces is None:  # every word of the token has the token's span
+            start, end = t.start, t.end
+            for spoken, pronunciation in said:
+                words.append(Word(spoken, start, end, ids(spoken) if ids is not None else (), pronunciation))
+        else:  # offsets in the token's prepared text -> the original's
             at = t.match.start()
             spans = [(origin[at + a], origin[at + b - 1] + 1) for a, b in t.pieces]
-        for (spoken, pronunciation), (start, end) in zip(t.spoken or (), spans):
-            words.append(Word(spoken, start, end, ids(spoken) if ids is not None else (), pronunciation))
-        n_words += len(t.spoken or ())
+            for (spoken, pronunciation), (start, end) in zip(said, spans):
+                words.append(Word(spoken, start, end, ids(spoken) if ids is not None else (), pronunciation))
+        n_words += len(said)
         if n_words > max_words:
             raise TextError(
                 f"input has more than {max_words} words; at most {max_words} are read per request (max_words); "
