@@ -160,6 +160,7 @@ def main() -> int:
         "text": str(args.text.relative_to(ROOT) if args.text.is_relative_to(ROOT) else args.text),
         "text_words": len(text.split()),
         "answer_words": {label: a.count(" | ") + 1 for label, a in answers.items()},
+        "same_answer": len(set(answers.values())) == 1,  # every tree's generated_text alike
         "trees": {label: {"path": path, "commit": git_commit(Path(path))} for label, path in trees.items()},
         "times_s": times,
         "best_ms": {label: round(b * 1000, 2) for label, b in best.items()},

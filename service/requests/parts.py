@@ -5,18 +5,21 @@ with one ticket (`PartsTicket`), so it stays one word of the answer: one `|`-sep
 Two cases:
 - a word longer than the model reads (`max_input_tokens`) is read in parts from the start: the lexicon answers the
   parts it knows (when it may answer the request), the model the others;
-- a word of a greedy or beam request whose model reading ends implausibly early for its length
-  (`service.text.parts.stopped_early`) is read again in parts once that reading has ended; the parts' answer is kept
-  when it is longer, and a warning names the word either way.
+- a word whose model reading ends implausibly early for its length (`service.text.parts.stopped_early`) is read
+  again in parts once that reading has ended, where the lexicon answers the request (a greedy or beam request, the
+  bundle has a lexicon, the request does not ask for the model's own answers with `lexicon: false`, `top_n_tokens`
+  or `decoder_input_details`); the parts' answer is kept when it is longer, and a warning names the word either way.
 
-Sampled requests read an over-long word's parts with the request's options (and seed), each part a sample of the
-model's distribution; they are not retried, since a sample is the model's own answer. A word read in parts has one
-answer (the parts' best answers joined: no best_of alternatives, no top tokens), with source `parts`; its tokens
-come in the stream at once when its last part ends. `max_new_tokens` and stop sequences apply to each part the
-model reads, as to each word: the default bound (32 tokens) would otherwise cut the very words read in parts.
-/score refuses an over-long word (the model scores one input it can read). What a word's parts read depends on
-the word alone, so its answer does not depend on the text around it or on other requests (the engine's answers
-are batch-invariant).
+Other requests get the model's own reading of a word it can read: a sample is the model's answer, and `lexicon:
+false` asks for it (the served model's parity with its reference holds there). They still read an over-long word in
+parts, with the request's options (and seed): each part a sample of the model's distribution when sampled.
+
+A word read in parts has one answer (the parts' best answers joined: no best_of alternatives, no top tokens), with
+source `parts`. A checked word's tokens come in the stream at once, when its reading (and its parts') has ended.
+`max_new_tokens` and stop sequences apply to each part the model reads, as to each word: the default bound (32
+tokens) would otherwise cut the very words read in parts. /score refuses an over-long word (the model scores one
+input it can read). What a word's parts read depends on the word alone, so its answer does not depend on the text
+around it or on other requests (the engine's answers are batch-invariant).
 """
 
 from __future__ import annotations
@@ -115,6 +118,10 @@ class PartsTicket:
         n = self.n_tokens
         per_token = inference / n if n else 0.0
         return {"total": now - arrival, "queue": admitted - arrival, "inference": inference, "per_token": per_token}
+
+    @property
+    def cancelled(self) -> bool:
+        return any(t.cancelled for t in self.tickets)
 
     def cancel(self) -> None:
         for t in self.tickets:
@@ -287,12 +294,14 @@ class PartsPlan:
             return []
         tickets = self.scheduler.submit_many(requests, loop, ready, chunk=self.scheduler.text_chunk)
         out, k = [], 0
-        checked = not options.sampling  # a sample is the model's own answer: not read again
+        # a word's reading is checked where the lexicon answers the request (greedy and beam requests that do not ask
+        # for the model's own answers): a sample, `lexicon: false` and a bundle without a lexicon get the model's own
+        checked = self.known is not None
         parted = dict((id(u), found) for u, found in plans)
         for u in units:  # the tickets in the order of `requests`
             if u.parts is None:
                 u.ticket, k = tickets[k], k + 1
-                if checked and not u.known and letters(u.text) >= MIN_CHECKED_LETTERS:
+                if checked and u.word is not None and not u.known and letters(u.text) >= MIN_CHECKED_LETTERS:
                     u.ticket = self._ticket(u, inputs, loop, ready, whole=u.ticket, retry=self._retry(u, options))
                     out.append(u.ticket)
             elif id(u) in parted:
