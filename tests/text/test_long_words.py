@@ -80,6 +80,12 @@ def test_a_word_that_stops_short_is_read_on(gen):
     assert len(phones) >= MIN_PHONES_PER_LETTER * len(SUPERCAL) and phones[-3:] == ["SH", "AH0", "S"]
 
 
+def test_a_request_for_the_models_own_answers_keeps_its_reading(gen):
+    own = one(gen, SUPERCAL, lexicon=False)
+    assert own.answers[0][0].source == "model" and not own.warnings
+    assert own.answers[0][0].text != one(gen, SUPERCAL).answers[0][0].text
+
+
 def test_a_word_longer_than_the_model_reads_does_not_refuse_the_text(gen):
     text = ("The village of " + LLAN + " is in Wales. ") * 40  # about 3,000 characters
     r = one(gen, text)
