@@ -73,6 +73,7 @@ class PartsTicket:
         self._ended: dict[int, Hypothesis] = {}  # id(ticket) -> its best hypothesis, once it finished
         self._failed: Failed | None = None
         self._given = False
+        self._pending: list[Ticket] = []  # the tickets not yet ended
         for t in self.tickets:
             self.watch(t)
 
@@ -84,6 +85,7 @@ class PartsTicket:
     def watch(self, t: Ticket) -> None:
         """Have a part's ticket wake this ticket's owner."""
         t.on_ready = self._part_ready
+        self._pending.append(t)
 
     def _part_ready(self) -> None:
         if self.on_ready is not None:
@@ -133,8 +135,8 @@ class PartsTicket:
 
     def take_events(self) -> list:
         """The word's events when it has ended (once), else []."""
-        for t in self.tickets:
-            if id(t) not in self._ended and self._failed is None:
+        for t in list(self._pending):
+            if self._failed is None:
                 self._take(t, t.take_events())
         return self._events()
 
@@ -151,13 +153,13 @@ class PartsTicket:
             events = self.take_events()
             if events or self._given:
                 return events
-            waiting = [t for t in self.tickets if id(t) not in self._ended]
-            if not waiting:
+            if not self._pending:
                 continue
-            got = waiting[0].next_events_blocking(timeout)
+            t = self._pending[0]
+            got = t.next_events_blocking(timeout)
             if not got:
                 return []
-            self._take(waiting[0], got)
+            self._take(t, got)
 
     # ---- reading the parts ---------------------------------------------------------------------------------------
     def _take(self, t: Ticket, events: list) -> None:
@@ -168,6 +170,7 @@ class PartsTicket:
                 return
             if isinstance(ev, Finished):
                 self._ended[id(t)] = t.generation.hypotheses[0]
+                self._pending.remove(t)
                 return
 
     def _events(self) -> list:
@@ -189,7 +192,7 @@ class PartsTicket:
             for t in self.tickets[1:]:
                 self.watch(t)
             return self.take_events() if self.tickets[1:] else self._events_of_parts(whole)
-        return self._events_of_parts(whole)
+        return [] if self._pending else self._events_of_parts(whole)
 
     def _events_of_parts(self, whole: Hypothesis | None) -> list:
         readings = []

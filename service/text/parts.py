@@ -24,6 +24,8 @@ MIN_PHONES_PER_LETTER = 0.60  # 1st percentile of phonemes/letters over CMUdict 
 MIN_CHECKED_LETTERS = 10  # shorter words are not checked: their ratios vary too widely
 MAX_UNKNOWN_PART = 10  # longest piece read by the model that no table names (it reads words of this size well)
 MIN_KNOWN_PART = 4  # shortest dictionary word taken as a part (CMUdict lists many 2- and 3-letter fragments)
+MAX_KNOWN_PART = 24  # longest dictionary word or morpheme looked for (CMUdict's longest common words are shorter)
+MAX_SPLIT_LETTERS = 128  # a longer "word" (a run of letters, not a word) is cut by length alone, at no search cost
 
 # Greek and Latin combining forms and English affixes that long coined words are built of, each read well alone.
 MORPHEMES = frozenset(
@@ -57,12 +59,15 @@ def split_word(word: str, known: Container[str] | None = None, max_part: int = 4
     n = len(word)
     lower = word.lower()
     longest_unknown = min(MAX_UNKNOWN_PART, max_part)
+    if n > MAX_SPLIT_LETTERS:
+        return [word[k : k + longest_unknown] for k in range(0, n, longest_unknown)]
+    longest = min(max(MAX_KNOWN_PART, longest_unknown), max_part)
     # best[i]: (cost, the start of the last part) of the cheapest cut of word[:i]; a named part costs 1, a piece
     # nothing names 3 and a little more the further it is from 7 letters (pieces of a common word's length)
     inf = float("inf")
     best: list[tuple[float, int]] = [(0.0, 0)] + [(inf, 0)] * n
     for end in range(2, n + 1):
-        for start in range(max(0, end - max_part), end - 1):
+        for start in range(max(0, end - longest), end - 1):
             if best[start][0] == inf:
                 continue
             piece, size = lower[start:end], end - start

@@ -95,6 +95,13 @@ def test_a_word_longer_than_the_model_reads_does_not_refuse_the_text(gen):
     assert len(long_answers[0].text.split()) >= 30 and long_answers[0].source == "parts"
 
 
+def test_a_run_of_letters_far_longer_than_any_word_is_read_as_one_word(gen):
+    run = "blorp" * 120  # 600 letters: cut by length, no dictionary search
+    r = one(gen, f"see {run} now")
+    assert r.text.count(" | ") == 2 and r.answers[1][0].source == "parts" and len(r.warnings) == 1
+    assert len(split_word(run, set())) == 60
+
+
 def test_a_long_words_answer_does_not_depend_on_its_text_or_on_the_model_answering_its_neighbours(gen):
     alone = one(gen, LLAN).answers[0][0].text
     among = one(gen, f"zorblat {LLAN} quexnip {PNEUMO}", lexicon=False)
