@@ -74,6 +74,7 @@ class PartsTicket:
         self._failed: Failed | None = None
         self._given = False
         self._pending: list[Ticket] = []  # the tickets not yet ended
+        self._beams: list[Hypothesis] = []  # the whole reading's hypotheses, best first
         for t in self.tickets:
             self.watch(t)
 
@@ -170,6 +171,8 @@ class PartsTicket:
                 return
             if isinstance(ev, Finished):
                 self._ended[id(t)] = t.generation.hypotheses[0]
+                if t is self.whole:  # its other beams are the word's other answers if its reading is kept
+                    self._beams = list(t.generation.hypotheses)
                 self._pending.remove(t)
                 return
 
@@ -217,7 +220,7 @@ class PartsTicket:
         return self._give(joined, "parts")
 
     def _give(self, h: Hypothesis, source: str) -> list:
-        self.generation = _Joined(h)
+        self.generation = _Joined([h, *self._beams[1:]] if source == "model" else [h])
         self.source = source
         self._given = self.done = True
         out: list = []
@@ -234,8 +237,9 @@ class _Joined:
 
     streams = False
 
-    def __init__(self, h: Hypothesis):
-        self.hypotheses = [h]
+    def __init__(self, hypotheses: list[Hypothesis]):
+        h = hypotheses[0]
+        self.hypotheses = hypotheses
         self.text = h.text
         self.token_ids = h.token_ids
         self.generated_tokens = h.generated_tokens

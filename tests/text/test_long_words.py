@@ -116,6 +116,12 @@ def test_sampled_and_beam_requests_read_a_long_word_in_parts(gen):
     assert len(beams.answers) == 2 and beams.answers[1][0].source == "parts"
 
 
+def test_a_checked_word_whose_reading_is_kept_keeps_its_beams(gen):
+    beams = one(gen, "glorbinating", best_of=2)
+    assert [a.source for a in beams.answers[0]] == ["model", "model"] and not beams.warnings
+    assert beams.answers[0][0].text == one(gen, "glorbinating", lexicon=False).answers[0][0].text
+
+
 def test_stray_quotes_backticks_and_dashes_refuse_nothing(gen):
     r = one(gen, "``Hello'' -- she said \u2014 `run` ' \" ... -- \u2013 (ok)")
     assert r.words == ["hello", "she", "said", "run", "ok"]
