@@ -200,7 +200,7 @@ class TextFrontEnd:
             answers = made.get(text)
             if answers is None:
                 answers = made[text] = tuple(self.known_answer(a.ids, options) for a in lexicon.lookup(text)[: options.n_best])
-            u.known = [Answer(a.text, list(a.tokens), a.finish_reason, a.generated_tokens, None, "lexicon") for a in answers]
+            u.known = list(answers)  # shared by the word's occurrences: answers are not changed once made
 
     def _word_answers(self, options: DecodingOptions) -> dict[str, tuple[Answer, ...]]:
         """The lexicon's answers by word for requests of this n_best, length bound and stop sequences: kept while the
@@ -290,28 +290,28 @@ class TextFrontEnd:
         """`units`, and the characters of running text that were skipped (unreadable symbols, emoji, other scripts).
         `punctuation`: running text's pauses are units too, answered by their mark (`punctuation_answer`)."""
         skipped: list[Skipped] = []
-        if self.reader is not None:
-            words, skipped = self.read_words(text, truncate, punctuation)
-            units = [Unit(w.text, w, list(w.source_ids), []) for w in words]
-            for u in units:
-                if u.word.punctuation:  # answered by its mark: it never reaches the lexicon or the model
-                    u.known = [self.punctuation_answer(u.text)]
-        else:
+        if self.reader is None:
             try:
                 if truncate is not None:
                     text = self.keep_last_tokens(text, truncate)
                 units = [Unit(text, None, self.engine.tokenize_text(text), [])]
             except InputError as e:
                 raise InvalidRequest(str(e), field="inputs") from None
-        for u in units:
-            if u.word is not None and len(u.source_ids) > self.max_input_tokens:  # read in parts, not refused
-                u.parts = split_word(u.text, self.lexicon, self.max_input_tokens)
-                reason = f"{len(u.source_ids)} tokens long; this model reads at most {self.max_input_tokens}"
-                skipped.append(InParts(u.word.start, u.word.end, text[u.word.start : u.word.end], reason))
-            else:
-                self.check_length(u)
-        if len(skipped) > 1:
-            skipped.sort(key=lambda s: s.start)
+            self.check_length(units[0])
+            return units, skipped
+        words, skipped = self.read_words(text, truncate, punctuation)
+        units, limit = [], self.max_input_tokens
+        for w in words:
+            u = Unit(w.text, w, list(w.source_ids), [])
+            units.append(u)
+            if w.punctuation:  # answered by its mark: it never reaches the lexicon or the model
+                u.known = [self.punctuation_answer(u.text)]
+            elif len(w.source_ids) > limit:  # read in parts, not refused
+                u.parts = split_word(u.text, self.lexicon, limit)
+                reason = f"{len(w.source_ids)} tokens long; this model reads at most {limit}"
+                skipped.append(InParts(w.start, w.end, text[w.start : w.end], reason))
+                if len(skipped) > 1:
+                    skipped.sort(key=lambda s: s.start)
         return units, skipped
 
     def check_length(self, u: Unit) -> None:

@@ -93,7 +93,9 @@ class TextParams:
 
 @dataclass
 class Answer:
-    """One answer of a unit: its text, its tokens (the end token last when it ended), and where it came from."""
+    """One answer of a unit: its text, its tokens (the end token last when it ended), and where it came from. Not
+    changed once handed out: the lexicon's answers are shared by every occurrence of their word (a heteronym's, made
+    per occurrence, are given their source and candidates before)."""
 
     text: str
     tokens: list[Token]
