@@ -1,7 +1,7 @@
 """The text front end against espeak-ng: one 2,000-word news-style text, one client, one core each.
 
-    python benchmarks/frontend_vs_espeak.py                                  # this tree
-    python benchmarks/frontend_vs_espeak.py --tree after=. --tree before=/work/main   # two trees, in one run
+    python -m benchmarks.frontend_vs_espeak                                      # this tree
+    python -m benchmarks.frontend_vs_espeak --tree after=. --tree before=../main   # two trees, in one run
 
 Each tree's server (`python -m service BUNDLE --threads 1`, with that tree first on PYTHONPATH) runs pinned to
 core 0 (taskset); this script, the client, pins itself to core 1 and sends the text (benchmarks/data/news_2000.txt:
@@ -9,8 +9,8 @@ prose, numbers, dates, money, names, a URL and an e-mail address) as one `POST /
 espeak-ng (`piper_phonemize.phonemize_espeak(text, "en-us")`, PyPI `piper-phonemize`: the phonemizer most open TTS
 systems call) runs in a worker process pinned to core 0 too, so both are timed on the same core. After a warm-up,
 the rounds go A B ... espeak, A B ... espeak, so a busy machine slows all of them alike; the figure is each one's
-best of `--repeats` and the ratio of the bests. The raw JSON (every time, the CPU, the load average) goes to
-benchmarks/results/.
+best of `--repeats` and the ratio of the bests. The raw JSON (every time, the machine, whether the trees answered
+alike) goes to benchmarks/results/.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from benchmarks.measure import machine, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT = ROOT / "benchmarks" / "data" / "news_2000.txt"
@@ -97,13 +99,6 @@ def git_commit(tree: Path) -> str | None:
         return None
 
 
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tree", action="append", help="LABEL=PATH of a source tree to serve (default: this one, 'this')")
@@ -111,7 +106,7 @@ def main() -> int:
     p.add_argument("--text", type=Path, default=TEXT)
     p.add_argument("--repeats", type=int, default=5, help="timed rounds (the figure is the best)")
     p.add_argument("--warm-up", type=int, default=3)
-    p.add_argument("--out", type=Path, help="raw JSON (default: benchmarks/results/frontend_vs_espeak-TIME.json)")
+    p.add_argument("--out", type=Path, default=RESULTS, help="directory of the raw JSON (frontend_vs_espeak_TIME.json)")
     args = p.parse_args()
     trees = dict(t.split("=", 1) for t in args.tree) if args.tree else {"this": str(ROOT)}
     text = args.text.read_text(encoding="utf-8")
@@ -155,8 +150,7 @@ def main() -> int:
         "what": "POST /generate of one 2,000-word news-style text at one client (server --threads 1 on core 0, client "
         "on core 1) against piper_phonemize.phonemize_espeak(text, 'en-us') on core 0; best of the repeats",
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "cpu": cpu_model(),
-        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+        "machine_after": machine(),
         "text": str(args.text.relative_to(ROOT) if args.text.is_relative_to(ROOT) else args.text),
         "text_words": len(text.split()),
         "answer_words": {label: a.count(" | ") + 1 for label, a in answers.items()},
@@ -166,10 +160,8 @@ def main() -> int:
         "best_ms": {label: round(b * 1000, 2) for label, b in best.items()},
         "ratio_to_espeak": {label: round(best[label] / best["espeak-ng"], 2) for label in trees},
     }
-    out = args.out or RESULTS / f"frontend_vs_espeak-{time.strftime('%Y%m%dT%H%M%S')}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
-    print(json.dumps({k: report[k] for k in ("cpu", "best_ms", "ratio_to_espeak", "load_average_after")}, indent=2))
+    out = write_report(args.out, "frontend_vs_espeak", report)
+    print(json.dumps({k: report[k] for k in ("best_ms", "ratio_to_espeak", "same_answer")}, indent=2))
     print(f"raw: {out}")
     return 0
 
