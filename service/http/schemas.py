@@ -167,7 +167,7 @@ class BestOfSequence(BaseModel):
     tokens: list[Token] = Field(default_factory=list)
     top_tokens: list[list[Token]] | None = None
     score: float | None = Field(None, description="Mean log-probability of its generated tokens, end token included.")
-    source: Literal["model", "lexicon"] = Field("model", description="Where the answer came from.")
+    source: Literal["model", "lexicon", "parts"] = Field("model", description="Where the answer came from.")
     index: int | None = Field(None, description="Which sampled candidate (i of best_of) it was; null for beams.")
 
 
@@ -193,8 +193,10 @@ class WordDetails(BaseModel):
     start: int = Field(..., description='Where in `inputs` it came from: inputs[start:end] ("2" for "two").')
     end: int
     text: str = Field(..., description="Its answer (for G2P, its pronunciation).", examples=["T UW1"])
-    source: Literal["model", "lexicon", "punctuation", "context"] = Field(
-        ..., description="Where the answer came from; `context`: the lexicon's entry that the sentence chose (a heteronym)."
+    source: Literal["model", "lexicon", "punctuation", "context", "parts"] = Field(
+        ...,
+        description="Where the answer came from; `context`: the lexicon's entry that the sentence chose (a heteronym); "
+        "`parts`: a word too long for the model, or whose reading ended early, read in parts (named in `warnings`).",
     )
     score: float | None = Field(None, description="The model's mean log-probability; null for a lexicon answer.")
     candidates: list[WordCandidate] | None = Field(
@@ -205,12 +207,13 @@ class WordDetails(BaseModel):
 
 
 class TextWarning(BaseModel):
-    """Characters of running text that were not read (an emoji, a letter of another script, a symbol nobody says)."""
+    """Characters of running text that were not read (an emoji, a letter of another script, a symbol nobody says), or a
+    word read in parts (too long for the model, or its reading ended early)."""
 
     start: int = Field(..., description="Where in `inputs`: inputs[start:end].")
     end: int
     text: str = Field(..., description="The characters skipped.", examples=["\U0001f600"])
-    message: str = Field(..., description="What was skipped and why.")
+    message: str = Field(..., description="What was skipped, or read in parts, and why.")
 
 
 class Details(BaseModel):
@@ -226,7 +229,7 @@ class Details(BaseModel):
         None, description="The other n-best answers, best first (best_of > 1)."
     )
     score: float | None = Field(None, description="Extension: mean log-probability of the generated tokens, end token included.")
-    source: Literal["model", "lexicon", "context"] = Field(
+    source: Literal["model", "lexicon", "context", "parts"] = Field(
         "model",
         description="Extension: where the answer came from; for running text, `lexicon` only when every word's did "
         "(a heteronym chosen by its sentence counts as the lexicon's).",

@@ -64,6 +64,7 @@ from service.engine.scheduler import Failed, Finished, Scheduler
 from service.errors import InvalidRequest
 from service.requests.forms import EspeakText, FormUnsupported, OutputForm, output_form
 from service.requests.overrides import pronounce
+from service.requests.parts import PartsPlan, PartsTicket
 from service.requests.streaming import StreamReader
 from service.requests.units import (
     CAUGHT_UP,
@@ -83,8 +84,11 @@ from service.requests.units import (
 from service.requests.validation import ValidRequest
 from service.text.context import ContextChooser, rank_by_context
 from service.text.lexicon import Lexicon
+from service.text.parts import InParts, split_word
 from service.text.pronunciations import Pronunciations
 from service.text.reader import MAX_TEXT_CHARS, MAX_WORDS, Skipped, TextError, TextReader, Word
+
+ANSWERS_KEPT = 1 << 16  # distinct lexicon answers kept made (`TextFrontEnd.known_answer`); more start again
 
 
 def word_reader(
@@ -128,6 +132,9 @@ class TextFrontEnd:
         src, tgt = engine.src_tokenizer, engine.tgt_tokenizer
         self.reader = word_reader(engine.bundle, src, tgt, max_chars, max_words)
         self._fixed: dict[str, tuple[int, ...]] = {}  # fixed readings' target ids (`fixed_ids`)
+        self._known: dict[tuple, tuple] = {}  # lexicon answers made (`known_answer`)
+        self._answered: dict[tuple, dict[str, tuple[Answer, ...]]] = {}  # `_word_answers`, of the lexicon `_answered_by`
+        self._answered_by: Lexicon | None = None
         self._forms: dict[tuple[str, bool], OutputForm | None] = {}
 
     def admit(self, valid: ValidRequest, *, stream: bool = False, loop: asyncio.AbstractEventLoop | None = None) -> TextRequest:
@@ -151,38 +158,81 @@ class TextFrontEnd:
         to_model = [u for u in units if len(u.known) < options.n_best and not is_mark(u)]
         # an asyncio owner that reads its answer whole is woken once per ending ticket, on one event
         ready = asyncio.Event() if loop is not None and not stream else None
+        parted = []
         if to_model:
             # in chunks: a text of more such words than the bound is admitted as the queue allows, not refused
             # (Overloaded only when the queue has no room for its first word); its other words wait their turn
-            requests = [(u.source_ids, options) for u in to_model]
-            tickets = self.scheduler.submit_many(requests, loop, ready, chunk=self.scheduler.text_chunk)
-            for u, t in zip(to_model, tickets):
-                u.ticket = t
+            parted = self.parts_plan(params, options).queue(inputs, to_model, options, loop, ready)
         job = TextRequest(self.engine, self.reader, inputs, params, options, units, valid.t_arrival, ready, valid.form, written)
         job.skipped = valid.skipped
+        for t in parted:  # a word read again in parts is named in the answer's warnings
+            t.warnings = job.skipped
         return job
+
+    def parts_plan(self, params: TextParams, options: DecodingOptions) -> PartsPlan:
+        """How this request's words reach the model, the long ones in parts (service/requests/parts.py)."""
+        known = self.part_ids if self.lexicon is not None and lexicon_answers(params, options) else None
+        encode = self.reader.encode if self.reader is not None else self.engine.tokenize_text
+        return PartsPlan(self.scheduler, self.engine, encode, known, self.lexicon, self.max_input_tokens)
+
+    def part_ids(self, part: str) -> tuple[int, ...] | None:
+        """A part's reading from the lexicon (its first entry's ids), None when the lexicon does not know it."""
+        entries = self.lexicon.lookup(part)
+        return entries[0].ids if entries else None
 
     def answer_known(self, inputs: str, units: list[Unit], params: TextParams, options: DecodingOptions) -> None:
         """Give the units the lexicon knows their answers (at most n_best each): a reading the reader's rules fixed,
-        or the lexicon's entries, a heteronym's ordered by its sentence."""
+        or the lexicon's entries, a heteronym's ordered by its sentence. A word's answers are made once per distinct
+        word and request shape (`_word_answers`) and shared by its occurrences."""
         chooser = self.context if params.context else None
+        lexicon = self.lexicon
+        made = self._word_answers(options)
         for u in units:
             if u.known:  # a mark of punctuation, or the request's own pronunciation
                 continue
-            candidates = None
-            if u.word is not None and u.word.pronunciation is not None:  # the reader's rules fixed it (letters spelt)
-                found = [self.fixed_ids(u.word.pronunciation)]
-            elif self.lexicon is not None:
-                entries = self.lexicon.lookup(u.text)
-                if chooser is not None and u.word is not None and chooser.covers(u.text.lower()):
-                    # a heteronym: its sentence orders the lexicon's pronunciations (service/text/context.py)
-                    entries, candidates = rank_by_context(chooser, u.text.lower(), entries, inputs, u.word.start, u.word.end)
-                found = [a.ids for a in entries[: options.n_best]]
-            else:
+            w, text = u.word, u.text
+            if w is not None and w.pronunciation is not None:  # the reader's rules fixed it (letters spelt)
+                u.known = [self.known_answer(self.fixed_ids(w.pronunciation), options)]
                 continue
-            u.known = [lexicon_answer(self.engine, ids, options.max_new_tokens, options.stop) for ids in found]
-            if candidates is not None and u.known:
-                u.known[0].source, u.known[0].candidates = "context", candidates
+            if lexicon is None:
+                continue
+            if chooser is not None and w is not None and chooser.covers(text.lower()):
+                # a heteronym: its sentence orders the lexicon's pronunciations (service/text/context.py)
+                entries, candidates = rank_by_context(chooser, text.lower(), lexicon.lookup(text), inputs, w.start, w.end)
+                u.known = [self.known_answer(a.ids, options) for a in entries[: options.n_best]]
+                if candidates is not None and u.known:
+                    u.known[0].source, u.known[0].candidates = "context", candidates
+                continue
+            answers = made.get(text)
+            if answers is None:
+                answers = made[text] = tuple(self.known_answer(a.ids, options) for a in lexicon.lookup(text)[: options.n_best])
+            u.known = list(answers)  # shared by the word's occurrences: answers are not changed once made
+
+    def _word_answers(self, options: DecodingOptions) -> dict[str, tuple[Answer, ...]]:
+        """The lexicon's answers by word for requests of this n_best, length bound and stop sequences: kept while the
+        lexicon stays the same (a reload replaces it), at most ANSWERS_KEPT words of each shape."""
+        if self._answered_by is not self.lexicon:
+            self._answered_by, self._answered = self.lexicon, {}
+        key = (options.n_best, options.max_new_tokens, tuple(options.stop))
+        words = self._answered.get(key)
+        if words is None or len(words) >= ANSWERS_KEPT:
+            if len(self._answered) >= 16:  # request shapes seldom vary; a client that varies them starts again
+                self._answered.clear()
+            words = self._answered[key] = {}
+        return words
+
+    def known_answer(self, ids: tuple[int, ...], options: DecodingOptions) -> Answer:
+        """`lexicon_answer` of `ids` under the request's length bound and stop sequences, made once per distinct
+        answer (its tokens' texts take a decode each) and copied for each word that has it."""
+        key = (ids, options.max_new_tokens, tuple(options.stop))
+        made = self._known.get(key)
+        if made is None:
+            a = lexicon_answer(self.engine, ids, options.max_new_tokens, options.stop)
+            made = (a.text, tuple(a.tokens), a.finish_reason, a.generated_tokens)
+            if len(self._known) >= ANSWERS_KEPT:
+                self._known.clear()
+            self._known[key] = made
+        return Answer(made[0], list(made[1]), made[2], made[3], None, "lexicon")
 
     def fixed_ids(self, pronunciation: str) -> tuple[int, ...]:
         """The target ids of a reading the reader's rules fixed (its phonemes are in the target vocabulary)."""
@@ -221,21 +271,28 @@ class TextFrontEnd:
         """`units`, and the characters of running text that were skipped (unreadable symbols, emoji, other scripts).
         `punctuation`: running text's pauses are units too, answered by their mark (`punctuation_answer`)."""
         skipped: list[Skipped] = []
-        if self.reader is not None:
-            words, skipped = self.read_words(text, truncate, punctuation)
-            units = [Unit(w.text, w, list(w.source_ids), []) for w in words]
-            for u in units:
-                if u.word.punctuation:  # answered by its mark: it never reaches the lexicon or the model
-                    u.known = [self.punctuation_answer(u.text)]
-        else:
+        if self.reader is None:
             try:
                 if truncate is not None:
                     text = self.keep_last_tokens(text, truncate)
                 units = [Unit(text, None, self.engine.tokenize_text(text), [])]
             except InputError as e:
                 raise InvalidRequest(str(e), field="inputs") from None
-        for u in units:
-            self.check_length(u)
+            self.check_length(units[0])
+            return units, skipped
+        words, skipped = self.read_words(text, truncate, punctuation)
+        units, limit = [], self.max_input_tokens
+        for w in words:
+            u = Unit(w.text, w, list(w.source_ids), [])
+            units.append(u)
+            if w.punctuation:  # answered by its mark: it never reaches the lexicon or the model
+                u.known = [self.punctuation_answer(u.text)]
+            elif len(w.source_ids) > limit:  # read in parts, not refused
+                u.parts = split_word(u.text, self.lexicon, limit)
+                reason = f"{len(w.source_ids)} tokens long; this model reads at most {limit}"
+                skipped.append(InParts(w.start, w.end, text[w.start : w.end], reason))
+                if len(skipped) > 1:
+                    skipped.sort(key=lambda s: s.start)
         return units, skipped
 
     def check_length(self, u: Unit) -> None:
@@ -380,9 +437,9 @@ class TextRequest:
         else:
             tokens = hypothesis_tokens(self.engine, best)
         scored = bool(best.logprobs) or best.eos_logprob is not None
-        model = [
-            Answer(gen.text, tokens, u.finished.finish_reason, best.generated_tokens, best.score if scored else None, "model")
-        ]
+        source = u.ticket.source if isinstance(u.ticket, PartsTicket) else "model"
+        score = best.score if scored else None
+        model = [Answer(gen.text, tokens, u.finished.finish_reason, best.generated_tokens, score, source)]
         sampled = self.options.sampling  # a sampled candidate says which it was; beams do not
         model += [
             Answer(

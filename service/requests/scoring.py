@@ -89,6 +89,12 @@ def admit_scores(
             f"this model reads one word at a time, and scoring takes one word; this text has {len(units)} words",
             field="inputs",
         )
+    if units[0].parts is not None:  # generation reads it in parts; a score is the model's of one input it reads
+        n, limit = len(units[0].source_ids), front.max_input_tokens
+        raise InvalidRequest(
+            f"word {units[0].text!r} is {n} tokens long; this model scores inputs of at most {limit}: score its parts",
+            field="inputs",
+        )
     ids = target_ids(front.engine, targets)
     ticket = front.scheduler.submit_scores(units[0].source_ids, ids, loop, top_n_tokens)
     return ScoreRequest(front.engine, units[0].text, list(targets), ticket)

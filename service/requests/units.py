@@ -95,7 +95,9 @@ class TextParams:
 
 @dataclass
 class Answer:
-    """One answer of a unit: its text, its tokens (the end token last when it ended), and where it came from."""
+    """One answer of a unit: its text, its tokens (the end token last when it ended), and where it came from. Not
+    changed once handed out: the lexicon's answers are shared by every occurrence of their word (a heteronym's, made
+    per occurrence, are given their source and candidates before)."""
 
     text: str
     tokens: list[Token]
@@ -124,6 +126,7 @@ class Unit:
     ticket: Ticket | None = None  # the engine's, when the model answers (or fills best_of)
     results: list[StepResult] = field(default_factory=list)
     finished: Finished | None = None
+    parts: list[str] | None = None  # a word longer than the model reads: its parts (service/requests/parts.py)
 
 
 @dataclass(slots=True)  # one per streamed token: a frozen dataclass's __init__ sets each field through object.__setattr__

@@ -42,6 +42,7 @@ FORMAT = 1
 # words, numbers and single symbols: what the features see around a homograph
 _TOKEN = re.compile(r"[^\W\d_]+(?:['\u2019][^\W\d_]+)*|\d+|[^\w\s]", re.UNICODE)
 _WINDOW = 5  # words either side that go into the bag of words
+_SPAN = 200  # characters either side of a homograph scanned first for its features (`_left_tokens`)
 
 
 class ContextError(ValueError):
@@ -64,8 +65,8 @@ def context_features(text: str, start: int, end: int) -> list[str]:
     """The features of the homograph at text[start:end] in its sentence: names such as "w-1=will", "w+1=it",
     "s-1=ll", "bag=yesterday", "shape=Title", "first". The same function fits the model (training) and applies
     it (serving)."""
-    left = [m.group() for m in _TOKEN.finditer(text, 0, start)]
-    right = [m.group() for m in _TOKEN.finditer(text, end)]
+    left = _left_tokens(text, start)
+    right = _right_tokens(text, end)
     word = text[start:end]
     low_l = [t.lower() for t in left]
     low_r = [t.lower() for t in right]
@@ -98,6 +99,30 @@ def context_features(text: str, start: int, end: int) -> list[str]:
     feats += [f"bag-={t}" for t in dict.fromkeys(words_l)]
     feats += [f"bag+={t}" for t in dict.fromkeys(words_r)]
     return feats
+
+
+def _left_tokens(text: str, start: int) -> list[str]:
+    """The tokens of text[:start], or enough of its last ones for every feature: the last two and the last _WINDOW
+    words. A scan of the _SPAN characters before `start` gives them when it finds that many after its first two
+    tokens (a scan that starts inside a token, at "'t" of "don't", is aligned again two tokens later), so a
+    homograph's features cost the same in a long text as in a sentence."""
+    lo = start - _SPAN
+    if lo > 0:
+        tokens = [m.group() for m in _TOKEN.finditer(text, lo, start)][2:]
+        if len(tokens) >= 2 and sum(t[0].isalnum() for t in tokens) >= _WINDOW:
+            return tokens
+    return [m.group() for m in _TOKEN.finditer(text, 0, start)]
+
+
+def _right_tokens(text: str, end: int) -> list[str]:
+    """The tokens of text[end:], or enough of its first ones for every feature (as `_left_tokens`, the last two
+    tokens of the scan dropped: the scan's end may cut one)."""
+    hi = end + _SPAN
+    if hi < len(text):
+        tokens = [m.group() for m in _TOKEN.finditer(text, end, hi)][:-2]
+        if len(tokens) >= 2 and sum(t[0].isalnum() for t in tokens) >= _WINDOW:
+            return tokens
+    return [m.group() for m in _TOKEN.finditer(text, end)]
 
 
 def alone(text: str, start: int, end: int) -> bool:

@@ -37,6 +37,9 @@ from service.engine.bundle import LoadedBundle
 LEXICON_FILE = "lexicon.tsv.gz"  # the file name `attnserve-export` gives a bundle's lexicon
 
 
+LOOKUPS_KEPT = 1 << 16  # distinct words whose answers a lexicon keeps (`lookup`); more start the cache again
+
+
 class LexiconError(ValueError):
     """A lexicon file cannot be used; one line naming the file (and line)."""
 
@@ -123,6 +126,9 @@ class Lexicon:
         self.bundle_file = bundle_file
         self.override_file = override_file
         self.overridden = overridden  # sources the override file added or replaced
+        # `lookup`'s answers by the source as asked: running text asks for the same words again and again, and each
+        # answer costs a target encode and decode (a lexicon never changes: a reload makes a new one)
+        self._found: dict[str, tuple[LexiconAnswer, ...]] = {}
 
     @classmethod
     def load(
@@ -182,7 +188,13 @@ class Lexicon:
 
     def lookup(self, source: str) -> list[LexiconAnswer]:
         """The targets listed for `source`, best first; [] when it is not in the lexicon."""
-        return [self._answer(target) for target in self._entries.get(self.key(source), ())]
+        found = self._found.get(source)
+        if found is None:
+            found = tuple(self._answer(target) for target in self._entries.get(self.key(source), ()))
+            if len(self._found) >= LOOKUPS_KEPT:
+                self._found.clear()
+            self._found[source] = found
+        return list(found)
 
     def _answer(self, target: str) -> LexiconAnswer:
         ids = self._tgt.encode(target, add_special_tokens=False).ids

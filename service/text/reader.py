@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import json
 import unicodedata
-from collections.abc import Container, Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field
 
 from tokenizers import Tokenizer
@@ -62,6 +62,7 @@ MAX_TEXT_CHARS = 20_000  # longest text read in one request, in characters of th
 # most words in one request, counted after numbers are spelt out: a 20,000-character text of about 3,500 written
 # words, numbers and symbols among them, reads as up to twice as many
 MAX_WORDS = 10_000
+IDS_KEPT = 1 << 16  # distinct words whose source ids a reader keeps (`TextReader.ids`); more start the cache again
 
 
 class TextError(ValueError):
@@ -104,11 +105,13 @@ def read_text(
     max_words: int = MAX_WORDS,
     known: Container[str] | None = None,
     punctuation: bool = False,
+    ids: Callable[[str], tuple[int, ...]] | None = None,
 ) -> Reading:
     """The words of `text` and the characters skipped. `known`: the dictionary's words (lower-case), which tells an
     acronym read as a word (NASA) from one spelt (GPU); None: no word is known. `punctuation`: keep the marks of
     rules.PAUSE_MARKS between the words, each run of them as one `Word` with `punctuation` set (where a TTS engine
-    pauses); the full stop of an abbreviation is not one.
+    pauses); the full stop of an abbreviation is not one. `ids`: each word's source ids, set as the word is made
+    (`TextReader.read`); None: words have none.
 
     Raises TextError when `text` is longer than `max_chars`, has more than `max_words` words, or has none.
     Does not check that the model can read them: `TextReader.read` does.
@@ -122,7 +125,7 @@ def read_text(
         )
     if text.isascii() and text.isalpha() and text.islower() and not punctuation:
         # one plain lower-case word, the common request: what the rules below make of it
-        return Reading([Word(text.lower(), 0, len(text))])
+        return Reading([Word(text, 0, len(text), ids(text) if ids is not None else ())])
     prepared, origin = prepare(text)
     tokens = tokenize(prepared, origin)
     skipped: list[Skipped] = []
@@ -137,13 +140,19 @@ def read_text(
             else:
                 words.append(Word(t.text, t.start, t.end, punctuation=True))
             continue
-        spans = [(t.start, t.end)] * len(t.spoken or ())
-        if t.pieces is not None:  # offsets in the token's prepared text -> the original's
+        said = t.spoken
+        if not said:
+            continue
+        if t.pieces is None:  # every word of the token has the token's span
+            start, end = t.start, t.end
+            for spoken, pronunciation in said:
+                words.append(Word(spoken, start, end, ids(spoken) if ids is not None else (), pronunciation))
+        else:  # offsets in the token's prepared text -> the original's
             at = t.match.start()
             spans = [(origin[at + a], origin[at + b - 1] + 1) for a, b in t.pieces]
-        for (spoken, pronunciation), (start, end) in zip(t.spoken or (), spans):
-            words.append(Word(spoken, start, end, (), pronunciation))
-        n_words += len(t.spoken or ())
+            for (spoken, pronunciation), (start, end) in zip(said, spans):
+                words.append(Word(spoken, start, end, ids(spoken) if ids is not None else (), pronunciation))
+        n_words += len(said)
         if n_words > max_words:
             raise TextError(
                 f"input has more than {max_words} words; at most {max_words} are read per request (max_words); "
@@ -223,6 +232,11 @@ def check_separator(tgt_tokenizer: Tokenizer, separator: str = WORD_SEPARATOR) -
         raise ValueError(f"word separator {separator!r} cannot be told apart from target token(s) {clash[:5]}")
 
 
+def _shown(unreadable: list[str], skipped: list[Skipped]) -> str:
+    """What a text that has nothing readable holds, for its error."""
+    return ", ".join(repr(c) for c in dict.fromkeys(unreadable)) or ", ".join(repr(s.text) for s in skipped[:5])
+
+
 class CharIds:
     """A character-level source tokenizer's ids for plain ASCII words, without calling the tokenizer.
 
@@ -284,6 +298,7 @@ class TextReader:
         self.max_chars = max_chars
         self.max_words = max_words
         self.separator = separator
+        self._ids: dict[str, tuple[int, ...]] = {}  # `ids`
 
     def words(self, text: str, known: Container[str] | None = None) -> list[Word]:
         """The words of `text` with their source ids (`read`'s words)."""
@@ -297,36 +312,42 @@ class TextReader:
 
         A word with a character the model cannot read is skipped too (the rules leave none for the default model's
         alphabet). Raises TextError when no word is left."""
-        reading = read_text(text, self.max_chars, self.max_words, known, punctuation)
-        words = reading.words
-        # encode per word, not encode_batch: encode_batch gives up the GIL (to run in parallel), and an event loop that
-        # gives it up waits for the engine thread to hand it back; a word is a few microseconds to encode
-        char_ids, encode = self.char_ids, self.src_tokenizer.encode
-        ids, unreadable = [], []
+        reading = read_text(text, self.max_chars, self.max_words, known, punctuation, self.ids)
+        words, unk = reading.words, self.unk_id
+        if all(w.source_ids and unk not in w.source_ids for w in words if not w.punctuation):  # the common case
+            if all(w.punctuation for w in words):
+                raise TextError(
+                    f"input contains no text this model can read: {_shown([], reading.skipped)}; remove or replace it"
+                )
+            return reading
+        kept, skipped, unreadable = [], list(reading.skipped), []
         for w in words:
-            if w.punctuation:
-                ids.append(())
-                continue
-            word_ids = char_ids.ids(w.text) if char_ids is not None else None
-            if word_ids is None:
-                enc = encode(w.text, add_special_tokens=False)
-                word_ids = enc.ids
-                if self.unk_id in word_ids:
-                    unreadable += [w.text[a:b] for i, (a, b) in zip(word_ids, enc.offsets) if i == self.unk_id]
-            ids.append(word_ids)
-        kept, skipped = [], list(reading.skipped)
-        for w, word_ids in zip(words, ids):
-            if w.punctuation:
+            if w.punctuation or (w.source_ids and unk not in w.source_ids):
                 kept.append(w)
-            elif not word_ids or self.unk_id in word_ids:
-                reason = f"{w.text!r} has characters this model cannot read"
-                skipped.append(Skipped(w.start, w.end, text[w.start : w.end], reason))
-            else:
-                kept.append(Word(w.text, w.start, w.end, tuple(word_ids), w.pronunciation))
+                continue
+            enc = self.src_tokenizer.encode(w.text, add_special_tokens=False)
+            unreadable += [w.text[a:b] for i, (a, b) in zip(enc.ids, enc.offsets) if i == unk]
+            reason = f"{w.text!r} has characters this model cannot read"
+            skipped.append(Skipped(w.start, w.end, text[w.start : w.end], reason))
         if all(w.punctuation for w in kept):
-            shown = ", ".join(repr(c) for c in dict.fromkeys(unreadable)) or ", ".join(repr(s.text) for s in skipped[:5])
-            raise TextError(f"input contains no text this model can read: {shown}; remove or replace it")
+            raise TextError(f"input contains no text this model can read: {_shown(unreadable, skipped)}; remove or replace it")
         return Reading(kept, sorted(skipped, key=lambda s: s.start))
+
+    def ids(self, word: str) -> tuple[int, ...]:
+        """A word's source ids, kept per distinct word (running text repeats its words; a tokenizer call costs
+        12-25 us, `CharIds` a few)."""
+        found = self._ids.get(word)
+        if found is None:
+            found = tuple(self.encode(word))
+            if len(self._ids) >= IDS_KEPT:
+                self._ids.clear()
+            self._ids[word] = found
+        return found
+
+    def encode(self, word: str) -> list[int]:
+        """The source ids of one word (or part of one) as `read` gives them."""
+        ids = self.char_ids.ids(word) if self.char_ids is not None else None
+        return ids if ids is not None else self.src_tokenizer.encode(word, add_special_tokens=False).ids
 
     def join(self, answers: Sequence[str]) -> str:
         """generated_text for the words' answers, in order."""

@@ -125,19 +125,21 @@ def test_a_character_the_model_cannot_read_is_skipped_and_named(reader):
     assert [w.text for w in reader.words("Naïve, I have 2 cats.")] == ["naive", "i", "have", "two", "cats"]
 
 
-def test_a_word_longer_than_the_model_reads_is_refused():
-    """The request layer checks each word's length (and a whole input's) against the server's limit."""
+def test_a_word_longer_than_the_model_reads_is_read_in_parts():
+    """The request layer checks each word's length against the server's limit: a longer word is read in parts
+    (service/requests/parts.py), named in the warnings, and the text is not refused."""
     from service.engine.engine import Engine
     from service.engine.scheduler import Scheduler
-    from service.errors import InvalidRequest
     from service.metrics import ServiceMetrics
     from service.requests.frontend import TextFrontEnd
 
     engine = Engine(load_bundle(DEFAULT_BUNDLE), threads=1)
     front = TextFrontEnd(engine, Scheduler(engine, ServiceMetrics("t")))
     assert front.max_input_tokens == 48 and [u.text for u in front.units("a" * 48 + " b", None)] == ["a" * 48, "b"]
-    with pytest.raises(InvalidRequest, match="inputs: word 'a{49}' is 49 tokens long; this model reads at most 48"):
-        front.units("a" * 49, None)
+    assert front.units("a" * 48, None)[0].parts is None
+    (unit,), (warning,) = front.read("a" * 49, None)
+    assert "".join(unit.parts) == "a" * 49 and all(len(p) <= 48 for p in unit.parts) and len(unit.parts) > 1
+    assert "49 tokens long; this model reads at most 48" in warning.message
 
 
 def test_word_separator_is_in_no_target_token_and_joins_answers(reader):
