@@ -13,7 +13,7 @@ from collections.abc import Container
 from num2words import num2words
 
 from service.text import rules
-from service.text.spoken import cardinal, spelled
+from service.text.spoken import NUMERIC, cardinal, spelled
 from service.text.tokens import Token, next_token, plain, prev_token
 
 _ROMAN = re.compile(r"M{0,3}(?:CM|CD|D?C{0,3})(?:XC|XL|L?X{0,3})(?:IX|IV|V?I{0,3})")
@@ -52,9 +52,14 @@ def context_word(text: str, tokens: list[Token], i: int) -> list[tuple[str, str 
     accented = unicodedata.normalize("NFC", surface).lower()
     if accented in rules.ACCENTED_WORDS:
         return [(word.lower(), rules.ACCENTED_WORDS[accented])]
+    if word in rules.BRANDS:
+        return list(rules.BRANDS[word])
     lower = word.lower()
     if lower in rules.TIME_SUFFIXES and prev is not None and prev.kind in ("time", "number") and _adjacent(prev, t, text):
         return [(lower, _letters(lower))]
+    if word in rules.UNITS and prev is not None and prev.kind in NUMERIC and _adjacent(prev, t, text):
+        # "3 1/4 lbs", "2-3 tsp": a unit after an amount the tagger did not join it to
+        return list(rules.reading(rules.UNITS[word][prev.text != "1"]))
     abbreviation = _abbreviation(text, tokens, i)
     if abbreviation is not None:
         return plain(abbreviation)
@@ -84,15 +89,24 @@ def _abbreviation(text: str, tokens: list[Token], i: int) -> list[str] | None:
         return None
     before_name, after_name, elsewhere = rules.ABBREVIATIONS[key]
     prev = prev_token(tokens, i)
-    if _is_name(after) and _adjacent(stop if has_stop else t, after, text):
+    prev_name = prev is not None and _adjacent(prev, t, text) and (_in_sentence_name(tokens, i - 1) or prev.kind in ("number", "ordinal", "code"))
+    if _is_name(after) and _adjacent(stop if has_stop else t, after, text) and not (has_stop and prev_name):
         reading = before_name
-    elif prev is not None and (_is_name(prev) or prev.kind in ("number", "ordinal")) and _adjacent(prev, t, text):
+    elif prev_name:  # "Elm St." street, "Elm St. It was..." too: the full stop ends the sentence
         reading = after_name
     else:
         reading = elsewhere
     if has_stop and not (after is not None and after.kind == "word" and after.text[0].isupper() and reading == after_name):
         stop.used_stop = True  # taken by the abbreviation (it still ends a sentence when a capital follows "Main St.")
     return reading.split()
+
+
+def _in_sentence_name(tokens: list[Token], i: int) -> bool:
+    """A capitalised word that does not start its sentence ("Visit St. Louis": "Visit" is not a name)."""
+    if not _is_name(tokens[i]):
+        return False
+    before = tokens[i - 1] if i > 0 else None
+    return before is not None and not (before.kind == "other" and before.text in _SENTENCE_ENDS and not before.used_stop)
 
 
 def _roman(numeral: str, prev: Token | None) -> list[str] | None:
@@ -146,15 +160,20 @@ def case_word(surface: str, word: str, sentence_in_capitals: bool, known: Contai
         return [(lower, None)]
     if letters.isupper():
         if word in rules.WORD_ACRONYMS:
-            return [(lower, None)]
+            return list(rules.WORD_ACRONYMS[word])
         if word in rules.SPELLED_ACRONYMS:
             return [(lower, None if sentence_in_capitals else _letters(word))]
         if (known is None or lower not in known) and len(letters) <= rules.MAX_SPELLED_LETTERS and "'" not in word:
             return [(lower, _letters(word))]
         return [(lower, None)]
-    stem = word[:-1]
-    if word.endswith("s") and len(stem) >= 2 and stem.isupper() and len(stem) <= rules.MAX_SPELLED_LETTERS:
-        # a plural acronym, "GPUs": spelt, then the plural's Z
-        if stem not in rules.WORD_ACRONYMS and (known is None or (stem.lower() not in known and lower not in known)):
-            return [(lower, _letters(stem) + " Z")]
+    stem = word[:-2] if word.endswith("'s") else word[:-1]
+    if word[-1] in "sS" and len(stem) >= 2 and stem.isupper() and stem.isalpha() and len(stem) <= rules.MAX_SPELLED_LETTERS:
+        # a plural or possessive acronym, "CEOs", "GPU's": read as the acronym is, then the plural's Z
+        if stem in rules.WORD_ACRONYMS:
+            said = list(rules.WORD_ACRONYMS[stem])
+            if said[-1][1] is not None:
+                return [*said[:-1], (said[-1][0] + "s", said[-1][1] + " Z")]
+            return [*said[:-1], (said[-1][0] + "s", None)]
+        if len(stem) <= 4 or known is None or stem.lower() not in known:
+            return [(lower.replace("'", ""), _letters(stem) + " Z")]
     return [(lower, None)]
