@@ -86,8 +86,8 @@ def reading(text: str, written: str = "") -> Spoken:
     capitals is spelt."""
     if _PHONES.fullmatch(text) and any(c.isdigit() for c in text):
         return ((written.lower(), text),)
-    out = []
-    for word in text.split():
+    out: list[tuple[str, str | None]] = []
+    for word in re.sub(r"\b([A-Z]) (?=[A-Z]\b)", r"\1", text).split():  # "G P U": one word, spelt
         if word.isupper() and word.isalpha():
             out.append((word.lower(), " ".join(LETTERS[c] for c in word.lower())))
         elif word[:-1].isupper() and word.endswith("s") and len(word) > 1:  # "Ds": a spelt plural
