@@ -23,7 +23,6 @@ from service.text.spoken import (
     cardinal,
     decimal,
     digits,
-    grouped,
     house_number,
     house_number_follows,
     ordinal,
@@ -35,7 +34,16 @@ DATE_ORDERS = ("mdy", "dmy", "ymd")
 DATE_KINDS = {"isodate", "numdate", "mdate", "dmdate"}
 _VOWELS = set("aeiouy")
 _PIECES = re.compile(r"[A-Za-z]+|[0-9]+|.")
-_OPERATORS = {"-": ("minus",), "+": ("plus",), "*": ("times",), "×": ("times",), "/": ("divided", "by"), "÷": ("divided", "by"), "^": ("to", "the", "power", "of"), "=": ("equals",)}
+_OPERATORS = {
+    "-": ("minus",),
+    "+": ("plus",),
+    "*": ("times",),
+    "×": ("times",),
+    "/": ("divided", "by"),
+    "÷": ("divided", "by"),
+    "^": ("to", "the", "power", "of"),
+    "=": ("equals",),
+}
 
 
 def read_token(t: Token, tokens: list[Token], i: int, date_order: str = "mdy") -> Said | None:
@@ -219,7 +227,9 @@ def _power(t: Token, tokens: list[Token], i: int) -> Said:
         return [*base, "squared"]
     if exp == "3":
         return [*base, "cubed"]
-    power = (["minus"] if exp[0] == "-" else []) + (cardinal(int(exp.lstrip("-"))) if exp.lstrip("-").isdigit() else [exp.lower()])
+    power = (["minus"] if exp[0] == "-" else []) + (
+        cardinal(int(exp.lstrip("-"))) if exp.lstrip("-").isdigit() else [exp.lower()]
+    )
     return [*base, "to", "the", "power", "of", *power]
 
 

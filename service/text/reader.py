@@ -49,9 +49,9 @@ from dataclasses import dataclass, field
 from tokenizers import Tokenizer
 
 from service.text import rules
+from service.text.forms import DATE_ORDERS, read_token
 from service.text.normalize import Skipped, prepare
 from service.text.rules import Currency
-from service.text.forms import DATE_ORDERS, read_token
 from service.text.spoken import PAUSE
 from service.text.tokens import Token, tokenize
 from service.text.words import all_caps_sentences, case_word, context_word

@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Callable
-from decimal import Decimal
 from fractions import Fraction
 from functools import lru_cache
 
@@ -24,7 +23,18 @@ from service.text.tokens import Token, next_token, prev_token
 _SPELLED_SPLIT = re.compile(r"[\s,-]+")  # num2words writes "twenty-one", "one thousand, two hundred"
 PAUSE = "<pause>"  # a spoken item (",", PAUSE) is a pause between groups: a comma with `punctuation`, else nothing
 NUMERIC = {  # kinds of token that are amounts: a hyphen between two of them is "to"
-    "number", "measure", "currency", "coded", "time", "ordinal", "decade", "fraction", "mixed", "vulgar", "range"}
+    "number",
+    "measure",
+    "currency",
+    "coded",
+    "time",
+    "ordinal",
+    "decade",
+    "fraction",
+    "mixed",
+    "vulgar",
+    "range",
+}
 Said = list  # words (str) or (word, fixed pronunciation) pairs, as a token's `spoken` takes them
 
 

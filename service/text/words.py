@@ -89,7 +89,11 @@ def _abbreviation(text: str, tokens: list[Token], i: int) -> list[str] | None:
         return None
     before_name, after_name, elsewhere = rules.ABBREVIATIONS[key]
     prev = prev_token(tokens, i)
-    prev_name = prev is not None and _adjacent(prev, t, text) and (_in_sentence_name(tokens, i - 1) or prev.kind in ("number", "ordinal", "code"))
+    prev_name = (
+        prev is not None
+        and _adjacent(prev, t, text)
+        and (_in_sentence_name(tokens, i - 1) or prev.kind in ("number", "ordinal", "code"))
+    )
     if _is_name(after) and _adjacent(stop if has_stop else t, after, text) and not (has_stop and prev_name):
         reading = before_name
     elif prev_name:  # "Elm St." street, "Elm St. It was..." too: the full stop ends the sentence
