@@ -73,6 +73,7 @@ ABBREVIATIONS = {r[0]: (r[1], r[2], r[3]) for r in table("abbreviations.tsv")}
 _FLAGS = {r[0]: set(r[4].split(",")) for r in table("abbreviations.tsv") if len(r) > 4}
 ABBREVIATIONS_NEED_STOP = {k for k, f in _FLAGS.items() if "stop" in f}  # without it they are words: "gen", "no"
 ABBREVIATIONS_BEFORE_NUMBER_ONLY = {k for k, f in _FLAGS.items() if "number" in f}  # "No. 5" number five
+ABBREVIATIONS_ALSO_WORDS = {k for k, f in _FLAGS.items() if "word" in f}  # at a text's end: "the Sun." stays a word
 DOTTED = {r[0]: tuple(r[1].split()) for r in table("dotted.tsv")}
 TIME_SUFFIXES = {r[0]: r[1] for r in table("time_suffixes.tsv")}
 LETTERS = {r[0]: r[1] for r in table("letters.tsv")}

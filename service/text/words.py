@@ -54,6 +54,8 @@ def context_word(text: str, tokens: list[Token], i: int) -> list[tuple[str, str 
         return [(word.lower(), rules.ACCENTED_WORDS[accented])]
     if word in rules.BRANDS:
         return list(rules.BRANDS[word])
+    if _in_letter_run(text, tokens, i):  # "A M", "U S A", "C E Os": letters, as a spoken form spells them
+        return [(word.lower(), _letters(word[0]) + (" Z" if len(word) > 1 else ""))]
     lower = word.lower()
     if lower in rules.TIME_SUFFIXES and prev is not None and prev.kind in ("time", "number") and _adjacent(prev, t, text):
         return [(lower, _letters(lower))]
@@ -83,26 +85,46 @@ def _abbreviation(text: str, tokens: list[Token], i: int) -> list[str] | None:
     stop_counts = has_stop and after is not None  # a full stop that ends the text may end a sentence instead
     written_as_title = word[0].isupper()
     if key in rules.ABBREVIATIONS_NEED_STOP or not written_as_title:
-        if not stop_counts:
+        # a capitalised one may end the text ("Acme Co."), unless it is also a word ("the Sun.")
+        at_end = has_stop and after is None and written_as_title and key not in rules.ABBREVIATIONS_ALSO_WORDS
+        if not (stop_counts or at_end):
             return None
     if key in rules.ABBREVIATIONS_BEFORE_NUMBER_ONLY and not (after is not None and after.kind in ("number", "measure")):
         return None
     before_name, after_name, elsewhere = rules.ABBREVIATIONS[key]
     prev = prev_token(tokens, i)
-    prev_name = (
-        prev is not None
-        and _adjacent(prev, t, text)
-        and (_in_sentence_name(tokens, i - 1) or prev.kind in ("number", "ordinal", "code"))
-    )
-    if _is_name(after) and _adjacent(stop if has_stop else t, after, text) and not (has_stop and prev_name):
+    prev_adjacent = prev is not None and _adjacent(prev, t, text)
+    prev_name = prev_adjacent and (_is_name(prev) or prev.kind in ("number", "ordinal", "code"))
+    # "Elm St. It was...": a name inside the sentence before it, and the full stop ends the sentence
+    ends_sentence = has_stop and prev_adjacent and (_in_sentence_name(tokens, i - 1) or prev.kind in ("number", "code"))
+    if _is_name(after) and _adjacent(stop if has_stop else t, after, text) and not ends_sentence:
         reading = before_name
-    elif prev_name:  # "Elm St." street, "Elm St. It was..." too: the full stop ends the sentence
+    elif prev_name:
         reading = after_name
     else:
         reading = elsewhere
     if has_stop and not (after is not None and after.kind == "word" and after.text[0].isupper() and reading == after_name):
         stop.used_stop = True  # taken by the abbreviation (it still ends a sentence when a capital follows "Main St.")
     return reading.split()
+
+
+def _single_letter(t: Token | None) -> bool:
+    """A letter written alone ("A", "m"), or a capital's plural ("Os", "O's")."""
+    if t is None or t.kind != "word":
+        return False
+    w = t.text
+    return len(w) == 1 or (w[0].isupper() and w[1:] in ("s", "'s"))
+
+
+def _in_letter_run(text: str, tokens: list[Token], i: int) -> bool:
+    """Whether `tokens[i]` is one of two or more letters written apart: "A M", "u s a", "C E Os"."""
+    t = tokens[i]
+    if not _single_letter(t):
+        return False
+    prev, following = prev_token(tokens, i), next_token(tokens, i)
+    before = _single_letter(prev) and len(prev.text) == 1 and _adjacent(prev, t, text)
+    after = len(t.text) == 1 and _single_letter(following) and _adjacent(t, following, text)
+    return before or after
 
 
 def _in_sentence_name(tokens: list[Token], i: int) -> bool:
