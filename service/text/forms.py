@@ -179,6 +179,8 @@ def _code(t: Token, tokens: list[Token], i: int) -> Said:
                 out += house_number(p)
             elif len(p) <= 2 and not (len(p) == 2 and p[0] == "0"):
                 out += cardinal(int(p))
+            elif len(p) == 4 and p[:2] in ("19", "20") and k:  # "FY2023": a year
+                out += year(int(p))
             else:
                 out += digits(p)
         elif p in rules.WORD_ACRONYMS:
@@ -231,6 +233,12 @@ def _power(t: Token, tokens: list[Token], i: int) -> Said:
         cardinal(int(exp.lstrip("-"))) if exp.lstrip("-").isdigit() else [exp.lower()]
     )
     return [*base, "to", "the", "power", "of", *power]
+
+
+def _height(t: Token, tokens: list[Token], i: int) -> Said:
+    """`5'10"` five feet ten inches."""
+    feet, inches = int(t.match["feet"]), int(t.match["inches"])
+    return [*cardinal(feet), "foot" if feet == 1 else "feet", *cardinal(inches), "inch" if inches == 1 else "inches"]
 
 
 def _ratio(t: Token, tokens: list[Token], i: int) -> Said:
@@ -289,6 +297,7 @@ _READERS: dict[str, Callable[[Token, list[Token], int], Said | None]] = {
     "math": _math,
     "power": _power,
     "ratio": _ratio,
+    "height": _height,
     "dims": _dims,
     "mult": lambda t, tokens, i: [*decimal(t.match["mnumber"]), "times"],
     "url": _electronic,

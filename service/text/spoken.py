@@ -21,6 +21,7 @@ from service.text.rules import Currency
 from service.text.tokens import Token, next_token, prev_token
 
 _SPELLED_SPLIT = re.compile(r"[\s,-]+")  # num2words writes "twenty-one", "one thousand, two hundred"
+_SAID_AS_NUMBERS = {(9, 11), (7, 11)}  # dates and names written as fractions: "9/11" nine eleven
 PAUSE = "<pause>"  # a spoken item (",", PAUSE) is a pause between groups: a comma with `punctuation`, else nothing
 NUMERIC = {  # kinds of token that are amounts: a hyphen between two of them is "to"
     "number",
@@ -189,7 +190,7 @@ def fraction(num: int, den: int) -> list[str]:
         return [*cardinal(num), "over", "zero"]
     if den == 1:
         return [*cardinal(num), "over", "one"]
-    if num > den and den < 10:  # "24/7", "9/5": not a fraction anyone says
+    if num >= den or (num, den) in _SAID_AS_NUMBERS:  # "24/7", "50/50", "9/11": not fractions anyone says
         return [*cardinal(num), *cardinal(den)]
     many = num != 1
     if den in rules.FRACTION_NAMES:
