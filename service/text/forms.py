@@ -156,6 +156,7 @@ def _phone(t: Token, tokens: list[Token], i: int) -> Said:
 
 
 def _card(t: Token, tokens: list[Token], i: int) -> Said:
+    """A card number, an ISBN, a social security number: digit by digit in the groups as written."""
     out: Said = []
     for k, group in enumerate(re.findall(r"[0-9]+", t.text)):
         out += ([(",", PAUSE)] if k else []) + digits(group)
@@ -262,13 +263,15 @@ def address(text: str, kind: str) -> tuple[Said, list[tuple[int, int]]]:
     out: Said = []
     spans: list[tuple[int, int]] = []
     pieces = list(_PIECES.finditer(text))
-    last_alpha = max((k for k, p in enumerate(pieces) if p.group().isalpha()), default=-1)
+    texts = [p.group() for p in pieces]
     for k, piece in enumerate(pieces):
         p = piece.group()
         lower = p.lower()
         if p.isalpha():
             spelt = lower in rules.URL_SPELLED or not _VOWELS & set(lower) and len(p) <= 5 or len(p) == 1
-            spelt = spelt or (k == last_alpha and kind != "path" and rules.DOMAINS.get(lower, False))
+            # a domain's ending: after a dot, at the end of the host ("acme.co.uk/contact")
+            ending = k and texts[k - 1] == "." and (k + 1 == len(texts) or texts[k + 1] in "/:?#")
+            spelt = spelt or (ending and kind != "path" and rules.DOMAINS.get(lower, False))
             if p in rules.WORD_ACRONYMS:
                 words: Said = list(rules.WORD_ACRONYMS[p])
             else:
@@ -291,6 +294,7 @@ _READERS: dict[str, Callable[[Token, list[Token], int], Said | None]] = {
     "time": _time,
     "phone": _phone,
     "card": _card,
+    "groups": _card,
     "code": _code,
     "postcode": _postcode,
     "stzip": _state_zip,

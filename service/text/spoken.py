@@ -125,7 +125,7 @@ def number_in_context(text: str, tokens: list[Token], i: int) -> Said:
     if "," in text or "." in text:
         return decimal(text)
     prev = prev_token(tokens, i)
-    if prev is not None and prev.kind == "other" and prev.text == "#" and i > 1:
+    if prev is not None and prev.text == "#" and i > 1:  # "Order #12345"
         prev = tokens[i - 2]
     after_digit_word = prev is not None and prev.kind == "word" and prev.text.lower() in rules.DIGIT_WORDS
     ending_in = prev is not None and prev.text == "in" and i > 1 and tokens[i - 2].text.lower() == "ending"

@@ -57,6 +57,7 @@ TOKENS = re.compile(
     r"|(?P<time>(?<![0-9:.])(?P<hour>[01]?[0-9]|2[0-3]):(?P<minute>[0-5][0-9])(?::(?P<second>[0-5][0-9]))?(?![0-9:]))"
     r"|(?P<height>(?<![\w.'])(?P<feet>[0-9])'\s?(?P<inches>1[01]|[0-9])(?:\"|'')(?![\w]))"
     r"|(?P<ratio>(?<![\w:.])(?P<ra>[0-9]+):(?P<rb>[0-9]+)(?![0-9:]|\.[0-9]))"
+    r"|(?P<groups>(?<![\w.-])[0-9]+(?:-[0-9]+){3,}(?![\w-])|(?<![\w.-])[0-9]{3}-[0-9]{2}-[0-9]{4}(?![\w-]))"
     r"|(?P<card>(?<![\w-])[0-9]{4}(?P<csep>[ -])[0-9]{4}(?P=csep)[0-9]{4}(?P=csep)[0-9]{1,4}(?![\w-]))"
     # telephone numbers: NANP with or without +1, brackets, dashes, dots; +country and groups; a UK number of 0 and
     # groups; 555-1234; each with an extension. Groups joined by single spaces alone are numbers ("100 500 1000")

@@ -84,7 +84,9 @@ def _abbreviation(text: str, tokens: list[Token], i: int) -> list[str] | None:
     after = tokens[i + 2] if has_stop and i + 2 < len(tokens) else (None if has_stop else stop)
     stop_counts = has_stop and after is not None  # a full stop that ends the text may end a sentence instead
     written_as_title = word[0].isupper()
-    if key in rules.ABBREVIATIONS_NEED_STOP or not written_as_title:
+    prev = prev_token(tokens, i)
+    street = key.lower() in rules.STREET_TYPES and prev is not None and prev.kind in ("number", "ordinal")
+    if (key in rules.ABBREVIATIONS_NEED_STOP or not written_as_title) and not (street and written_as_title):
         # a capitalised one may end the text ("Acme Co."), unless it is also a word ("the Sun.")
         at_end = has_stop and after is None and written_as_title and key not in rules.ABBREVIATIONS_ALSO_WORDS
         if not (stop_counts or at_end):
@@ -92,7 +94,6 @@ def _abbreviation(text: str, tokens: list[Token], i: int) -> list[str] | None:
     if key in rules.ABBREVIATIONS_BEFORE_NUMBER_ONLY and not (after is not None and after.kind in ("number", "measure")):
         return None
     before_name, after_name, elsewhere = rules.ABBREVIATIONS[key]
-    prev = prev_token(tokens, i)
     prev_adjacent = prev is not None and _adjacent(prev, t, text)
     prev_name = prev_adjacent and (_is_name(prev) or prev.kind in ("number", "ordinal", "code"))
     # "Elm St. It was...": a name inside the sentence before it, and the full stop ends the sentence
