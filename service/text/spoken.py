@@ -22,6 +22,7 @@ from service.text.tokens import Token, next_token, prev_token
 
 _SPELLED_SPLIT = re.compile(r"[\s,-]+")  # num2words writes "twenty-one", "one thousand, two hundred"
 _SAID_AS_NUMBERS = {(9, 11), (7, 11)}  # dates and names written as fractions: "9/11" nine eleven
+_BETWEEN = {"#", ":", "is", "was", "number", "no", "of", "-"}  # what may stand between "PIN" and its digits
 PAUSE = "<pause>"  # a spoken item (",", PAUSE) is a pause between groups: a comma with `punctuation`, else nothing
 NUMERIC = {  # kinds of token that are amounts: a hyphen between two of them is "to"
     "number",
@@ -125,9 +126,10 @@ def number_in_context(text: str, tokens: list[Token], i: int) -> Said:
     if "," in text or "." in text:
         return decimal(text)
     prev = prev_token(tokens, i)
-    if prev is not None and prev.text == "#" and i > 1:  # "Order #12345"
-        prev = tokens[i - 2]
-    after_digit_word = prev is not None and prev.kind == "word" and prev.text.lower() in rules.DIGIT_WORDS
+    back = i - 1
+    while back > 0 and back >= i - 3 and tokens[back].text.lower() in _BETWEEN:  # "PIN is 4921", "Order #12345"
+        back -= 1
+    after_digit_word = tokens[back].kind == "word" and tokens[back].text.lower() in rules.DIGIT_WORDS if back >= 0 else False
     ending_in = prev is not None and prev.text == "in" and i > 1 and tokens[i - 2].text.lower() == "ending"
     if len(text) > 15:
         return grouped(text)

@@ -57,7 +57,6 @@ TOKENS = re.compile(
     r"|(?P<time>(?<![0-9:.])(?P<hour>[01]?[0-9]|2[0-3]):(?P<minute>[0-5][0-9])(?::(?P<second>[0-5][0-9]))?(?![0-9:]))"
     r"|(?P<height>(?<![\w.'])(?P<feet>[0-9])'\s?(?P<inches>1[01]|[0-9])(?:\"|'')(?![\w]))"
     r"|(?P<ratio>(?<![\w:.])(?P<ra>[0-9]+):(?P<rb>[0-9]+)(?![0-9:]|\.[0-9]))"
-    r"|(?P<groups>(?<![\w.-])[0-9]+(?:-[0-9]+){3,}(?![\w-])|(?<![\w.-])[0-9]{3}-[0-9]{2}-[0-9]{4}(?![\w-]))"
     r"|(?P<card>(?<![\w-])[0-9]{4}(?P<csep>[ -])[0-9]{4}(?P=csep)[0-9]{4}(?P=csep)[0-9]{1,4}(?![\w-]))"
     # telephone numbers: NANP with or without +1, brackets, dashes, dots; +country and groups; a UK number of 0 and
     # groups; 555-1234; each with an extension. Groups joined by single spaces alone are numbers ("100 500 1000")
@@ -66,6 +65,7 @@ TOKENS = re.compile(
     r"|(?<![\w.])0[0-9]{2,4}[\s-][0-9]{3,4}[\s-]?[0-9]{3,4}"
     r"|(?<![\w.-])[0-9]{3}-[0-9]{4})(?![0-9])(?![\w-])"
     r"(?:,?\s*(?:x|(?i:ext)\.?|(?i:extension))\s?(?P<ext>[0-9]{1,6})(?![\w]))?)"
+    r"|(?P<groups>(?<![\w.-])[0-9]+(?:-[0-9]+){3,}(?![\w-])|(?<![\w.-])[0-9]{3}-[0-9]{2}-[0-9]{4}(?![\w-]))"
     rf"|(?P<currency>(?P<us>US\s?)?(?P<symbol>[{''.join(map(re.escape, rules.CURRENCIES))}])\s?(?P<amount>{_AMOUNT})"
     rf"(?:\s(?P<cmag>(?i:{_MAGNITUDE}))\b|(?P<cshort>(?i:{_SHORT_MAGNITUDE}))\b)?{_PER.format('cper')})"
     rf"|(?P<coded>(?<![\w.])(?:(?P<code1>{_CODES})\s?(?P<camount>{_NUMBER})|(?P<bamount>{_NUMBER})\s?(?P<code2>{_CODES}))"
