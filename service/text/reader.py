@@ -125,7 +125,7 @@ def read_text(
             f"input is {len(text)} characters long; at most {max_chars} are read per request (max_text_chars); "
             "send the text in parts"
         )
-    if text.isascii() and text.isalpha() and text.islower() and not punctuation:
+    if text.isascii() and text.isalpha() and text.islower() and not punctuation and text not in rules.ALONE_UNITS:
         # one plain lower-case word, the common request: what the rules below make of it
         return Reading([Word(text.lower(), 0, len(text))])
     prepared, origin = prepare(text)

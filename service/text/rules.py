@@ -62,8 +62,10 @@ SYMBOL_WORDS = {r[0]: tuple(r[1].split()) for r in table("symbols.tsv")}
 # "#" before a number is "number" ("#1"), before a word "hashtag" ("#tbt"); alone it is skipped
 HASH_BEFORE_NUMBER = ("number",)
 HASH_BEFORE_WORD = ("hashtag",)
-UNITS = {r[0]: (r[1], r[2]) for r in table("units.tsv") if len(r) == 3}  # "5 kg", "5kg"
-ATTACHED_UNITS = {r[0]: (r[1], r[2]) for r in table("units.tsv") if len(r) > 3}  # only "5m", never "5 m"
+_UNIT_FLAGS = {r[0]: set(r[3].split(",")) if len(r) > 3 else set() for r in table("units.tsv")}
+UNITS = {r[0]: (r[1], r[2]) for r in table("units.tsv") if "attached" not in _UNIT_FLAGS[r[0]]}  # "5 kg", "5kg"
+ATTACHED_UNITS = {r[0]: (r[1], r[2]) for r in table("units.tsv") if "attached" in _UNIT_FLAGS[r[0]]}  # "5m", not "5 m"
+ALONE_UNITS = {k for k, flags in _UNIT_FLAGS.items() if "alone" in flags}  # "tsp" teaspoons, with no number
 # after "/" and an amount: what follows "per" ("$0.75/hr" per hour); every unit reads its singular
 PER_UNITS = {**{k: v[0] for k, v in UNITS.items()}, **{r[0]: r[1] for r in table("per.tsv")}}
 FRACTION_NAMES = {int(r[0]): (r[1], r[2]) for r in table("fractions.tsv")}

@@ -126,20 +126,43 @@ def number_in_context(text: str, tokens: list[Token], i: int) -> Said:
     if "," in text or "." in text:
         return decimal(text)
     prev = prev_token(tokens, i)
-    back = i - 1
-    while back > 0 and back >= i - 3 and tokens[back].text.lower() in _BETWEEN:  # "PIN is 4921", "Order #12345"
-        back -= 1
-    after_digit_word = tokens[back].kind == "word" and tokens[back].text.lower() in rules.DIGIT_WORDS if back >= 0 else False
+    after_digit_word = _after_digit_word(tokens, i)
     ending_in = prev is not None and prev.text == "in" and i > 1 and tokens[i - 2].text.lower() == "ending"
     if len(text) > 15:
         return grouped(text)
     if after_digit_word or ending_in or (len(text) > 1 and text[0] == "0") or text in rules.DIGIT_NUMBERS:
         return digits(text)
+    if len(text) in (10, 11) and _nanp(text):  # "2125550147", "12125550147"
+        groups = [text[:-10], text[-10:-7], text[-7:-4], text[-4:]]
+        return [
+            w for k, g in enumerate(x for x in groups if x) for w in ([(",", PAUSE)] if k else []) + digits(g, rules.PHONE_DIGITS)
+        ]
     if 3 <= len(text) <= 5 and house_number_follows(tokens, i):
         return house_number(text)
     if 1000 <= int(text) <= 2999:
         return year(int(text))
     return cardinal(int(text))
+
+
+def _after_digit_word(tokens: list[Token], i: int) -> bool:
+    """Whether a word of rules.DIGIT_WORDS stands just before `tokens[i]`, perhaps with "is", "#", ":" or an airline's
+    code between: "PIN 0042", "PIN is 4921", "Order #12345", "flight UA 870"."""
+    for back in range(i - 1, max(-1, i - 4), -1):
+        t = tokens[back]
+        if t.kind == "word" and t.text.lower() in rules.DIGIT_WORDS:
+            return True
+        if not (t.text.lower() in _BETWEEN or (t.kind == "word" and t.text.isupper() and len(t.text) <= 3)):
+            return False
+    return False
+
+
+def _nanp(text: str) -> bool:
+    """A North American number written as one run of digits: an area code and an exchange that start with 2-9,
+    after a 1 when there are 11."""
+    if len(text) == 11 and text[0] != "1":
+        return False
+    number = text[-10:]
+    return number[0] in "23456789" and number[3] in "23456789"
 
 
 def house_number_follows(tokens: list[Token], i: int) -> bool:

@@ -62,6 +62,8 @@ def context_word(text: str, tokens: list[Token], i: int) -> list[tuple[str, str 
     if word in rules.UNITS and prev is not None and prev.kind in NUMERIC and _adjacent(prev, t, text):
         # "3 1/4 lbs", "2-3 tsp": a unit after an amount the tagger did not join it to
         return list(rules.reading(rules.UNITS[word][prev.text != "1"]))
+    if word in rules.ALONE_UNITS:
+        return list(rules.reading(rules.UNITS[word][1]))
     abbreviation = _abbreviation(text, tokens, i)
     if abbreviation is not None:
         return plain(abbreviation)
