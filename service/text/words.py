@@ -54,6 +54,8 @@ def context_word(text: str, tokens: list[Token], i: int) -> list[tuple[str, str 
         return [(word.lower(), rules.ACCENTED_WORDS[accented])]
     if word in rules.BRANDS:
         return list(rules.BRANDS[word])
+    if word == "A" and _letter_a(tokens, i):
+        return [("a", rules.LETTERS["a"])]
     if _in_letter_run(text, tokens, i):  # "A M", "U S A", "C E Os": letters, as a spoken form spells them
         return [(word.lower(), _letters(word[0]) + (" Z" if len(word) > 1 else ""))]
     lower = word.lower()
@@ -128,6 +130,15 @@ def _in_letter_run(text: str, tokens: list[Token], i: int) -> bool:
     before = _single_letter(prev) and len(prev.text) == 1 and _adjacent(prev, t, text)
     after = len(t.text) == 1 and _single_letter(following) and _adjacent(t, following, text)
     return before or after
+
+
+def _letter_a(tokens: list[Token], i: int) -> bool:
+    """Whether a capital "A" is the letter: inside a sentence and not before a capitalised word ("Plan A is", "4 A";
+    not "A cat", "in A Tale of Two Cities")."""
+    prev, following = prev_token(tokens, i), next_token(tokens, i)
+    if prev is None or (prev.kind == "other" and prev.text in _SENTENCE_ENDS and not prev.used_stop):
+        return False
+    return following is None or following.kind != "word" or not following.text[0].isupper() and following.text != "I"
 
 
 def _in_sentence_name(tokens: list[Token], i: int) -> bool:
