@@ -46,6 +46,7 @@ from service.requests.scoring import ScoredTarget, admit_scores
 from service.requests.stack import build_stack
 from service.requests.units import TextParams
 from service.requests.validation import Limits, check_names, decoding_options, validate
+from service.text.forms import DATE_ORDERS
 from service.text.lexicon import Lexicon
 from service.text.pronunciations import check_pronunciations
 from service.text.reader import WORD_SEPARATOR, Skipped
@@ -230,6 +231,7 @@ class Generator:
         lexicon: bool = True,
         decoder_input_details: bool = False,
         punctuation: bool = False,
+        date_order: str = "mdy",
         window: int | None = None,
         context: bool = True,
         alphabet: str = "arpabet",
@@ -241,17 +243,21 @@ class Generator:
         """Results in input order, answered as the server answers (see the module's docstring); `lexicon`
         False asks the model for every word, and so does `decoder_input_details` (as over HTTP); `context` False
         reads heteronyms as the lexicon's first entry; `punctuation` keeps
-        running text's pauses as units of their own (the mark is their answer, source "punctuation"). A line that
+        running text's pauses as units of their own (the mark is their answer, source "punctuation"); `date_order`
+        ("mdy", "dmy", "ymd") orders dates written in numbers. A line that
         cannot be read yields its InputError in its place. Up to `window` lines (default 4 x max_batch_size)
         are in flight, so the model's words of many lines share the batch. `alphabet` ("arpabet", "ipa" or "espeak"),
         `stress`, `pronunciations` ({word or words: ARPAbet, IPA or espeak-ng IPA}, for these lines only) and
         `pronunciations_alphabet` are the HTTP parameters of the same names; a bad one raises InputError before any
         line is read. Each result's `word_details()` gives what `details: "words"` gives over HTTP."""
         options = self.options(**{"token_text": False, **params})  # whole answers, as from `generate`
+        if date_order not in DATE_ORDERS:
+            raise InputError(f"date_order must be one of {', '.join(DATE_ORDERS)}, got {date_order!r}", "date_order")
         asked = TextParams(
             lexicon=lexicon,
             decoder_input_details=decoder_input_details,
             punctuation=punctuation,
+            date_order=date_order,
             context=context,
             alphabet=alphabet,
             stress=stress,

@@ -95,6 +95,11 @@ class GenerateParameters(BaseModel):
         description="Extension, word-level bundles: true keeps sentence and phrase punctuation (. , ; : ! ? ( ) and dashes) "
         "as its own tokens between the words' answers, so a TTS engine can place pauses (docs/TEXT.md).",
     )
+    date_order: Literal["mdy", "dmy", "ymd"] | None = Field(
+        None,
+        description="Extension, word-level bundles: the order of a date written in numbers (`mdy` default: 12/25/2023 "
+        "december twenty fifth; `dmy`; `ymd`); docs/TEXT.md.",
+    )
     # output forms and per-request pronunciations (service/requests/forms.py, service/text/pronunciations.py)
     alphabet: Literal["arpabet", "ipa", "espeak"] | None = Field(
         None,

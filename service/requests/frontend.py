@@ -267,9 +267,12 @@ class TextFrontEnd:
         read. Raises InvalidRequest naming what cannot be read."""
         return self.read(text, truncate)[0]
 
-    def read(self, text: str, truncate: int | None, punctuation: bool = False) -> tuple[list[Unit], list[Skipped]]:
+    def read(
+        self, text: str, truncate: int | None, punctuation: bool = False, date_order: str = "mdy"
+    ) -> tuple[list[Unit], list[Skipped]]:
         """`units`, and the characters of running text that were skipped (unreadable symbols, emoji, other scripts).
-        `punctuation`: running text's pauses are units too, answered by their mark (`punctuation_answer`)."""
+        `punctuation`: running text's pauses are units too, answered by their mark (`punctuation_answer`);
+        `date_order`: the order of a date written in numbers."""
         skipped: list[Skipped] = []
         if self.reader is None:
             try:
@@ -280,7 +283,7 @@ class TextFrontEnd:
                 raise InvalidRequest(str(e), field="inputs") from None
             self.check_length(units[0])
             return units, skipped
-        words, skipped = self.read_words(text, truncate, punctuation)
+        words, skipped = self.read_words(text, truncate, punctuation, date_order)
         units, limit = [], self.max_input_tokens
         for w in words:
             u = Unit(w.text, w, list(w.source_ids), [])
@@ -313,7 +316,9 @@ class TextFrontEnd:
         token = Token(self.engine.tgt_tokenizer.token_to_id("<unk>"), mark, None, False)
         return Answer(mark, [token], "eos_token", 1, None, "punctuation")
 
-    def read_words(self, text: str, truncate: int | None, punctuation: bool = False) -> tuple[list[Word], list[Skipped]]:
+    def read_words(
+        self, text: str, truncate: int | None, punctuation: bool = False, date_order: str = "mdy"
+    ) -> tuple[list[Word], list[Skipped]]:
         """The words of running text, spans into `text`, and what was skipped; InvalidRequest naming what cannot
         be read. The lexicon tells the reader which all-capital words are words (NASA) and which are spelt (GPU)."""
         if not text.strip():
@@ -323,7 +328,7 @@ class TextFrontEnd:
             kept = self.keep_last_tokens(text, truncate)
             offset, text = len(text) - len(kept), kept
         try:
-            reading = self.reader.read(text, known=self.lexicon, punctuation=punctuation)
+            reading = self.reader.read(text, known=self.lexicon, punctuation=punctuation, date_order=date_order)
         except TextError as e:
             raise InvalidRequest(str(e), field="inputs") from None
         if not offset:

@@ -85,6 +85,7 @@ class TextParams:
     decoder_input_details: bool = False  # asks for the model's own prefill: the model answers
     return_full_text: bool = False  # generated_text starts with the input
     punctuation: bool = False  # running text: sentence and phrase punctuation kept as its own units between words
+    date_order: str = "mdy"  # running text: the order of a date written in numbers ("mdy", "dmy", "ymd")
     # output form and per-request pronunciations (service/requests/forms.py, service/text/pronunciations.py)
     alphabet: str = "arpabet"  # or "ipa", "espeak"
     stress: bool = True  # False: no stress digits (ARPAbet) or marks (IPA)

@@ -261,6 +261,7 @@ def text_params(p: Any) -> TextParams:
         decoder_input_details=bool(p.decoder_input_details),
         return_full_text=bool(p.return_full_text),
         punctuation=bool(p.punctuation),
+        date_order=p.date_order or "mdy",
         alphabet=p.alphabet or "arpabet",
         stress=p.stress is not False,
         pronunciations=p.pronunciations,
@@ -291,7 +292,9 @@ class Reads(Protocol):
     engine: Any
 
     def output_form(self, params: TextParams) -> OutputForm | None: ...
-    def read(self, text: str, truncate: int | None, punctuation: bool = False) -> tuple[list[Unit], list[Skipped]]: ...
+    def read(
+        self, text: str, truncate: int | None, punctuation: bool = False, date_order: str = "mdy"
+    ) -> tuple[list[Unit], list[Skipped]]: ...
 
 
 def validate(
@@ -307,7 +310,7 @@ def validate(
     InvalidRequest naming the field at fault."""
     t_arrival = time.perf_counter()
     form = front.output_form(params)
-    units, skipped = front.read(inputs, params.truncate, params.punctuation)
+    units, skipped = front.read(inputs, params.truncate, params.punctuation, params.date_order)
     if check_units is not None:
         check_units(units)
     if callable(options):

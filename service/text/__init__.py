@@ -1,8 +1,9 @@
 """Reading text: text in; words, their character spans and their readings out. Knows nothing of requests,
 streams, limits or answers: that is the request layer (service/requests/), which calls this package.
 
-Owns running text read as words (reader.py; its rules in tokens.py, spoken.py, words.py; characters in
-normalize.py, word tables in rules.py), the lexicon and its reload (lexicon.py, lexicon_watch.py), the
+Owns running text read as words (reader.py; the written-form stage: tokens.py tags, spoken.py and forms.py
+verbalise, words.py reads words by their neighbours and case; characters in normalize.py; the tables are TSV files
+in tables/, loaded by rules.py), the lexicon and its reload (lexicon.py, lexicon_watch.py), the
 heteronym chooser (context.py), per-request pronunciations (pronunciations.py) and the IPA of ARPAbet (ipa.py).
 
 May import `service.engine` and the top-level leaves of `service` (errors, metrics, version, extras);

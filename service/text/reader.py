@@ -49,10 +49,11 @@ from dataclasses import dataclass, field
 from tokenizers import Tokenizer
 
 from service.text import rules
+from service.text.forms import DATE_ORDERS, read_token
 from service.text.normalize import Skipped, prepare
 from service.text.rules import Currency
-from service.text.spoken import read_token
-from service.text.tokens import Token, plain, tokenize
+from service.text.spoken import PAUSE
+from service.text.tokens import Token, tokenize
 from service.text.words import all_caps_sentences, case_word, context_word
 
 __all__ = ["Currency", "Reading", "Skipped", "TextError", "TextReader", "Word", "check_separator", "split_words", "read_text"]
@@ -106,30 +107,34 @@ def read_text(
     known: Container[str] | None = None,
     punctuation: bool = False,
     ids: Callable[[str], tuple[int, ...]] | None = None,
+    date_order: str = "mdy",
 ) -> Reading:
     """The words of `text` and the characters skipped. `known`: the dictionary's words (lower-case), which tells an
     acronym read as a word (NASA) from one spelt (GPU); None: no word is known. `punctuation`: keep the marks of
     rules.PAUSE_MARKS between the words, each run of them as one `Word` with `punctuation` set (where a TTS engine
-    pauses); the full stop of an abbreviation is not one. `ids`: each word's source ids, set as the word is made
-    (`TextReader.read`); None: words have none.
+    pauses); the full stop of an abbreviation is not one, and the groups of a telephone number are kept apart by
+    commas. `ids`: each word's source ids, set as the word is made (`TextReader.read`); None: words have none.
+    `date_order`: how a date written in numbers is ordered ("mdy", "dmy" or "ymd"; forms.DATE_ORDERS).
 
     Raises TextError when `text` is longer than `max_chars`, has more than `max_words` words, or has none.
     Does not check that the model can read them: `TextReader.read` does.
     """
     if not isinstance(text, str):
         raise TextError("input must be text")
+    if date_order not in DATE_ORDERS:
+        raise TextError(f"date_order must be one of {', '.join(DATE_ORDERS)}, got {date_order!r}")
     if len(text) > max_chars:
         raise TextError(
             f"input is {len(text)} characters long; at most {max_chars} are read per request (max_text_chars); "
             "send the text in parts"
         )
-    if text.isascii() and text.isalpha() and text.islower() and not punctuation:
+    if text.isascii() and text.isalpha() and text.islower() and not punctuation and text not in rules.ALONE_UNITS:
         # one plain lower-case word, the common request: what the rules below make of it
         return Reading([Word(text, 0, len(text), ids(text) if ids is not None else ())])
     prepared, origin = prepare(text)
     tokens = tokenize(prepared, origin)
     skipped: list[Skipped] = []
-    _read_tokens(text, tokens, known, skipped)
+    _read_tokens(text, tokens, known, skipped, date_order)
     words: list[Word] = []
     n_words = 0
     for t in tokens:
@@ -144,14 +149,16 @@ def read_text(
         if not said:
             continue
         if t.pieces is None:  # every word of the token has the token's span
-            start, end = t.start, t.end
-            for spoken, pronunciation in said:
-                words.append(Word(spoken, start, end, ids(spoken) if ids is not None else (), pronunciation))
+            spans = [(t.start, t.end)] * len(said)
         else:  # offsets in the token's prepared text -> the original's
             at = t.match.start()
             spans = [(origin[at + a], origin[at + b - 1] + 1) for a, b in t.pieces]
-            for (spoken, pronunciation), (start, end) in zip(said, spans):
-                words.append(Word(spoken, start, end, ids(spoken) if ids is not None else (), pronunciation))
+        for (spoken, pronunciation), (start, end) in zip(said, spans):
+            if pronunciation == PAUSE:  # between the groups of a telephone number
+                if punctuation and words and not words[-1].punctuation:
+                    words.append(Word(spoken, start, end, punctuation=True))
+                continue
+            words.append(Word(spoken, start, end, ids(spoken) if ids is not None else (), pronunciation))
         n_words += len(said)
         if n_words > max_words:
             raise TextError(
@@ -189,14 +196,18 @@ def _merged(skipped: list[Skipped]) -> list[Skipped]:
 
 
 # ---- reading the tokens --------------------------------------------------------------------------
-def _read_tokens(text: str, tokens: list[Token], known: Container[str] | None, skipped: list[Skipped]) -> None:
-    """Set each token's `spoken` words: first what needs no context, then abbreviations and numerals (which look at
-    their neighbours), then acronyms (which look at the sentence)."""
+def _read_tokens(
+    text: str, tokens: list[Token], known: Container[str] | None, skipped: list[Skipped], date_order: str = "mdy"
+) -> None:
+    """Set each token's `spoken` words: first the written forms, which need no sentence context (numbers, dates,
+    codes...: service/text/forms.py), then abbreviations and numerals (which look at their neighbours), then acronyms
+    (which look at the sentence)."""
     for i, t in enumerate(tokens):
         if t.kind in ("word", "dotted"):
             continue
         try:
-            t.spoken = plain(read_token(t, tokens, i))
+            said = read_token(t, tokens, i, date_order)
+            t.spoken = None if said is None else [(w, None) if isinstance(w, str) else w for w in said]
         except (OverflowError, ValueError, ArithmeticError):  # num2words stops at 10**600 and the like
             number = text[t.start : t.end] if t.end - t.start <= 24 else text[t.start : t.start + 20] + "..."
             raise TextError(f"number {number!r} is too large to read; write it in words") from None
@@ -304,15 +315,15 @@ class TextReader:
         """The words of `text` with their source ids (`read`'s words)."""
         return self.read(text, known).words
 
-    def read(self, text: str, known: Container[str] | None = None, punctuation: bool = False) -> Reading:
+    def read(self, text: str, known: Container[str] | None = None, punctuation: bool = False, date_order: str = "mdy") -> Reading:
         """The words of `text` with their source ids, each checked readable by the source tokenizer (how long a word
         may be is the request layer's check, with the whole input's: service/requests/frontend.py `TextFrontEnd.units`),
         and what was skipped. `known`: the dictionary (a Lexicon), for the acronym rules; `punctuation`: keep the
-        pauses' marks as words (`read_text`), which have no source ids.
+        pauses' marks as words (`read_text`), which have no source ids; `date_order` orders numeric dates.
 
         A word with a character the model cannot read is skipped too (the rules leave none for the default model's
         alphabet). Raises TextError when no word is left."""
-        reading = read_text(text, self.max_chars, self.max_words, known, punctuation, self.ids)
+        reading = read_text(text, self.max_chars, self.max_words, known, punctuation, self.ids, date_order)
         words, unk = reading.words, self.unk_id
         if all(w.source_ids and unk not in w.source_ids for w in words if not w.punctuation):  # the common case
             if all(w.punctuation for w in words):

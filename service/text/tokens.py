@@ -9,45 +9,85 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from service.text import rules
-from service.text.rules import CURRENCIES
 
 _NUMBER = r"[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]+)?|[0-9]+(?:\.[0-9]+)?"
+_AMOUNT = _NUMBER + r"|\.[0-9]+"  # "$.25"
 _VULGAR = "".join(  # ½ ¼ ⅞ ...: the vulgar fractions
     c for c in map(chr, range(0xA0, 0x2200)) if unicodedata.category(c) == "No" and "FRACTION" in unicodedata.name(c, "")
 )
-_UNITS = "|".join(re.escape(u) for u in sorted(rules.UNITS, key=len, reverse=True))
-_ATTACHED = "|".join(re.escape(u) for u in sorted(rules.ATTACHED_UNITS, key=len, reverse=True))
+
+
+def _alternatives(keys: Iterable[str]) -> str:
+    """A regex alternation of `keys`, longest first (so "lbs" is tried before "lb")."""
+    return "|".join(re.escape(k) for k in sorted(keys, key=len, reverse=True))
+
+
+_UNITS = _alternatives(rules.UNITS)
+_ATTACHED = _alternatives(rules.ATTACHED_UNITS)
+_PER = rf"(?:/(?P<{{}}>{_alternatives(rules.PER_UNITS)})(?![A-Za-z]))?"  # "$0.75/hr": its group name to fill in
 _MAGNITUDE = "|".join(rules.MAGNITUDES)
-_SHORT_MAGNITUDE = "|".join(sorted(rules.SHORT_MAGNITUDES, key=len, reverse=True))
-_ATTACHED_MAGNITUDE = "|".join(  # "10k", "5bn"; "5m" is five meters
-    sorted((k for k in rules.SHORT_MAGNITUDES if k not in rules.ATTACHED_UNITS and len(k) > 1 or k == "k"), key=len, reverse=True)
+_SHORT_MAGNITUDE = _alternatives(rules.SHORT_MAGNITUDES)
+_ATTACHED_MAGNITUDE = _alternatives(  # "10k", "5bn"; "5m" is five meters
+    k for k in rules.SHORT_MAGNITUDES if k not in rules.ATTACHED_UNITS and len(k) > 1 or k == "k"
 )
+_CODES = _alternatives(rules.CURRENCY_CODES)
+_MONTH = rf"(?=[A-Z])(?i:{_alternatives(rules.MONTHS)})\b\.?"  # "March", "Sept.", "FEB."; capitalised
+_DOMAIN_END = _alternatives(rules.DOMAINS)  # lower-case only: "end.It" is two sentences, not a domain
+_STATES = _alternatives(rules.STATES)
+_URL_TAIL = r"[^\s<>\"]*[^\s<>\".,;:!?)'\]]"
 TOKENS = re.compile(
-    r"(?P<url>(?:(?i:https?|ftp)://|(?i:www)\.)[^\s<>\"]*[^\s<>\".,;:!?)'\]])"
+    rf"(?P<url>(?:(?i:https?|ftp)://|(?i:file):///?|(?i:www)\.){_URL_TAIL})"
     r"|(?P<email>[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,})"
+    rf"|(?P<domain>(?<![\w@./\\-])[A-Za-z0-9][\w-]*(?:\.[\w-]+)*\.(?:{_DOMAIN_END})(?:/{_URL_TAIL})?(?![\w@-]|\.[A-Za-z0-9]))"
+    r"|(?P<path>(?<![\w/.:\\])(?:(?:~|\.{1,2})(?:/[\w.+-]+)+/?|[A-Za-z]:(?:\\[\w.+-]+)+\\?|(?:/[\w.+-]+){2,}/?))"
+    # dates: ISO 8601 (and year first with "/"), numbers with date_order, a month's name before or after the day
+    r"|(?P<isodate>(?<![\w./-])(?P<iy>[12][0-9]{3})(?P<isep>[-/.])(?P<im>0?[1-9]|1[0-2])(?P=isep)(?P<id>0?[1-9]|[12][0-9]|3[01])"
+    r"(?:T(?P<ih>[01][0-9]|2[0-3]):(?P<imin>[0-5][0-9])(?::(?P<isec>[0-5][0-9])(?:\.[0-9]+)?)?(?P<izone>Z|[+-][0-9]{2}:?[0-9]{2})?)?"
+    r"(?![\w/-]|\.[0-9]))"
+    r"|(?P<numdate>(?<![\w./-])(?P<da>[0-9]{1,2})(?P<dsep>[/.-])(?P<db>[0-9]{1,2})(?P=dsep)(?P<dy>[12][0-9]{3}|(?<=/)[0-9]{2})"
+    r"(?![\w/-]|\.[0-9]))"
+    rf"|(?P<mdate>(?<!\w){_MONTH}(?:\s+|-)(?:the\s+)?(?P<mday>[0-3]?[0-9])(?:st|nd|rd|th)?(?![0-9:]|[.,][0-9])"
+    r"(?:(?:,\s*|\s+|-)(?P<myear>[12][0-9]{3})(?![\w:]|[.,][0-9]))?)"
+    rf"|(?P<dmdate>(?<![\w.,])(?P<dday>[0-3]?[0-9])(?:st|nd|rd|th)?(?:\s+of)?\s+(?P<dmon>{_MONTH})(?![A-Za-z])"
+    r"(?:,?\s+(?P<dyear>[12][0-9]{3})(?![\w:]|[.,][0-9]))?)"
     r"|(?P<time>(?<![0-9:.])(?P<hour>[01]?[0-9]|2[0-3]):(?P<minute>[0-5][0-9])(?::(?P<second>[0-5][0-9]))?(?![0-9:]))"
-    # phone numbers: +country and groups, (area) and groups, groups joined by "-" or "." (spaces alone would take a
-    # list of numbers, "100 500 1000"), or 555-1234
-    r"|(?P<phone>(?<![\w+])\+[0-9]{1,3}(?:[\s.-]?[0-9]{2,4}){2,4}(?![0-9])"
-    r"|(?<![\w+])\([0-9]{3}\)\s?[0-9]{3}[\s.-][0-9]{4}(?![0-9])"
-    r"|(?<![\w.-])[0-9]{3}(?P<sep>[.-])[0-9]{3}(?P=sep)[0-9]{4}(?![0-9])"
-    r"|(?<![\w.-])[0-9]{3}-[0-9]{4}(?![\w-]))"
-    rf"|(?P<currency>(?P<symbol>[{''.join(map(re.escape, CURRENCIES))}])\s?(?P<amount>{_NUMBER})"
-    rf"(?:\s(?P<cmag>(?i:{_MAGNITUDE}))\b|(?P<cshort>(?i:{_SHORT_MAGNITUDE}))\b)?)"
+    r"|(?P<height>(?<![\w.'])(?P<feet>[0-9])'\s?(?P<inches>1[01]|[0-9])(?:\"|'')(?![\w]))"
+    r"|(?P<ratio>(?<![\w:.])(?P<ra>[0-9]+):(?P<rb>[0-9]+)(?![0-9:]|\.[0-9]))"
+    r"|(?P<card>(?<![\w-])[0-9]{4}(?P<csep>[ -])[0-9]{4}(?P=csep)[0-9]{4}(?P=csep)[0-9]{1,4}(?![\w-]))"
+    # telephone numbers: NANP with or without +1, brackets, dashes, dots; +country and groups; a UK number of 0 and
+    # groups; 555-1234; each with an extension. Groups joined by single spaces alone are numbers ("100 500 1000")
+    r"|(?P<phone>(?:(?<![\w+])(?:\+?1[\s.-]?)?(?:\([0-9]{3}\)[\s.-]?|[0-9]{3}[\s.-])[0-9]{3}[\s.-][0-9]{4}"
+    r"|(?<![\w+])\+[0-9]{1,3}(?:[\s.-]?\(?[0-9]{1,4}\)?){2,5}"
+    r"|(?<![\w.])0[0-9]{2,4}[\s-][0-9]{3,4}[\s-]?[0-9]{3,4}"
+    r"|(?<![\w.-])[0-9]{3}-[0-9]{4})(?![0-9])(?![\w-])"
+    r"(?:,?\s*(?:x|(?i:ext)\.?|(?i:extension))\s?(?P<ext>[0-9]{1,6})(?![\w]))?)"
+    r"|(?P<groups>(?<![\w.-])[0-9]+(?:-[0-9]+){3,}(?![\w-])|(?<![\w.-])[0-9]{3}-[0-9]{2}-[0-9]{4}(?![\w-]))"
+    rf"|(?P<currency>(?P<us>US\s?)?(?P<symbol>[{''.join(map(re.escape, rules.CURRENCIES))}])\s?(?P<amount>{_AMOUNT})"
+    rf"(?:\s(?P<cmag>(?i:{_MAGNITUDE}))\b|(?P<cshort>(?i:{_SHORT_MAGNITUDE}))\b)?{_PER.format('cper')})"
+    rf"|(?P<coded>(?<![\w.])(?:(?P<code1>{_CODES})\s?(?P<camount>{_NUMBER})|(?P<bamount>{_NUMBER})\s?(?P<code2>{_CODES}))"
+    rf"(?:\s(?P<kmag>(?i:{_MAGNITUDE}))\b)?(?![\w]))"
     r"|(?P<version>(?<![A-Za-z0-9])[vV](?P<vnum>[0-9]+(?:\.[0-9]+)+)(?![\w.]))"
     r"|(?P<dotnum>(?<![\w.])[0-9]+(?:\.[0-9]+){2,}(?![\w]))"
+    r"|(?P<math>(?<![\w.])-?[0-9]+(?:\.[0-9]+)?(?:\s?[-+*/×÷^]\s?-?[0-9]+(?:\.[0-9]+)?)+\s?=\s?-?[0-9]+(?:\.[0-9]+)?(?![\w.]))"
+    r"|(?P<power>(?<![\w^])(?P<base>[A-Za-z]|[0-9]+)\^(?P<exp>-?[0-9]+|[A-Za-z])(?![\w^]))"
+    r"|(?P<mixed>(?<![0-9/.,])(?P<xwhole>[0-9]+)[\s-](?P<xnum>[0-9]{1,2})/(?P<xden>[0-9]{1,2})(?![0-9/]))"
     rf"|(?P<vulgar>(?:(?P<whole>[0-9]+)\s?)?[{_VULGAR}])"
-    r"|(?P<fraction>(?<![0-9/.,])(?P<num>[0-9]{1,3})/(?P<den>[0-9]{1,3})(?![0-9/]))"
+    r"|(?P<fraction>(?<![0-9/.,])(?P<num>[0-9]{1,3})/(?P<den>[0-9]{1,3})(?P<fsuf>(?i:(?:st|nd|rd|th)s?))?(?![0-9/A-Za-z]))"
     r"|(?P<range>(?<![\w.,-])(?P<low>[0-9]+)-(?P<high>[0-9]+)(?![\w-]|[.,][0-9]))"
+    r"|(?P<dims>(?<![\w.])(?P<da1>[0-9]+(?:\.[0-9]+)?)\s?[x×]\s?(?P<da2>[0-9]+(?:\.[0-9]+)?)(?:\s?[x×]\s?(?P<da3>[0-9]+))?(?![\w.]))"
+    rf"|(?P<mult>(?<![\w.])(?P<mnumber>{_NUMBER})x(?![\w]))"
     r"|(?P<decade>(?:1[0-9]|2[0-9])?[1-9]0|[12][0-9]00)'?s(?![A-Za-z])"
     r"|(?P<ordinal>[0-9]+)(?:st|nd|rd|th)(?![A-Za-z])"
+    rf"|(?P<stzip>(?<!\w)(?P<state>{_STATES}),?\s(?P<zip>[0-9]{{5}}(?:-[0-9]{{4}})?)(?![\w-]))"
+    r"|(?P<postcode>(?<!\w)[A-Z]{1,2}[0-9][A-Z0-9]?\s[0-9][A-Z]{2}(?!\w))"
+    r"|(?P<code>(?<![\w.-])(?:[A-Za-z]+[0-9][A-Za-z0-9]*|[0-9]+[A-Za-z]+[0-9][A-Za-z0-9]*|[0-9]+[A-LN-Z])(?!\w))"
     rf"|(?P<measure>(?P<mminus>(?<![\w.,])-)?(?<![A-Za-z])(?P<mnum>{_NUMBER})"
-    rf"(?:\s?(?P<unit>{_UNITS})|(?P<aunit>{_ATTACHED})|(?P<mag>{_ATTACHED_MAGNITUDE}))(?![A-Za-z0-9]))"
-    rf"|(?P<number>(?P<minus>(?<![\w.,])-)?(?P<digits>{_NUMBER}))"
+    rf"(?:\s?(?P<unit>{_UNITS}){_PER.format('mper')}|(?P<aunit>{_ATTACHED})|(?P<mag>{_ATTACHED_MAGNITUDE}))(?![A-Za-z0-9]))"
+    rf"|(?P<number>(?P<minus>(?<![\w.,])-)?(?P<digits>{_NUMBER}|\.[0-9]+(?![\w.])){_PER.format('nper')})"
     r"|(?P<hash>#)(?=[A-Za-z0-9])"
     r"|(?P<dotted>(?<![A-Za-z.])(?:[A-Za-z]\.){2,})"
     r"|(?P<word>[A-Za-z]+(?:'[A-Za-z]+)*)"

@@ -13,7 +13,7 @@ from collections.abc import Container
 from num2words import num2words
 
 from service.text import rules
-from service.text.spoken import cardinal, spelled
+from service.text.spoken import NUMERIC, cardinal, spelled
 from service.text.tokens import Token, next_token, plain, prev_token
 
 _ROMAN = re.compile(r"M{0,3}(?:CM|CD|D?C{0,3})(?:XC|XL|L?X{0,3})(?:IX|IV|V?I{0,3})")
@@ -52,9 +52,20 @@ def context_word(text: str, tokens: list[Token], i: int) -> list[tuple[str, str 
     accented = unicodedata.normalize("NFC", surface).lower()
     if accented in rules.ACCENTED_WORDS:
         return [(word.lower(), rules.ACCENTED_WORDS[accented])]
+    if word in rules.BRANDS:
+        return list(rules.BRANDS[word])
+    if word == "A" and _letter_a(tokens, i):
+        return [("a", rules.LETTERS["a"])]
+    if _in_letter_run(text, tokens, i):  # "A M", "U S A", "C E Os": letters, as a spoken form spells them
+        return [(word.lower(), _letters(word[0]) + (" Z" if len(word) > 1 else ""))]
     lower = word.lower()
     if lower in rules.TIME_SUFFIXES and prev is not None and prev.kind in ("time", "number") and _adjacent(prev, t, text):
         return [(lower, _letters(lower))]
+    if word in rules.UNITS and prev is not None and prev.kind in NUMERIC and _adjacent(prev, t, text):
+        # "3 1/4 lbs", "2-3 tsp": a unit after an amount the tagger did not join it to
+        return list(rules.reading(rules.UNITS[word][prev.text != "1"]))
+    if word in rules.ALONE_UNITS:
+        return list(rules.reading(rules.UNITS[word][1]))
     abbreviation = _abbreviation(text, tokens, i)
     if abbreviation is not None:
         return plain(abbreviation)
@@ -77,22 +88,65 @@ def _abbreviation(text: str, tokens: list[Token], i: int) -> list[str] | None:
     after = tokens[i + 2] if has_stop and i + 2 < len(tokens) else (None if has_stop else stop)
     stop_counts = has_stop and after is not None  # a full stop that ends the text may end a sentence instead
     written_as_title = word[0].isupper()
-    if key in rules.ABBREVIATIONS_NEED_STOP or not written_as_title:
-        if not stop_counts:
+    prev = prev_token(tokens, i)
+    street = key.lower() in rules.STREET_TYPES and prev is not None and prev.kind in ("number", "ordinal")
+    if (key in rules.ABBREVIATIONS_NEED_STOP or not written_as_title) and not (street and written_as_title):
+        # a capitalised one may end the text ("Acme Co."), unless it is also a word ("the Sun.")
+        at_end = has_stop and after is None and written_as_title and key not in rules.ABBREVIATIONS_ALSO_WORDS
+        if not (stop_counts or at_end):
             return None
     if key in rules.ABBREVIATIONS_BEFORE_NUMBER_ONLY and not (after is not None and after.kind in ("number", "measure")):
         return None
     before_name, after_name, elsewhere = rules.ABBREVIATIONS[key]
-    prev = prev_token(tokens, i)
-    if _is_name(after) and _adjacent(stop if has_stop else t, after, text):
+    prev_adjacent = prev is not None and _adjacent(prev, t, text)
+    prev_name = prev_adjacent and (_is_name(prev) or prev.kind in ("number", "ordinal", "code"))
+    # "Elm St. It was...": a name inside the sentence before it, and the full stop ends the sentence
+    ends_sentence = has_stop and prev_adjacent and (_in_sentence_name(tokens, i - 1) or prev.kind in ("number", "code"))
+    if _is_name(after) and _adjacent(stop if has_stop else t, after, text) and not ends_sentence:
         reading = before_name
-    elif prev is not None and (_is_name(prev) or prev.kind in ("number", "ordinal")) and _adjacent(prev, t, text):
+    elif prev_name:
         reading = after_name
     else:
         reading = elsewhere
     if has_stop and not (after is not None and after.kind == "word" and after.text[0].isupper() and reading == after_name):
         stop.used_stop = True  # taken by the abbreviation (it still ends a sentence when a capital follows "Main St.")
     return reading.split()
+
+
+def _single_letter(t: Token | None) -> bool:
+    """A letter written alone ("A", "m"), or a capital's plural ("Os", "O's")."""
+    if t is None or t.kind != "word":
+        return False
+    w = t.text
+    return len(w) == 1 or (w[0].isupper() and w[1:] in ("s", "'s"))
+
+
+def _in_letter_run(text: str, tokens: list[Token], i: int) -> bool:
+    """Whether `tokens[i]` is one of two or more letters written apart: "A M", "u s a", "C E Os"."""
+    t = tokens[i]
+    if not _single_letter(t):
+        return False
+    prev, following = prev_token(tokens, i), next_token(tokens, i)
+    before = _single_letter(prev) and len(prev.text) == 1 and _adjacent(prev, t, text)
+    after = len(t.text) == 1 and _single_letter(following) and _adjacent(t, following, text)
+    return before or after
+
+
+def _letter_a(tokens: list[Token], i: int) -> bool:
+    """Whether a capital "A" is the letter: inside a sentence and not before a capitalised word ("Plan A is", "4 A";
+    not "A cat", "in A Tale of Two Cities")."""
+    prev, following = prev_token(tokens, i), next_token(tokens, i)
+    if prev is None or (prev.kind == "other" and prev.text in _SENTENCE_ENDS and not prev.used_stop):
+        return False
+    return following is None or following.kind != "word" or not following.text[0].isupper() and following.text != "I"
+
+
+def _in_sentence_name(tokens: list[Token], i: int) -> bool:
+    """A capitalised word that does not start its sentence ("Visit St. Louis": "Visit" is not a name)."""
+    if not _is_name(tokens[i]):
+        return False
+    before = tokens[i - 1] if i > 0 else None
+    return before is not None and not (before.kind == "other" and before.text in _SENTENCE_ENDS and not before.used_stop)
 
 
 def _roman(numeral: str, prev: Token | None) -> list[str] | None:
@@ -146,15 +200,20 @@ def case_word(surface: str, word: str, sentence_in_capitals: bool, known: Contai
         return [(lower, None)]
     if letters.isupper():
         if word in rules.WORD_ACRONYMS:
-            return [(lower, None)]
+            return list(rules.WORD_ACRONYMS[word])
         if word in rules.SPELLED_ACRONYMS:
             return [(lower, None if sentence_in_capitals else _letters(word))]
         if (known is None or lower not in known) and len(letters) <= rules.MAX_SPELLED_LETTERS and "'" not in word:
             return [(lower, _letters(word))]
         return [(lower, None)]
-    stem = word[:-1]
-    if word.endswith("s") and len(stem) >= 2 and stem.isupper() and len(stem) <= rules.MAX_SPELLED_LETTERS:
-        # a plural acronym, "GPUs": spelt, then the plural's Z
-        if stem not in rules.WORD_ACRONYMS and (known is None or (stem.lower() not in known and lower not in known)):
-            return [(lower, _letters(stem) + " Z")]
+    stem = word[:-2] if word.endswith("'s") else word[:-1]
+    if word[-1] in "sS" and len(stem) >= 2 and stem.isupper() and stem.isalpha() and len(stem) <= rules.MAX_SPELLED_LETTERS:
+        # a plural or possessive acronym, "CEOs", "GPU's": read as the acronym is, then the plural's Z
+        if stem in rules.WORD_ACRONYMS:
+            said = list(rules.WORD_ACRONYMS[stem])
+            if said[-1][1] is not None:
+                return [*said[:-1], (said[-1][0] + "s", said[-1][1] + " Z")]
+            return [*said[:-1], (said[-1][0] + "s", None)]
+        if len(stem) <= 4 or known is None or stem.lower() not in known:
+            return [(lower.replace("'", ""), _letters(stem) + " Z")]
     return [(lower, None)]

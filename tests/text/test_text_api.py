@@ -195,7 +195,7 @@ def test_model_words_of_one_text_share_decoder_steps(url):
         ("\u2603 \U0001f600", "'\u2603'"),  # nothing readable: refused, naming what was skipped
         ("1234567 " * 1000, "at most 10000 are read per request (max_words)"),  # 11 words each
         ("a" * 20001, "at most 20000 are read per request (max_text_chars)"),
-        ("9" * 700, "too large"),
+        ("9" * 700 + ".5", "too large"),  # a digit string over 15 digits is read digit by digit; a decimal is not
         ("!!!", "no words"),
     ],
 )

@@ -249,6 +249,7 @@ def request_parameters(
         "top_n_tokens": top_n_tokens or None,
         "lexicon": body.lexicon,
         "punctuation": body.punctuation,
+        "date_order": body.date_order,
         "alphabet": body.alphabet,
         "stress": body.stress,
         "pronunciations": body.pronunciations,

@@ -87,6 +87,7 @@ PARAMS: Mapping[str, str] = {
     # extra body fields of the same names
     "parameters.alphabet": "alphabet",
     "parameters.stress": "stress",
+    "parameters.date_order": "date_order",
     "parameters.pronunciations": "pronunciations",
     "parameters.pronunciations_alphabet": "pronunciations_alphabet",
     "parameters.details": "details",

@@ -96,6 +96,11 @@ class SamplingFields(BaseModel):
         description="Extension, word-level bundles: true keeps sentence and phrase punctuation as its own tokens between "
         "the words' answers (docs/TEXT.md).",
     )
+    date_order: Literal["mdy", "dmy", "ymd"] | None = Field(
+        None,
+        description="Extension, word-level bundles: the order of a date written in numbers (`mdy` default: 12/25/2023 "
+        "december twenty fifth; `dmy`; `ymd`); docs/TEXT.md.",
+    )
     # output forms and per-request pronunciations, as the TGI routes' parameters of the same names
     alphabet: Literal["arpabet", "ipa", "espeak"] | None = Field(
         None,
