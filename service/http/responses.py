@@ -57,7 +57,7 @@ class SSEResponse(StreamingResponse):
 
 
 class LastChunk(bytes):
-    """A stream's last chunk: the fast path (service/http/fastpath.py) sends it with the body's end, one write, not two."""
+    """A stream's last chunk: sent with the body's end, one write, not two (service/http/generation.py)."""
 
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}  # x-accel-buffering: nginx passes each event at once
@@ -328,7 +328,7 @@ async def written(job: TextRequest, writer, keepalive_s: float) -> AsyncIterator
 
 class WrittenResponse(SSEResponse):
     """A stream whose body `writer` makes from one request's items: the app's stack iterates its body (`written`);
-    the fast path pushes it from the engine's wake-ups instead (service/http/pushed.py)."""
+    the generation routes push it from the engine's wake-ups instead (service/http/generation.py)."""
 
     def __init__(self, job: TextRequest, writer, keepalive_s: float, headers: dict[str, str]):
         super().__init__(written(job, writer, keepalive_s), headers=headers)

@@ -12,7 +12,7 @@ One rule for every parameter, as TGI's router has: a value has its JSON type. A 
 is a JSON number (`"max_new_tokens": "5"` is refused, as is 5.0 where an integer is
 meant), a boolean is `true` or `false`, and a number is finite (`NaN` and `Infinity`
 are not JSON, and are refused wherever a number is read). The request models below are
-strict, so FastAPI's path and the fast path (service/http/fastpath.py) both apply it.
+strict, so FastAPI's routes and the generation routes' handler (service/http/generation.py) both apply it.
 """
 
 from __future__ import annotations

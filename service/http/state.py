@@ -107,5 +107,5 @@ class Service:
     def admit(self, body: GenerateRequest, stream: bool) -> TextRequest:
         """Validate a generation request, answer what the lexicon knows and queue the rest for the engine
         (service/requests/frontend.py). Raises the validator's InvalidRequest (422), or the scheduler's ServiceErrors
-        (429, 503), which the app's handlers and the fast path answer alike."""
+        (429, 503), which the app's handlers and the generation routes' handler answer alike."""
         return self.text.admit(self.validate(body, stream), stream=stream, loop=self.loop)
