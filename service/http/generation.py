@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import inspect
+import json
 import logging
 import time
 import types
@@ -123,6 +125,9 @@ class GenerationRoute(APIRoute):
         try:
             return orjson.loads(raw)
         except orjson.JSONDecodeError as e:
+            if self.openai_shape:  # OpenAI's API reads NaN and Infinity as numbers and refuses them naming the field
+                with contextlib.suppress(ValueError, RecursionError):
+                    return json.loads(raw)
             raise errors.validation(errors.malformed_json(raw, str(e))) from None
 
     def _refusal(self, svc: Service | None, request: Request, raw: bytes, e: Exception) -> Response:

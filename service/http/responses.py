@@ -5,9 +5,10 @@ Also the error responses every route documents in /docs.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
 import numpy as np
 import orjson
@@ -92,9 +93,9 @@ async def client_gone(request: Request) -> None:
             return
 
 
-def disconnect_watch(request: Request) -> Callable[[], Awaitable[None]]:
-    """`client_gone` of this request, as the request layer takes it."""
-    return lambda: client_gone(request)
+def disconnect_watch(request: Request) -> asyncio.Future:
+    """`client_gone` of this request, running: the future the request layer's `TextRequest.collect` waits on."""
+    return asyncio.ensure_future(client_gone(request))
 
 
 def prefill(engine: Engine, decoder_input_details: bool) -> list[PrefillToken]:
