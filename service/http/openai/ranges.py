@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from pydantic import BaseModel
+
 from service.engine.options import BOUNDS, Bound, InputError, check_bound
 from service.http.openai.errors import bad_request
 
@@ -58,10 +60,10 @@ def documented(field: str) -> dict[str, float]:
     return (narrower.bound if narrower is not None else BOUNDS[OPTIONS[field]]).json_schema()
 
 
-def check_ranges(body: object) -> None:
-    """A 400 naming the first numeric field of `body` (an OpenAI request model) out of its range."""
-    for field, option in OPTIONS.items():
-        value = getattr(body, field, None)
+def check_ranges(body: BaseModel) -> None:
+    """A 400 naming a numeric field of `body` (an OpenAI request model) that is out of its range."""
+    for field in body.model_fields_set & OPTIONS.keys():  # what was sent (a request sends few of them)
+        option, value = OPTIONS[field], getattr(body, field)
         if value is None or isinstance(value, bool):
             continue
         narrower = NARROWER.get(field)
