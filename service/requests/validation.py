@@ -129,7 +129,11 @@ class Limits:
         self.at_most(field, top_n_tokens, self.max_top_n_tokens, names.get(field))
 
     def score_top_n_tokens(self, n: int) -> None:
-        """POST /score's `top_n_tokens` within `max_top_n_tokens`."""
+        """POST /score's `top_n_tokens` within its range (the engine's) and `max_top_n_tokens`."""
+        try:
+            check_bound("top_n_tokens", n)
+        except InputError as e:
+            raise InvalidRequest(str(e), "parameters.top_n_tokens") from None
         if self.max_top_n_tokens is not None and n > self.max_top_n_tokens:
             limit = self.max_top_n_tokens
             raise invalid("parameters.top_n_tokens", f"parameters.top_n_tokens: at most {limit} (max_top_n_tokens)")
