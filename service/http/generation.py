@@ -104,8 +104,9 @@ class GenerationRoute(APIRoute):
         raw = b""
         try:
             raw = (await receive())["body"]  # the front door has read it whole and replays it
-            parsed = self._parse(scope, raw)
-            check_api_key(bearer_token(_header(scope, b"authorization")), app.state.settings.api_key)
+            content_type, authorization = _headers(scope)
+            parsed = self._parse(content_type, raw)
+            check_api_key(bearer_token(authorization), app.state.settings.api_key)
             svc = service_of(app)
             if svc.draining:
                 raise errors.draining()
@@ -118,8 +119,7 @@ class GenerationRoute(APIRoute):
             response = self._refusal(svc, request, raw, e)
         await response(scope, receive, send)
 
-    def _parse(self, scope: Scope, raw: bytes) -> Any:
-        content_type = _header(scope, b"content-type").encode("latin-1") or None
+    def _parse(self, content_type: bytes | None, raw: bytes) -> Any:
         if not errors.declared_json(content_type):
             raise errors.validation(NOT_JSON)
         try:
@@ -157,12 +157,15 @@ def _documented(body_model: type[BaseModel]) -> Callable[..., Awaitable[None]]:
     return endpoint
 
 
-def _header(scope: Scope, name: bytes) -> str:
-    """The first value of a request header ("" when absent)."""
+def _headers(scope: Scope) -> tuple[bytes | None, str]:
+    """The request's content-type (None when absent) and authorization ("" when absent) headers, the first of each."""
+    content_type = authorization = None
     for key, value in scope["headers"]:
-        if key == name:
-            return value.decode("latin-1")
-    return ""
+        if key == b"content-type" and content_type is None:
+            content_type = value
+        elif key == b"authorization" and authorization is None:
+            authorization = value
+    return content_type, authorization.decode("latin-1") if authorization is not None else ""
 
 
 # ---- TGI's routes ---------------------------------------------------------------------------------
