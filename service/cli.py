@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import signal
 import socket
@@ -230,8 +231,31 @@ def generate_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--num-beams", type=int, help="beam width when larger than --best-of")
     p.add_argument("--no-lexicon", action="store_true", help="the model answers every word, even those the lexicon knows")
-    p.add_argument("--alphabet", choices=("arpabet", "ipa"), default="arpabet", help="write answers in ARPAbet or IPA")
+    p.add_argument(
+        "--alphabet",
+        choices=("arpabet", "ipa", "espeak"),
+        default="arpabet",
+        help="write answers in ARPAbet, IPA or espeak-ng's IPA (docs/IPA.md)",
+    )
     p.add_argument("--no-stress", action="store_true", help="leave out stress (ARPAbet's digits, IPA's marks)")
+    p.add_argument(
+        "--pronunciations",
+        type=Path,
+        metavar="FILE",
+        help="this run's own pronunciations, over the lexicon and the model: a JSON object {word or words: phones} or "
+        "word<TAB>phones lines; phones in ARPAbet, IPA or espeak-ng IPA (the HTTP parameter `pronunciations`)",
+    )
+    p.add_argument(
+        "--pronunciations-alphabet",
+        choices=("arpabet", "ipa", "espeak"),
+        help="how --pronunciations is written (default: detected)",
+    )
+    p.add_argument(
+        "--words",
+        action="store_true",
+        help='write a JSON line per input: {"input", "text", "words"}, each word with its span, answer and source '
+        '(the HTTP answer\'s details: "words")',
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     return p
 
@@ -284,11 +308,11 @@ def generate_main(argv: list[str] | None = None) -> int:
             failed = write_scores(gen, inputs, out, progress=not args.no_progress)
         else:
             gen.options(**params)  # bad parameters stop here with their message, before any work
-            form = {"alphabet": args.alphabet, "stress": not args.no_stress}
+            form = {"alphabet": args.alphabet, "stress": not args.no_stress, **own_pronunciations(args)}
             failed = write_answers(
-                gen, inputs, params, out, lexicon=not args.no_lexicon, progress=not args.no_progress, form=form
+                gen, inputs, params, out, lexicon=not args.no_lexicon, progress=not args.no_progress, form=form, words=args.words
             )
-    except InputError as e:
+    except (InputError, OSError) as e:
         return _fail(str(e))
     finally:
         gen.close()
@@ -336,8 +360,39 @@ def write_scores(gen, lines: list[tuple[int, str]], out, *, progress: bool) -> i
     return failed
 
 
+def own_pronunciations(args: argparse.Namespace) -> dict:
+    """`generate_text_many`'s pronunciations keywords from --pronunciations FILE (a JSON object, or word<TAB>phones
+    lines) and --pronunciations-alphabet; {} when none is given. InputError naming a line that is neither."""
+    from service.engine.engine import InputError
+
+    if args.pronunciations is None:
+        return {}
+    text = args.pronunciations.read_text(encoding="utf-8")
+    try:
+        entries = json.loads(text)
+    except json.JSONDecodeError:
+        entries = {}
+        for n, line in enumerate(text.splitlines(), 1):
+            key, tab, value = line.partition("\t")
+            if line.strip() and not tab:
+                raise InputError(f"{args.pronunciations} line {n}: expected word<TAB>phones, or a JSON object") from None
+            if line.strip():
+                entries[key.strip()] = value.strip()
+    if not isinstance(entries, dict):
+        raise InputError(f"{args.pronunciations}: expected a JSON object {{word: phones}}")
+    return {"pronunciations": entries, "pronunciations_alphabet": args.pronunciations_alphabet}
+
+
 def write_answers(
-    gen, inputs: list[tuple[int, str]], params: dict, out, *, lexicon: bool, progress: bool, form: dict | None = None
+    gen,
+    inputs: list[tuple[int, str]],
+    params: dict,
+    out,
+    *,
+    lexicon: bool,
+    progress: bool,
+    form: dict | None = None,
+    words: bool = False,
 ) -> int:
     """Answer every (line number, text) and write its TSV rows (ranked when params["logprobs"]); a line the model
     cannot read is named on stderr. Returns how many failed; prints the rate after start-up on stderr."""
@@ -353,6 +408,9 @@ def write_answers(
         if isinstance(result, InputError):
             failed += 1
             tqdm.write(f"line {n}: {result}", file=sys.stderr)
+        elif words:
+            line = {"input": text, "text": result.text, "words": result.word_details()}
+            out.write(json.dumps(line, ensure_ascii=False) + "\n")
         elif ranked:
             for rank, a in enumerate(result.ranked(), 1):
                 score = "" if a.score is None else f"{a.score:.6f}"  # a lexicon answer has no score

@@ -7,6 +7,7 @@
         for token in g.stream("attention"): ...        # engine StepResults as they come
         [r.text for r in g.generate_text_many(lines)]  # as the server answers: lexicon first, running text
         next(g.generate_text_many(["I love it 😀"])).warnings  # what was skipped: offsets, why (`details.warnings`)
+        next(g.generate_text_many(["Hi, New York"])).word_details()  # words, spans, answers (`details: "words"`)
         g.score("attention", ["AH0 T EH1 N SH AH0 N"])[0].total  # the model's log-probability of an answer (POST /score)
 
 `generate_text_many` answers as the HTTP API does, through the same request layer
@@ -81,10 +82,27 @@ class TextResult:
     # running text's characters that were not read (an emoji, a letter of another script), with their offsets in
     # the line and why: the HTTP answer's `details.warnings`; empty when nothing was skipped
     warnings: tuple[Skipped, ...] = ()
+    # each word's span in the line, line[start:end] (running text); () for a bundle that reads its lines whole
+    spans: tuple[tuple[int, int], ...] = ()
+    # what goes before each word instead of `separator` (alphabet "espeak": a space, nothing before a mark)
+    joints: tuple[str, ...] | None = None
 
     @property
     def text(self) -> str:
-        return self.separator.join(a[0].text for a in self.answers)
+        return self.join([a[0].text for a in self.answers])
+
+    def join(self, texts: list[str]) -> str:
+        if self.joints is None:
+            return self.separator.join(texts)
+        return "".join(j + t for j, t in zip(self.joints, texts))
+
+    def word_details(self) -> list[dict]:
+        """The words as the HTTP answer's `details.words` gives them (`details: "words"`): each one's `word` as read,
+        its span (`start`, `end`), its best answer (`text`) and `source`."""
+        return [
+            {"word": w, "start": s, "end": e, "text": a[0].text, "source": a[0].source}
+            for w, (s, e), a in zip(self.words, self.spans, self.answers)
+        ]
 
     def ranked(self) -> list[TextAnswer]:
         """The line's n-best: rank k joins every word's k-th answer (a word with fewer keeps its last);
@@ -96,7 +114,7 @@ class TextResult:
             sources = {p.source for p in picked}
             out.append(
                 TextAnswer(
-                    self.separator.join(p.text for p in picked),
+                    self.join([p.text for p in picked]),
                     float(np.mean(scores)) if None not in scores else None,
                     sources.pop() if len(sources) == 1 else "mixed",
                 )
@@ -217,6 +235,7 @@ class Generator:
         alphabet: str = "arpabet",
         stress: bool = True,
         pronunciations: Mapping[str, str] | None = None,
+        pronunciations_alphabet: str | None = None,
         **params: object,
     ) -> Iterator[TextResult | InputError]:
         """Results in input order, answered as the server answers (see the module's docstring); `lexicon`
@@ -224,9 +243,10 @@ class Generator:
         reads heteronyms as the lexicon's first entry; `punctuation` keeps
         running text's pauses as units of their own (the mark is their answer, source "punctuation"). A line that
         cannot be read yields its InputError in its place. Up to `window` lines (default 4 x max_batch_size)
-        are in flight, so the model's words of many lines share the batch. `alphabet` ("arpabet" or "ipa"), `stress`
-        and `pronunciations` ({word: ARPAbet}, for these lines only) are the HTTP parameters of the same names; a
-        bad one raises InputError before any line is read."""
+        are in flight, so the model's words of many lines share the batch. `alphabet` ("arpabet", "ipa" or "espeak"),
+        `stress`, `pronunciations` ({word or words: ARPAbet, IPA or espeak-ng IPA}, for these lines only) and
+        `pronunciations_alphabet` are the HTTP parameters of the same names; a bad one raises InputError before any
+        line is read. Each result's `word_details()` gives what `details: "words"` gives over HTTP."""
         options = self.options(**{"token_text": False, **params})  # whole answers, as from `generate`
         asked = TextParams(
             lexicon=lexicon,
@@ -236,11 +256,12 @@ class Generator:
             alphabet=alphabet,
             stress=stress,
             pronunciations=pronunciations,
+            pronunciations_alphabet=pronunciations_alphabet,
         )
         try:  # the form and the pronunciations are the same for every line: checked once, here
             self.text.output_form(asked)
             if pronunciations:
-                check_pronunciations(pronunciations, self.engine.tgt_tokenizer)
+                check_pronunciations(pronunciations, self.engine.tgt_tokenizer, pronunciations_alphabet)
         except InvalidRequest as e:
             raise InputError(e.message, e.field) from None
 
@@ -261,7 +282,9 @@ class Generator:
             raise GenerationError(e.message) from None
         answers = [[TextAnswer(a.text, a.score, a.source) for a in job.answers(u)[0]] for u in job.units]
         separator = self.text.reader.separator if self.text.reader else ""
-        return TextResult([u.text for u in job.units], answers, separator, tuple(job.skipped))
+        spans = tuple((u.word.start, u.word.end) for u in job.units if u.word is not None)
+        joints = tuple(job.written.joints) if job.written is not None else None
+        return TextResult([u.text for u in job.units], answers, separator, tuple(job.skipped), spans, joints)
 
     def samples(self) -> list[str]:
         """Inputs of the model's own task, as GET /samples offers them (service/requests/samples.py); [] when the bundle

@@ -5,14 +5,16 @@
 #
 # Expects the GPU wheels (docs/DEPLOY.md, "Offline GPU install": onnxruntime-gpu with its nvidia-* CUDA 13
 # and cuDNN 9 wheels, onnx, and the base dependencies) installed into /tmp/site (pip install --target) or
-# into the interpreter's own site-packages. Writes $OUT/gpu-check/report.{json,md}; exits with the
-# check's status (non-zero when any step failed).
+# into the interpreter's own site-packages. Writes REPORTS/report.{json,md}, where REPORTS is $OUT/gpu-check when
+# OUT is set (a folder the device machine sends back) and benchmarks/results/gpu otherwise (where docs/BENCHMARKS.md
+# links the GPU reports); exits with the check's status (non-zero when any step failed).
 set -u
-OUT="${OUT:-$PWD/out}"
+REPORTS="${OUT:+$OUT/gpu-check}"
+REPORTS="${REPORTS:-$PWD/benchmarks/results/gpu}"
 PYTHON="${PYTHON:-python3}"
 export PYTHONPATH="$PWD:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
-mkdir -p "$OUT/gpu-check"
+mkdir -p "$REPORTS"
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv || true
 # what the check imports, and from where: a missing one is named here before anything runs
 "$PYTHON" - <<'PY' || true
@@ -25,8 +27,8 @@ for name in ("onnxruntime", "onnx", "numpy", "tokenizers", "fastapi", "uvicorn",
     except Exception as e:  # torch is optional: its absence only skips the PyTorch bench column
         print(f"{name:18s} MISSING ({type(e).__name__}: {e})")
 PY
-timeout 600 "$PYTHON" -m export.gpu_check --provider cuda --bundle models/g2p-en --out "$OUT/gpu-check"
+timeout 600 "$PYTHON" -m export.gpu_check --provider cuda --bundle models/g2p-en --out "$REPORTS"
 rc=$?
-echo "---- $OUT/gpu-check/report.md (exit status $rc)"
-cat "$OUT/gpu-check/report.md" 2>/dev/null || echo "no report.md written"
+echo "---- $REPORTS/report.md (exit status $rc)"
+cat "$REPORTS/report.md" 2>/dev/null || echo "no report.md written"
 exit $rc

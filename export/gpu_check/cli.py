@@ -63,7 +63,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="attnserve-gpu-check", description="Prove the CUDA path end to end (report.json, report.md)."
     )
-    p.add_argument("--out", type=Path, default=Path("gpu-check"), help="report folder (default ./gpu-check)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("benchmarks/results/gpu"),
+        help="report folder (default benchmarks/results/gpu, beside the reports docs/BENCHMARKS.md links)",
+    )
     p.add_argument("--bundle", type=Path, default=Path("models/g2p-en"), help="the bundle (copied; never changed)")
     p.add_argument("--provider", choices=["cuda", "cpu"], default="cuda", help="cpu: the dry run on the int8 and fp32 variants")
     p.add_argument("--steps", default=",".join(STEPS), help=f"subset of {','.join(STEPS)}")

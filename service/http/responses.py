@@ -115,6 +115,8 @@ def generate_response(job: TextRequest) -> GenerateResponse:
     params = job.params
     if not params.details:
         return GenerateResponse(generated_text=text)
+    if params.words_only:
+        return words_response(job, text)
     answered = [job.answers(u) for u in job.units]
     bests = [answers[0] for answers, _ in answered]
     full = job.inputs if params.return_full_text else ""
@@ -144,7 +146,7 @@ def generate_response(job: TextRequest) -> GenerateResponse:
             top = [[job.separated(alt, k, j) for alt in step] for k, t in enumerate(tops) for j, step in enumerate(t)]
         logprobs = [t.logprob for t in tokens]
         score = float(np.mean(logprobs)) if logprobs and None not in logprobs else None
-        source = "lexicon" if all(b.source in ("lexicon", "punctuation", "context") for b in bests) else "model"
+        source = answer_source(bests)
         others = None
     details = Details(
         finish_reason=bests[-1].finish_reason,
@@ -160,6 +162,32 @@ def generate_response(job: TextRequest) -> GenerateResponse:
         warnings=warnings(job),
     )
     return GenerateResponse(generated_text=text, details=details)
+
+
+def words_response(job: TextRequest, text: str) -> GenerateResponse:
+    """The /generate body with `details: "words"`: the words with their spans, answers and sources, and the answer's
+    summary (finish reason, tokens generated, seed, score, source), without the per-token list."""
+    answered = [job.answers(u)[0] for u in job.units]
+    bests = [answers[0] for answers in answered]
+    logprobs = [t.logprob for b in bests for t in b.tokens]
+    details = Details(
+        finish_reason=bests[-1].finish_reason,
+        generated_tokens=sum(b.generated_tokens for b in bests),
+        seed=job.seed,
+        prefill=prefill(job.engine, job.params.decoder_input_details),
+        tokens=None,
+        score=float(np.mean(logprobs)) if logprobs and None not in logprobs else None,
+        source=bests[0].source if len(bests) == 1 else answer_source(bests),
+        words=word_details(job, answered) if job.reader is not None else None,
+        warnings=warnings(job),
+    )
+    return GenerateResponse(generated_text=text, details=details)
+
+
+def answer_source(bests: list[Answer]) -> str:
+    """Running text's `details.source`: `lexicon` only when every word's answer came from the lexicon (or a kept mark,
+    or the context stage's choice among the lexicon's)."""
+    return "lexicon" if all(b.source in ("lexicon", "punctuation", "context") for b in bests) else "model"
 
 
 def word_details(job: TextRequest, answered: list[list[Answer]]) -> list[WordDetails]:
@@ -191,6 +219,12 @@ def warnings(job: TextRequest) -> list[TextWarning] | None:
     if not job.skipped:
         return None
     return [TextWarning(start=s.start, end=s.end, text=s.text, message=s.message) for s in job.skipped]
+
+
+def word_span(job: TextRequest, k: int) -> dict:
+    """Unit k's index and span in `inputs`, as a stream event that completes it carries them (`details: "words"`)."""
+    w = job.units[k].word
+    return {"index": k, "start": w.start, "end": w.end} if w is not None else {"index": k, "start": 0, "end": len(job.inputs)}
 
 
 def timing_headers(timings: dict[str, float], n_tokens: int) -> dict[str, str]:
@@ -260,7 +294,9 @@ class SSEWriter:
                 if not item.last:  # the common event, from pre-encoded parts: the bytes orjson gives the whole dict
                     top = b"null" if item.top_tokens is None else _json([token_object(t) for t in item.top_tokens])
                     token = _json(token_object(item.token))
-                    gathered.append(b'data:{"index":%d,"token":%b,"top_tokens":%b%b' % (self._index, token, top, _EVENT_END))
+                    word = b"" if item.word is None else self._word(item)  # most tokens complete no word
+                    event = (self._index, token, top, word, _EVENT_END)
+                    gathered.append(b'data:{"index":%d,"token":%b,"top_tokens":%b%b%b' % event)
                 else:
                     gathered.append(b"data:" + _json(self._last_event(item)) + b"\n\n")
                     self.outcome = "success"
@@ -273,6 +309,12 @@ class SSEWriter:
         self._gathered.clear()
         self.ended = True
 
+    def _word(self, item: StreamToken) -> bytes:
+        """`,"word":{...}`: the span of the word an event completes, with `details: "words"`; b"" otherwise."""
+        if not self.job.params.words_only:
+            return b""
+        return b',"word":' + _json(word_span(self.job, item.word))
+
     def _last_event(self, item: StreamToken) -> dict:
         job = self.job
         top_tokens = None if item.top_tokens is None else [token_object(t) for t in item.top_tokens]
@@ -280,6 +322,7 @@ class SSEWriter:
             "index": self._index,
             "token": token_object(item.token),
             "top_tokens": top_tokens,
+            **({"word": word_span(job, item.word)} if item.word is not None and job.params.words_only else {}),
             "generated_text": job.generated_text(),
             "details": None,
         }

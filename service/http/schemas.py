@@ -72,7 +72,12 @@ class GenerateParameters(BaseModel):
         max_length=MAX_STOP_SEQUENCES,
         description=f"Stop when the generated text ends with any of these (at most {MAX_STOP_SEQUENCES}).",
     )
-    details: bool | None = Field(False, description="Return finish reason, token ids, texts and log-probabilities.")
+    details: bool | Literal["words"] | None = Field(
+        False,
+        description='Return finish reason, token ids, texts and log-probabilities. Extension: `"words"` returns the '
+        "words of running text with their spans, answers and sources (`details.words`) without the per-token list, and "
+        "on a stream the event that completes a word carries `word`: its index and span.",
+    )
     return_full_text: bool | None = Field(False, description="Prepend the input to the generated text.")
     truncate: int | None = Field(None, ge=1, description="Keep only the last `truncate` input tokens.")
     best_of: int | None = Field(
@@ -118,17 +123,24 @@ class GenerateParameters(BaseModel):
         "as its own tokens between the words' answers, so a TTS engine can place pauses (docs/TEXT.md).",
     )
     # output forms and per-request pronunciations (service/requests/forms.py, service/text/pronunciations.py)
-    alphabet: Literal["arpabet", "ipa"] | None = Field(
+    alphabet: Literal["arpabet", "ipa", "espeak"] | None = Field(
         None,
-        description="Extension: `arpabet` (default: the model's own phones) or `ipa` (written from them, stress marks "
-        "before the stressed syllable; docs/IPA.md). `details.tokens` and streamed tokens are in the same alphabet.",
+        description="Extension: `arpabet` (default: the model's own phones), `ipa` (written from them, stress marks "
+        "before the stressed syllable) or `espeak` (espeak-ng's en-us IPA, every symbol in Piper's phoneme map, words "
+        "joined as Piper's phonemizer joins them; docs/IPA.md). `details.tokens` and streamed tokens are in the same "
+        "alphabet.",
     )
     stress: bool | None = Field(None, description="Extension: false leaves out stress (ARPAbet's digits, IPA's marks).")
     pronunciations: dict[str, str] | None = Field(
         None,
-        description="Extension: {word: ARPAbet} for this request only, over the dictionary and the model. Keys match "
-        "case-insensitively, but an all-caps key (`US`) matches only all-caps occurrences.",
-        examples=[{"nguyen": "W IH1 N"}],
+        description="Extension: {word or words: phones} for this request only, over the dictionary and the model. A value "
+        "is ARPAbet, IPA or espeak-ng's IPA (detected, or said by `pronunciations_alphabet`). Keys match "
+        "case-insensitively, but an all-caps key (`US`) matches only all-caps occurrences; a key of several words "
+        "(`New York`) matches them one after another and answers them as one word.",
+        examples=[{"nguyen": "W IH1 N", "kubernetes": "kˌuːbɚnˈɛɾiz", "New York": "n u ˈj ɔ ɹ k"}],
+    )
+    pronunciations_alphabet: Literal["arpabet", "ipa", "espeak"] | None = Field(
+        None, description="Extension: how every value of `pronunciations` is written; null: each one's is detected."
     )
     context: bool | None = Field(
         None,
@@ -235,7 +247,7 @@ class Details(BaseModel):
     prefill: list[PrefillToken] = Field(
         default_factory=list, description="The decoder's input tokens when decoder_input_details."
     )
-    tokens: list[Token] = Field(default_factory=list, description="The generated tokens.")
+    tokens: list[Token] | None = Field(default_factory=list, description='The generated tokens (null with `details: "words"`).')
     top_tokens: list[list[Token]] | None = Field(None, description="Per generated token, the top_n_tokens most likely ones.")
     best_of_sequences: list[BestOfSequence] | None = Field(
         None, description="The other n-best answers, best first (best_of > 1)."
@@ -269,12 +281,25 @@ class StreamDetails(BaseModel):
     )
 
 
+class StreamWord(BaseModel):
+    """The word of running text a stream event completes (`details: "words"`)."""
+
+    index: int = Field(..., description="Its index in the non-streamed answer's `details.words`.")
+    start: int = Field(..., description="Where in `inputs` it came from: inputs[start:end].")
+    end: int
+
+
 class StreamResponse(BaseModel):
     """One Server-Sent Event of a stream: `data:{...}`; the last one carries `generated_text` and `details`."""
 
     index: int = Field(..., description="1-based position of this token in the output.")
     token: Token
     top_tokens: list[Token] | None = Field(None, description="This step's top_n_tokens most likely tokens (when asked for).")
+    word: StreamWord | None = Field(
+        None,
+        description='Extension, with `details: "words"` only: on the event whose token completes a word (its end token, or '
+        "a kept mark's one token), that word's index and span; absent otherwise.",
+    )
     generated_text: str | None = Field(None, description="The full text, on the last event only.")
     details: StreamDetails | None = Field(None, description="On the last event only, when `parameters.details` is true.")
 

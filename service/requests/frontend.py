@@ -62,7 +62,8 @@ from service.engine.engine import DecodingOptions, Engine, InputError
 from service.engine.options import request_seed
 from service.engine.scheduler import Failed, Finished, Scheduler
 from service.errors import InvalidRequest
-from service.requests.forms import FormUnsupported, OutputForm, output_form
+from service.requests.forms import EspeakText, FormUnsupported, OutputForm, output_form
+from service.requests.overrides import pronounce
 from service.requests.streaming import StreamReader
 from service.requests.units import (
     CAUGHT_UP,
@@ -140,8 +141,13 @@ class TextFrontEnd:
             options = dataclasses.replace(options, seed=request_seed(options))
         if valid.pronunciations is not None:
             units = self.pronounce(inputs, units, valid.pronunciations, options)
+        espeak = valid.form is not None and valid.form.alphabet == "espeak" and self.reader is not None
+        # the request's own readings, which keep their answer in espeak's running text
+        pinned = frozenset(k for k, u in enumerate(units) if u.known and not is_mark(u)) if espeak else frozenset()
         if lexicon_answers(params, options):
             self.answer_known(inputs, units, params, options)
+        # running text as Piper's phonemizer joins it: weak forms, marks, spaces
+        written = EspeakText(valid.form, inputs, units, pinned) if espeak else None
         to_model = [u for u in units if len(u.known) < options.n_best and not is_mark(u)]
         # an asyncio owner that reads its answer whole is woken once per ending ticket, on one event
         ready = asyncio.Event() if loop is not None and not stream else None
@@ -152,7 +158,7 @@ class TextFrontEnd:
             tickets = self.scheduler.submit_many(requests, loop, ready, chunk=self.scheduler.text_chunk)
             for u, t in zip(to_model, tickets):
                 u.ticket = t
-        job = TextRequest(self.engine, self.reader, inputs, params, options, units, valid.t_arrival, ready, valid.form)
+        job = TextRequest(self.engine, self.reader, inputs, params, options, units, valid.t_arrival, ready, valid.form, written)
         job.skipped = valid.skipped
         return job
 
@@ -202,33 +208,8 @@ class TextFrontEnd:
         return self._forms[key]
 
     def pronounce(self, inputs: str, units: list[Unit], found: Pronunciations, options: DecodingOptions) -> list[Unit]:
-        """Give the words a request's pronunciations (checked: service/text/pronunciations.py) name their answer; the
-        words that share the span of a matching key (an acronym read letter by letter) become one."""
-        out: list[Unit] = []
-        k = 0
-        while k < len(units):
-            u = units[k]
-            span = (u.word.start, u.word.end) if u.word is not None else None
-            group = 1
-            while span is not None and k + group < len(units) and units[k + group].word is not None:
-                w = units[k + group].word
-                if (w.start, w.end) != span:
-                    break
-                group += 1
-            original = inputs[span[0] : span[1]] if span is not None else u.text.strip()
-            ids = found.find(original)
-            if ids is not None and group > 1:  # the whole span is the key: one word with its pronunciation
-                word = Word(original, span[0], span[1], u.word.source_ids)
-                u = Unit(original, word, u.source_ids, [])
-                out.append(u)
-            else:
-                group = 1
-                ids = found.find(original, u.text)
-                out.append(u)
-            if ids is not None:
-                u.known = [lexicon_answer(self.engine, ids, options.max_new_tokens, options.stop)]
-            k += group
-        return out
+        """Give the words a request's pronunciations name their answer (service/requests/overrides.py)."""
+        return pronounce(self.engine, inputs, units, found, options)
 
     def units(self, text: str, truncate: int | None) -> list[Unit]:
         """The units of an input: its words (a word-level bundle), else the whole input, each within
@@ -314,6 +295,7 @@ class TextRequest:
         t_arrival: float,
         ready: asyncio.Event | None = None,
         form: OutputForm | None = None,
+        written: EspeakText | None = None,
     ):
         self.engine = engine
         self.reader = reader
@@ -325,6 +307,9 @@ class TextRequest:
         self.ready = ready  # what the tickets set when one ends (an asyncio owner reading whole answers: `collect`)
         self.skipped: list[Skipped] = []  # running text's characters that were not read (the details' warnings)
         self.form = form  # the answer's alphabet and stress (service/requests/forms.py); None: the model's own
+        # espeak's running text: weak forms, marks and joints by unit (None in every other form)
+        self.written = written
+        self._index = {id(u): k for k, u in enumerate(units)} if written is not None else None
 
     def cancel(self) -> None:
         """Drop every unit's rows from the batch (the client went away, or another unit failed)."""
@@ -343,23 +328,41 @@ class TextRequest:
         return sum(len(u.source_ids) for u in self.units)
 
     def best_text(self, u: Unit) -> str:
+        if self.written is not None:
+            k = self._index[id(u)]
+            if k in self.written.marks:
+                return self.written.marks[k]
+            answer = u.known[0].text if u.known else u.ticket.generation.text
+            return self.form.spoken(answer, self.written.weak.get(k), k in self.written.linked)
         if self.form is not None and not is_mark(u):
             return self.form.text(u.known[0].token_ids if u.known else u.ticket.generation.token_ids)
         return u.known[0].text if u.known else u.ticket.generation.text
 
     def generated_text(self) -> str:
-        """The answer's text: the best answer of each unit, joined by the word separator (running text)."""
+        """The answer's text: the best answer of each unit, joined by the word separator (running text; in espeak's
+        form as Piper's phonemizer joins words: `EspeakText`)."""
         texts = [self.best_text(u) for u in self.units]
-        text = self.reader.join(texts) if self.reader is not None else texts[0]
+        if self.written is not None:
+            text = self.written.join(texts)
+        else:
+            text = self.reader.join(texts) if self.reader is not None else texts[0]
         return self.inputs + text if self.params.return_full_text else text
 
     def answers(self, u: Unit) -> tuple[list[Answer], list[list[Token] | None] | None]:
         """A finished unit's answers, best first (the lexicon's, then the model's beams that differ from
         them, n_best in all), and the model's top tokens per step when asked for; in the request's form."""
         answers, top = self.own_answers(u)
-        if self.form is None or is_mark(u):  # a kept mark of punctuation is written as itself in every form
+        k = self._index[id(u)] if self.written is not None else None
+        if k is not None and k in self.written.marks:  # espeak: a kept mark as Piper writes it
+            mark = self.written.marks[k]
+            return [dataclasses.replace(a, text=mark, tokens=[t.with_text(mark) for t in a.tokens]) for a in answers], top
+        if self.form is None or is_mark(u):  # a kept mark of punctuation is written as itself in every other form
             return answers, top
-        written = [dataclasses.replace(a, text=self.form.text(a.token_ids), tokens=self.form.tokens(a.tokens)) for a in answers]
+        weak, link = (self.written.weak.get(k), k in self.written.linked) if k is not None else (None, False)
+        written = [
+            dataclasses.replace(a, text=self.form.text(a.token_ids, w, n), tokens=self.form.tokens(a.tokens, w, n))
+            for a, (w, n) in zip(answers, [(weak, link)] + [(None, False)] * (len(answers) - 1))
+        ]
         return written, self.form.top(top)
 
     def own_answers(self, u: Unit) -> tuple[list[Answer], list[list[Token] | None] | None]:
@@ -404,7 +407,8 @@ class TextRequest:
         in front of its text, so the tokens' texts concatenate to generated_text."""
         if unit == 0 or position != 0 or self.reader is None:
             return token
-        return token.with_text(self.reader.separator + token.text)
+        joint = self.written.joints[unit] if self.written is not None else self.reader.separator
+        return token.with_text(joint + token.text)
 
     def n_tokens(self) -> int:
         """Tokens of the answer (x-generated-tokens)."""

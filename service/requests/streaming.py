@@ -17,7 +17,7 @@ from typing import Protocol
 from service.engine.engine import Engine
 from service.engine.scheduler import Failed, Finished, Ticket
 from service.requests.forms import FormStream, OutputForm
-from service.requests.units import CAUGHT_UP, CaughtUp, StreamToken, Token, Unit, is_mark, step_token, top_tokens
+from service.requests.units import CAUGHT_UP, CaughtUp, StreamToken, Token, Unit, step_token, top_tokens
 
 
 class Streamed(Protocol):
@@ -29,6 +29,9 @@ class Streamed(Protocol):
 
     def separated(self, token: Token, unit: int, position: int) -> Token:
         """A token of running text with the word separator in front of a word's first token."""
+
+    def answers(self, u: Unit) -> tuple[list, list | None]:
+        """A finished unit's answers in the request's form, best first, and its top tokens."""
 
 
 class StreamReader:
@@ -72,11 +75,11 @@ class StreamReader:
         """A unit the lexicon (or the reader's rules) answered: its tokens at once."""
         job, k = self.job, self.k
         last_unit = k == len(job.units) - 1
-        tokens = u.known[0].tokens if job.form is None or is_mark(u) else job.form.tokens(u.known[0].tokens)
+        tokens = job.answers(u)[0][0].tokens  # in the request's form, as the answer whole writes them
         for j, t in enumerate(tokens):
             end = j == len(tokens) - 1
             reason = u.known[0].finish_reason if end else None
-            out.append(StreamToken(job.separated(t, k, j), None, reason, last_unit and end))
+            out.append(StreamToken(job.separated(t, k, j), None, reason, last_unit and end, k if end else None))
         out.append(CAUGHT_UP)
 
     def _take(self, events: list, out: list) -> bool:
@@ -107,6 +110,6 @@ class StreamReader:
                     top = [job.separated(t, k, self._position) for t in top]
                 token = job.separated(token, k, self._position)
                 self._position += 1
-                out.append(StreamToken(token, top, reason, last_unit and reason is not None))
+                out.append(StreamToken(token, top, reason, last_unit and reason is not None, None if reason is None else k))
         out.append(CAUGHT_UP)
         return u.finished is not None

@@ -81,13 +81,15 @@ class TextParams:
     truncate: int | None = None  # keep the input's last `truncate` source tokens
     lexicon: bool = True  # False: the model answers every unit
     details: bool = False
+    words_only: bool = False  # `details: "words"`: the words with their spans, no per-token list
     decoder_input_details: bool = False  # asks for the model's own prefill: the model answers
     return_full_text: bool = False  # generated_text starts with the input
     punctuation: bool = False  # running text: sentence and phrase punctuation kept as its own units between words
     # output form and per-request pronunciations (service/requests/forms.py, service/text/pronunciations.py)
-    alphabet: str = "arpabet"  # or "ipa"
+    alphabet: str = "arpabet"  # or "ipa", "espeak"
     stress: bool = True  # False: no stress digits (ARPAbet) or marks (IPA)
-    pronunciations: Mapping[str, str] | None = None  # word -> phones, this request only
+    pronunciations: Mapping[str, str] | None = None  # word(s) -> phones, this request only
+    pronunciations_alphabet: str | None = None  # how pronunciations are written; None: each one's detected
     context: bool = True  # False: a heteronym reads as the lexicon's first entry, whatever the sentence
 
 
@@ -126,12 +128,14 @@ class Unit:
 
 @dataclass(slots=True)  # one per streamed token: a frozen dataclass's __init__ sets each field through object.__setattr__
 class StreamToken:
-    """One token of a stream, in text order; `last`: the text's last token."""
+    """One token of a stream, in text order; `last`: the text's last token; `word`: the index of the unit (the word of
+    `details.words`) this token completes, None when it completes none."""
 
     token: Token
     top_tokens: list[Token] | None
     finish_reason: str | None
     last: bool
+    word: int | None = None
 
 
 def lexicon_answers(params: TextParams, options: DecodingOptions) -> bool:

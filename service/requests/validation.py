@@ -276,6 +276,8 @@ def text_params(p: Any) -> TextParams:
         alphabet=p.alphabet or "arpabet",
         stress=p.stress is not False,
         pronunciations=p.pronunciations,
+        pronunciations_alphabet=p.pronunciations_alphabet,
+        words_only=p.details == "words",
     )
 
 
@@ -324,5 +326,5 @@ def validate(
         options = options()
     found = None
     if params.pronunciations:
-        found = check_pronunciations(params.pronunciations, front.engine.tgt_tokenizer)
+        found = check_pronunciations(params.pronunciations, front.engine.tgt_tokenizer, params.pronunciations_alphabet)
     return ValidRequest(inputs, params, options, units, skipped, form, found, t_arrival)

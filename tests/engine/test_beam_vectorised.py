@@ -9,13 +9,13 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-import beam_reference as reference
 import numpy as np
 import pytest
 
 import service.engine.beam as beam_module
 import service.engine.rows as rows_module
 import service.engine.step as step_module
+from benchmarks import beam_reference as reference
 from service.engine.beam import BeamSearch, place_beams, update_searches
 from service.engine.bundle import load_bundle
 from service.engine.engine import DecodingOptions, Engine

@@ -6,10 +6,10 @@ against an independent computation without ONNX Runtime or torch."""
 import dataclasses
 import itertools
 
-import beam_reference as reference
 import numpy as np
 import pytest
 
+from benchmarks import beam_reference as reference
 from service.engine.beam import BeamSearch, update_searches
 from service.engine.options import DecodingOptions, InputError
 from service.engine.processors import greedy_tokens, log_softmax, process_logits, sample_rows

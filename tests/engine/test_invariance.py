@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 
 import pytest
-from engine_compositions import invariance_words, logit_diff, three_ways
 
+from benchmarks.engine_compositions import invariance_words, logit_diff, three_ways
 from export.checks.invariance import ConcatSteps, InPlaceSteps, batch_invariance
 from service.engine.bundle import load_bundle
 from service.engine.engine import DecodingOptions, Engine

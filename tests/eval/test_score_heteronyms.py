@@ -1,8 +1,7 @@
-"""docs/eval/score_heteronyms.py, the outside scorer of heteronyms, maps each reading to the CMUdict
+"""benchmarks/score_heteronyms.py, the outside scorer of heteronyms, maps each reading to the CMUdict
 pronunciation the project's training maps it to and holds out the same tenth, though it shares no code
 with the project; and it scores a real server as its docstring says."""
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -10,29 +9,20 @@ from pathlib import Path
 
 from service_harness import serving
 
+from benchmarks import score_heteronyms as scorer
 from training.context import ContextConfig, read_label_map, read_sentences, split_held_out
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "docs" / "eval" / "score_heteronyms.py"
 CHECKOUT = ROOT / "training" / "wikipedia_homographs"  # holds data/train and data/wordids.tsv, as a checkout does
 
 
-def load_scorer():
-    spec = importlib.util.spec_from_file_location("score_heteronyms", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_its_label_map_is_the_one_the_project_trains_on():
-    scorer = load_scorer()
     outside = scorer.label_map(CHECKOUT, scorer.cmudict())
     assert outside == read_label_map()
     assert len({h for h, _ in outside.values()}) == 104
 
 
 def test_its_held_out_tenth_is_the_one_training_held_out():
-    scorer = load_scorer()
     labels = scorer.label_map(CHECKOUT, scorer.cmudict())
     outside = scorer.held_out_tenth(scorer.sentences(CHECKOUT, "train", labels))
     _, inside = split_held_out(read_sentences(Path(ContextConfig().data), read_label_map()))
@@ -57,7 +47,8 @@ def test_it_scores_a_running_server_and_counts_a_refusal_as_wrong(tmp_path):
     out = tmp_path / "report.json"
     with serving(ROOT / "models" / "g2p-en", max_text_chars=40) as s:
         proc = subprocess.run(
-            [sys.executable, str(SCRIPT), str(tmp_path / "checkout"), "--url", s.url, "--out", str(out)],
+            [sys.executable, "-m", "benchmarks.score_heteronyms", str(tmp_path / "checkout"), "--url", s.url, "--out", str(out)],
+            cwd=ROOT,
             capture_output=True,
             text=True,
         )

@@ -1,24 +1,13 @@
-"""docs/eval/score_served.py, the scorer that checks the default model from outside, reads the same test
+"""benchmarks/score_served.py, the scorer that checks the default model from outside, reads the same test
 split as the project's own evaluation, though it shares no code with it, and scores as the card says."""
 
-import importlib.util
 import re
-from pathlib import Path
 
+from benchmarks import score_served as scorer
 from training.data import load_examples
-
-SCRIPT = Path(__file__).resolve().parents[2] / "docs" / "eval" / "score_served.py"
-
-
-def load_scorer():
-    spec = importlib.util.spec_from_file_location("score_served", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_its_test_split_is_the_projects_restricted_to_letters_and_apostrophes():
-    scorer = load_scorer()
     outside = scorer.test_split()
     inside = {e.source: e.targets for e in load_examples("cmudict", "test") if re.fullmatch(r"[a-z']+", e.source)}
     assert len(outside) == len(inside) == 6198
@@ -26,7 +15,6 @@ def test_its_test_split_is_the_projects_restricted_to_letters_and_apostrophes():
 
 
 def test_any_listed_pronunciation_counts_and_per_uses_the_nearest_one():
-    scorer = load_scorer()
     words = {"tomato": [["T", "AH0", "M", "EY1", "T", "OW2"], ["T", "AH0", "M", "AA1", "T", "OW2"]], "cat": [["K", "AE1", "T"]]}
     answers = {"tomato": ["T", "AH0", "M", "AA1", "T", "OW0"], "cat": ["K", "AE1", "T"]}
     assert scorer.score(answers, words, strip=True) == {"wer": 0.0, "per": 0.0}  # stress aside, both right

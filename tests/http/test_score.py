@@ -231,14 +231,10 @@ def test_score_and_samples_need_only_what_generation_needs_and_never_answer_500(
 
 
 def test_lexicon_check_lists_the_least_likely_entries_first(capsys):
-    """docs/eval/lexicon_check.py on a small sample of the default bundle's lexicon: its rows are the least likely
+    """benchmarks/lexicon_check.py on a small sample of the default bundle's lexicon: its rows are the least likely
     entries, lowest mean first, each scored as Generator.score scores it."""
-    import importlib.util
+    from benchmarks import lexicon_check as module
 
-    path = Path(__file__).resolve().parents[2] / "docs" / "eval" / "lexicon_check.py"
-    spec = importlib.util.spec_from_file_location("lexicon_check", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
     assert module.main(["--limit", "40", "--top", "5", "--threads", "1"]) == 0
     lines = capsys.readouterr().out.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("word "))

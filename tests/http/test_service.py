@@ -271,7 +271,7 @@ def generator(request):
 
 
 def test_the_engine_thread_is_named_in_the_os(generator):
-    """So its CPU can be told from the event loop's (top -H, /proc, docs/bench/http_overhead.py)."""
+    """So its CPU can be told from the event loop's (top -H, /proc, benchmarks/http_overhead.py)."""
     from service.engine.runtime import ENGINE_THREAD_OS_NAME
 
     generator.generate("cat")

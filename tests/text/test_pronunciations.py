@@ -70,20 +70,51 @@ def test_a_pronunciation_in_ipa_is_written_from_its_phones(url):
     assert words(url, OOV, pronunciations={OOV: MINE}, alphabet="ipa") == ["ˈzɪkso͡ʊˌplæt"]
 
 
+def test_overrides_in_arpabet_ipa_and_espeak_ipa_each_answer_as_given(url):
+    arpabet = "K UW2 B ER0 N EH1 T IY0 Z"
+    assert words(url, "kubernetes", pronunciations={"kubernetes": arpabet}) == [arpabet]
+    # IPA as alphabet "ipa" writes it comes back as given, in either alphabet
+    assert words(url, "kubernetes", pronunciations={"kubernetes": "ˌkubɚˈnɛtiz"}, alphabet="ipa") == ["ˌkubɚˈnɛtiz"]
+    assert words(url, "kubernetes", pronunciations={"kubernetes": "ˌkubɚˈnɛtiz"}) == [arpabet]
+    # espeak-ng's IPA (mark before the vowel, length marks, the flap) reads as the same phones
+    assert words(url, "kubernetes", pronunciations={"kubernetes": "kˌuːbɚnˈɛɾiz"}) == [arpabet]
+    assert words(url, "I like kubernetes", pronunciations={"kubernetes": "kˌuːbɚnˈɛɾiz"}, alphabet="ipa")[-1] == "ˌkubɚˈnɛtiz"
+    # said, not detected: "sh" is ARPAbet's SH unless said to be IPA (s, h)
+    assert words(url, "shh", pronunciations={"shh": "ʃ"}) == ["SH"]
+    assert words(url, "shh", pronunciations={"shh": "sh"}, pronunciations_alphabet="ipa") == ["S HH"]
+
+
+def test_a_key_of_two_words_answers_them_as_one_word_spanning_both(url, cmudict):
+    new_york = "N UW1 Y AO1 R K"
+    text = "I flew to new  York, then NEW YORK CITY"
+    r = post(url, text, pronunciations={"New York": "nˈuː jˈɔːɹk", "new york city": "N UW1 Y AO1 R K S IH1 T IY0"})
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    got = answer["generated_text"].split(WORD_SEPARATOR)
+    assert got == [cmudict["i"][0], cmudict["flew"][0], cmudict["to"][0], new_york, cmudict["then"][0], f"{new_york} S IH1 T IY0"]
+    spans = [(w["word"], w["start"], w["end"], w["source"]) for w in answer["details"]["words"]]
+    assert spans[3] == ("new  York", 10, 19, "lexicon") and text[10:19] == "new  York"
+    assert spans[5] == ("NEW YORK CITY", 26, 39, "lexicon")
+    # the words alone, or apart, are not the key
+    assert words(url, "new cars in York", pronunciations={"New York": new_york})[0] == cmudict["new"][0]
+
+
 @pytest.mark.parametrize(
-    ("entries", "fragment"),
+    ("entries", "fragments"),
     [
-        ({"hello": "HH AH L OW1"}, "'hello': 'AH'"),  # a vowel without its stress digit
-        ({"hello": "HH EH0 X9 OW1"}, "'X9'"),
-        ({"hello": ""}, "'hello'"),
-        ({"two words": "T UW1"}, "not one word"),
+        ({"hello": "HH AH L OW1"}, ["'hello': 'HH AH L OW1'", "'AH' is not", "stress digit"]),  # a vowel without its digit
+        ({"hello": "hh eh0 x9 ow1"}, ["'hh eh0 x9 ow1'", "'x9' is not"]),  # quoted as given, not upper-cased
+        ({"kubernetes": "kuːbɚˈnɛtiq"}, ["'kubernetes': 'kuːbɚˈnɛtiq'", "'q' at 10"]),
+        ({"hello": ""}, ["'hello'"]),
+        ({" ": "HH AH0 L OW1"}, ["a key is a word"]),
     ],
 )
-def test_a_bad_entry_is_a_422_naming_the_word(url, entries, fragment):
+def test_a_bad_entry_is_a_422_quoting_it_as_given_and_naming_its_first_unknown_symbol(url, entries, fragments):
     r = post(url, "hello", pronunciations=entries)
     assert r.status_code == 422, r.text
     body = r.json()
-    assert body["error_type"] == "validation" and fragment in body["error"] and "pronunciations" in body["error"]
+    assert body["error_type"] == "validation" and "pronunciations" in body["error"]
+    assert all(f in body["error"] for f in fragments), body["error"]
 
 
 def test_openai_routes_take_pronunciations_and_answer_a_bad_one_with_400(url):
@@ -93,6 +124,15 @@ def test_openai_routes_take_pronunciations_and_answer_a_bad_one_with_400(url):
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"].endswith(MINE)
     r = httpx.post(url + "/v1/completions", json={"model": model, "prompt": OOV, "pronunciations": {OOV: "Q Q"}}, timeout=60)
     assert r.status_code == 400 and r.json()["error"]["param"] == "pronunciations" and OOV in r.json()["error"]["message"]
+    body = {"model": model, "prompt": OOV, "pronunciations": {OOV: "zɪksoʊˌplæq"}}
+    r = httpx.post(url + "/v1/completions", json=body, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "pronunciations"
+    assert "'zɪksoʊˌplæq'" in r.json()["error"]["message"] and "'q'" in r.json()["error"]["message"]
+    body = {"model": model, "prompt": OOV, "pronunciations": {OOV: "zɪksoʊˌplæt"}, "pronunciations_alphabet": "arpabet"}
+    r = httpx.post(url + "/v1/completions", json=body, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "pronunciations"
+    body = {"model": model, "prompt": OOV, "pronunciations": {OOV: "zɪksoʊˌplæt"}, "alphabet": "ipa"}
+    assert httpx.post(url + "/v1/completions", json=body, timeout=60).json()["choices"][0]["text"] == "zɪkso͡ʊˌplæt"
 
 
 def test_32_concurrent_clients_with_and_without_an_override_each_get_their_own(url, cmudict):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from service.http.responses import warnings
+from service.http.responses import warnings, word_details
 from service.requests.frontend import TextRequest
 from service.requests.units import Token
 
@@ -93,18 +93,24 @@ class Choice:
     finish_reason: str
     completion_tokens: int
     warnings: list[dict] | None = None  # its prompt's skipped characters (running text); None: nothing skipped
+    words: list[dict] | None = None  # with `details`: its words, as /generate's details.words; None: not asked
 
 
 def answered_choices(job: TextRequest, k: int, base: int, stop: tuple[str, ...]) -> list[Choice]:
     """The first k answers of a finished request as choices base, base + 1, ... Running text (several units)
     has one answer: its words' best answers joined by the word separator."""
+    words: list[list[dict] | None] = [None] * k
     if len(job.units) == 1:
         answers, top = job.answers(job.units[0])
         candidates = [(a.tokens, top if j == 0 else None, a.finish_reason) for j, a in enumerate(answers[:k])]
+        if job.params.words_only and job.reader is not None:
+            words = [[w.model_dump() for w in word_details(job, [[a]])] for a in answers[:k]]
     else:
         tokens, tops, finish = [], [], "eos_token"
-        for i, u in enumerate(job.units):
-            answers, top = job.answers(u)
+        answered = [job.answers(u) for u in job.units]
+        if job.params.words_only:
+            words = [[w.model_dump() for w in word_details(job, [answers for answers, _ in answered])]]
+        for i, (answers, top) in enumerate(answered):
             tokens += [job.separated(t, i, j) for j, t in enumerate(answers[0].tokens)]
             tops += top if top is not None else [None] * len(answers[0].tokens)
             finish = answers[0].finish_reason
@@ -120,7 +126,7 @@ def answered_choices(job: TextRequest, k: int, base: int, stop: tuple[str, ...])
                 break
         if text.finish_reason is None:  # no tokens at all
             text.finish_reason = FINISH.get(finish, "stop")
-        out.append(Choice(base + j, text.text, shown, text.finish_reason, text.tokens, skipped_warnings(job)))
+        out.append(Choice(base + j, text.text, shown, text.finish_reason, text.tokens, skipped_warnings(job), words[j]))
     return out
 
 
@@ -138,8 +144,10 @@ def warnings_headers(jobs: list[list[TextRequest]]) -> dict[str, str]:
 
 
 def with_warnings(choice: dict, c: Choice) -> dict:
-    """A choice object with the extension field `warnings` when its prompt had characters skipped (otherwise as
-    OpenAI's, unchanged)."""
+    """A choice object with the extension fields `words` when asked for (`details`) and `warnings` when its prompt had
+    characters skipped (otherwise as OpenAI's, unchanged)."""
+    if c.words is not None:
+        choice["words"] = c.words
     if c.warnings:
         choice["warnings"] = c.warnings
     return choice

