@@ -58,10 +58,15 @@ async def authorize(request: Request, credentials: Annotated[HTTPAuthorizationCr
     check_api_key(credentials.credentials if credentials is not None else "", request.app.state.settings.api_key)
 
 
-async def not_draining(svc: ServiceDep) -> None:
+def check_not_draining(svc: Service) -> None:
     """503 `draining` once SIGTERM has begun the drain: the one check of it for new generation requests."""
     if svc.draining:
         raise errors.draining()
+
+
+async def not_draining(svc: ServiceDep) -> None:
+    """`check_not_draining` as a dependency."""
+    check_not_draining(svc)
 
 
 # Every generation route: auth first (an unauthenticated client learns nothing about its body), then drain.

@@ -51,7 +51,7 @@ from starlette.types import Message, Receive, Scope, Send
 from service.engine.tickets import Ticket
 from service.errors import ServiceError
 from service.http import errors
-from service.http.dependencies import GENERATION_GUARDS, bearer_token, check_api_key, service_of
+from service.http.dependencies import GENERATION_GUARDS, bearer_token, check_api_key, check_not_draining, service_of
 from service.http.openai import routes as openai
 from service.http.openai.schemas import ChatCompletionRequest, ChatCompletionResponse, CompletionRequest, CompletionResponse
 from service.http.responses import (
@@ -108,8 +108,7 @@ class GenerationRoute(APIRoute):
             parsed = self._parse(content_type, raw)
             check_api_key(bearer_token(authorization), app.state.settings.api_key)
             svc = service_of(app)
-            if svc.draining:
-                raise errors.draining()
+            check_not_draining(svc)
             try:
                 body = self.body_model.model_validate(parsed)  # as FastAPI validates a body (python mode), from JSON
             except ValidationError as e:
