@@ -1,8 +1,11 @@
 """A request's decoding settings, validated once, and the seeding rule of its sampled rows.
 
+- `BOUNDS`: the range of every numeric setting, the one place each is written. The wire schemas check JSON types
+  only; the HTTP layers map these refusals onto their APIs' error shapes, and /docs shows the ranges from here
+  (`Bound.json_schema`).
 - `DecodingOptions`: a request's settings (TGI's names, plus `num_beams`), frozen and validated in
-  `__post_init__` (`InputError` says what to fix); what follows from them (sampling, beam search, how
-  many rows the request owns) is computed once.
+  `__post_init__` (`InputError` says what to fix): every value within its bound, then the rules across
+  settings; what follows from them (sampling, beam search, how many rows the request owns) is computed once.
 - Seeding: `request_seed` (the request's own seed, or one picked here and reported back) and
   `row_generator` (the `numpy.random.default_rng` each sampled row draws from).
 """
@@ -10,8 +13,10 @@
 from __future__ import annotations
 
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
@@ -28,6 +33,96 @@ class InputError(ValueError):
 
 def _is_int(x: object) -> bool:
     return isinstance(x, int | np.integer) and not isinstance(x, bool)
+
+
+def _number(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A setting's range: from `low` to `high` (None: unbounded), each end included unless `low_open`/`high_open`;
+    `integer`: whole numbers only; `note`: what a value means, said in the refusal (`0 = off`)."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    integer: bool = False
+    note: str = ""
+
+    def contains(self, x: Any) -> bool:
+        if x != x:  # NaN
+            return False
+        if self.integer and not _is_int(x):
+            return False
+        if not self.integer and (isinstance(x, bool) or not isinstance(x, int | float | np.number)):
+            return False
+        if self.low is not None and (x <= self.low if self.low_open else x < self.low):
+            return False
+        return self.high is None or (x < self.high if self.high_open else x <= self.high)
+
+    def says(self) -> str:
+        """What a value must be: `> 0`, `in (0, 1]`, `between -2 and 2`, `a positive integer`."""
+        low, high = self.low, self.high
+        if self.integer:
+            said = {0: "a non-negative integer", 1: "a positive integer"}.get(low, f"an integer >= {low}")
+            said += f" at most {_number(high)}" if high is not None else ""
+        elif high is None:
+            said = f"{'>' if self.low_open else '>='} {_number(low)}"
+        elif self.low_open or self.high_open:
+            said = f"in {'(' if self.low_open else '['}{_number(low)}, {_number(high)}{')' if self.high_open else ']'}"
+        else:
+            said = f"between {_number(low)} and {_number(high)}"
+        return f"{said} ({self.note})" if self.note else said
+
+    def refusal(self, name: str, x: Any) -> str:
+        return f"{name} must be {self.says()}, got {x!r}"
+
+    def json_schema(self) -> dict[str, float]:
+        """The range as JSON Schema keywords (for the wire schemas' documentation)."""
+        out: dict[str, float] = {}
+        if self.low is not None:
+            out["exclusiveMinimum" if self.low_open else "minimum"] = self.low
+        if self.high is not None:
+            out["exclusiveMaximum" if self.high_open else "maximum"] = self.high
+        return out
+
+
+# Every numeric setting's range, written once: the engine's refusals, the front ends' checks of fields the engine
+# never sees (an OpenAI request's top_p when it does not sample), and /docs read it here.
+BOUNDS: Mapping[str, Bound] = {
+    "max_new_tokens": Bound(1, integer=True),
+    "min_new_tokens": Bound(0, integer=True),
+    "temperature": Bound(0, low_open=True),
+    "top_k": Bound(0, integer=True, note="0 = off"),
+    "top_p": Bound(0, 1, low_open=True),
+    "typical_p": Bound(0, 1, low_open=True),
+    "repetition_penalty": Bound(0, low_open=True),
+    "frequency_penalty": Bound(-2, 2),
+    "presence_penalty": Bound(-2, 2),
+    "seed": Bound(0, 2**64 - 1, integer=True),
+    "best_of": Bound(1, integer=True),
+    "num_beams": Bound(1, integer=True),
+    "top_n_tokens": Bound(0, integer=True),
+}
+
+SET_ALWAYS = ("max_new_tokens", "min_new_tokens", "best_of", "top_n_tokens")  # the options that have no unset value
+
+
+def check_bound(option: str, x: Any, name: str | None = None) -> None:
+    """InputError (its field: `option`) unless `x` is within `BOUNDS[option]`; None (unset) passes. `name`: the
+    setting as the caller's API calls it, for the message (default: `option`)."""
+    if x is not None and not BOUNDS[option].contains(x):
+        raise InputError(BOUNDS[option].refusal(name or option, x), option)
+
+
+def beams_with_sampling(num_beams: int | None, sampling: bool) -> None:
+    """InputError when a request asks for beams (num_beams > 1) and sampling at once: beam search does not sample."""
+    if num_beams is not None and num_beams > 1 and sampling:
+        raise InputError(
+            "num_beams is beam search, which does not sample: drop num_beams, or the sampling parameters", "num_beams"
+        )
 
 
 @dataclass(frozen=True)
@@ -58,41 +153,19 @@ class DecodingOptions:
     token_text: bool = True
 
     def __post_init__(self) -> None:
-        if not _is_int(self.max_new_tokens) or self.max_new_tokens < 1:
-            raise InputError(f"max_new_tokens must be a positive integer, got {self.max_new_tokens!r}", "max_new_tokens")
-        if self.temperature is not None and not self.temperature > 0:
-            raise InputError(f"temperature must be > 0, got {self.temperature!r}", "temperature")
-        if self.top_k is not None and (not _is_int(self.top_k) or self.top_k < 0):
-            raise InputError(f"top_k must be a non-negative integer (0 = off), got {self.top_k!r}", "top_k")
-        if self.top_p is not None and not 0 < self.top_p <= 1:
-            raise InputError(f"top_p must be in (0, 1], got {self.top_p!r}", "top_p")
-        if self.typical_p is not None and not 0 < self.typical_p <= 1:
-            raise InputError(f"typical_p must be in (0, 1], got {self.typical_p!r}", "typical_p")
-        if self.repetition_penalty is not None and not self.repetition_penalty > 0:
-            raise InputError(f"repetition_penalty must be > 0, got {self.repetition_penalty!r}", "repetition_penalty")
-        if self.frequency_penalty is not None and not -2.0 <= self.frequency_penalty <= 2.0:
-            raise InputError(f"frequency_penalty must be between -2 and 2, got {self.frequency_penalty!r}", "frequency_penalty")
-        if self.presence_penalty is not None and not -2.0 <= self.presence_penalty <= 2.0:
-            raise InputError(f"presence_penalty must be between -2 and 2, got {self.presence_penalty!r}", "presence_penalty")
-        if self.seed is not None and (not _is_int(self.seed) or self.seed < 0):
-            raise InputError(f"seed must be a non-negative integer, got {self.seed!r}", "seed")
-        if not _is_int(self.min_new_tokens) or not 0 <= self.min_new_tokens <= self.max_new_tokens:
+        for option, bound in BOUNDS.items():
+            x = getattr(self, option)
+            if x is None and option in SET_ALWAYS:
+                raise InputError(bound.refusal(option, x), option)
+            check_bound(option, x)
+        if self.min_new_tokens > self.max_new_tokens:
             raise InputError(
                 f"min_new_tokens must be between 0 and max_new_tokens, got {self.min_new_tokens!r}", "min_new_tokens"
             )
         if isinstance(self.stop, str) or not all(isinstance(s, str) and s for s in self.stop):
             raise InputError("stop must be a list of non-empty strings", "stop")
         object.__setattr__(self, "stop", tuple(self.stop))
-        if not _is_int(self.best_of) or self.best_of < 1:
-            raise InputError(f"best_of must be a positive integer, got {self.best_of!r}", "best_of")
-        if self.num_beams is not None and (not _is_int(self.num_beams) or self.num_beams < 1):
-            raise InputError(f"num_beams must be a positive integer, got {self.num_beams!r}", "num_beams")
-        if self.num_beams is not None and self.num_beams > 1 and self.sampling:
-            raise InputError(
-                "num_beams is beam search, which does not sample: drop num_beams, or the sampling parameters", "num_beams"
-            )
-        if not _is_int(self.top_n_tokens) or self.top_n_tokens < 0:
-            raise InputError(f"top_n_tokens must be a non-negative integer, got {self.top_n_tokens!r}", "top_n_tokens")
+        beams_with_sampling(self.num_beams, self.sampling)
 
     @cached_property  # read every step for every row: computed once (the options are frozen)
     def sampling(self) -> bool:

@@ -74,7 +74,7 @@ class Ticket:
         self.counted = True
         self.share: TextShare | None = None
         self.passed_over = 0  # encoder calls that chose others of a nearer length (service/engine/waiting.py)
-        # an asyncio owner that reads the events in the engine's own per-step callback (service/http/pushed.py):
+        # an asyncio owner that reads the events in the engine's own per-step callback (service/http/generation.py):
         # called there instead of setting the ticket's event
         self.on_ready: Callable[[], None] | None = None
 

@@ -1,4 +1,4 @@
-"""The HTTP layer: the app factory, the fast path, routes, request schemas and validation,
+"""The HTTP layer: the app factory, the generation routes' handler, the other routes, request schemas and validation,
 responses, middleware, logs and the service state. The only layer that knows status codes.
 
 May import `service.settings`, `service.text`, `service.engine` and the top-level leaves of `service`

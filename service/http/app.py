@@ -20,12 +20,12 @@ starts the engine thread, so /ready is 200 only when a request can be served
 at once. Where the rest lives:
 
     service/http/state.py         the Service the routes share (engine, validator, scheduler, metrics)
-    service/http/dependencies.py  how routes reach it, and the generation routes' guards (API key, drain)
-    service/http/validation.py    TGI parameters -> decoding options, or 422
+    service/http/dependencies.py  how routes reach it, and the guards (API key, readiness, drain)
+    service/http/validation.py    a TGI body's unknown and misplaced fields (the request layer validates the rest)
     service/http/errors.py        the error shape, and engine outcomes -> status codes
     service/http/responses.py     /generate's body, TGI's timing headers, the SSE stream
     service/http/middleware.py    the front door (the app class): request id, access log, body-size limit, the 500
-    service/http/fastpath.py      the generation routes' common case, answered inside the front door ahead of FastAPI
+    service/http/generation.py    the five generation routes, one handler each, called by the front door
 """
 
 from __future__ import annotations
@@ -39,10 +39,10 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 
 from service.engine.engine import Engine
-from service.http import errors
+from service.http import errors, generation
 from service.http.middleware import GENERATION_ROUTES, AttnserveApp
 from service.http.openai import routes as openai
-from service.http.routes import docs, explain, generate, health, samples, score
+from service.http.routes import docs, explain, health, samples, score
 from service.http.schemas import StreamResponse
 from service.http.state import SSE_KEEPALIVE_S, Service, load_engine, load_lexicon, warm_up
 from service.settings import Settings
@@ -115,7 +115,7 @@ def create_app(
     app.state.service = None  # set by the lifespan; routes get it through service.http.dependencies.get_service
     app.state.settings = settings
 
-    app.include_router(generate.router)
+    app.router.routes.extend(generation.TGI_ROUTES)
     app.include_router(explain.router)
     app.include_router(score.router)
     app.include_router(health.router)
@@ -125,6 +125,7 @@ def create_app(
     app.mount(docs.STATIC_URL, docs.static_files(), name="docs-static")
 
     errors.install_error_handlers(app, _count_error)
+    app.router.routes.extend(generation.OPENAI_ROUTES)
     openai.install(app)  # /v1: OpenAI's routes, and its error shape for what routing answers on /v1/*
     # /docs must show the stream event schema even though no route returns it as JSON
     _add_schema(app, StreamResponse)

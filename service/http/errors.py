@@ -7,8 +7,8 @@ refusal its Retry-After header).
 FastAPI's own 422 body (a list of pydantic errors) and Starlette's 404/405
 bodies are replaced by this shape. The front door (service/http/middleware.py) answers
 an unexpected exception with `internal()` (a 500 that says nothing about the code; the detail goes to
-the log, with the request id) and a body over `MAX_BODY_BYTES` with a 413, using `read_body`. A TGI route's body that
-is not JSON at all is `malformed_json`'s 422 on both doors (`JSONBodyRoute` here, the fast path's parser there).
+the log, with the request id) and a body over `MAX_BODY_BYTES` with a 413, using `read_body`. A generation route's body
+that is not JSON at all is `malformed_json`'s refusal (service/http/generation.py reads it).
 """
 
 from __future__ import annotations
@@ -16,14 +16,12 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Callable
 
 import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
-from fastapi.routing import APIRoute
+from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Message, Receive
 
@@ -96,7 +94,7 @@ _NON_FINITE = re.compile(rb"(?<![\w\"])-?(?:NaN|Infinity)(?![\w\"])")
 
 def malformed_json(raw: bytes, reason: str) -> str:
     """What is wrong with a body that is not JSON, for a 422 `validation`: not UTF-8, nested too deep, a
-    non-finite number, or where the syntax breaks. One wording for every route: the fast path's parser
+    non-finite number, or where the syntax breaks. One wording for every route: the generation routes' parser
     and FastAPI's both come here, with the raw body and their parser's reason."""
     try:
         raw.decode("utf-8")
@@ -111,7 +109,7 @@ def malformed_json(raw: bytes, reason: str) -> str:
 
 def json_refusal(body: object) -> str:
     """The message for a body FastAPI's parser refused (`json_invalid`): its raw text is parsed again with
-    the fast path's parser, so /explain and /v1 word it exactly as /generate does."""
+    the generation routes' parser, so /explain words it exactly as /generate does."""
     raw = body.encode("utf-8", "surrogatepass") if isinstance(body, str) else body
     if not isinstance(raw, bytes):
         return "the request body is not valid JSON"
@@ -127,26 +125,6 @@ def declared_json(content_type: bytes | None) -> bool:
     return content_type is None or content_type.split(b";")[0].strip().lower() == b"application/json"
 
 
-class JSONBodyRoute(APIRoute):
-    """A TGI route whose JSON body is read by the fast path's parser before FastAPI's: a body that is not JSON at all
-    (FastAPI's parser answers some of these 400, and reads NaN as a number) is the 422 `validation` that the fast path
-    answers, in its words, before the route's guards, as FastAPI's own parser comes before them."""
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
-
-        async def route(request: Request) -> Response:
-            if declared_json(request.headers.get("content-type", "").encode("latin-1") or None):
-                raw = await request.body()
-                try:
-                    orjson.loads(raw)
-                except orjson.JSONDecodeError as e:
-                    raise validation(malformed_json(raw, str(e))) from None
-            return await handler(request)
-
-        return route
-
-
 def describe_validation_errors(errors: list[dict], body: object = None) -> str:
     """pydantic's error list -> one line a person can act on: `parameters.top_p: Input should be ...; ...`."""
     parts = []
@@ -158,7 +136,7 @@ def describe_validation_errors(errors: list[dict], body: object = None) -> str:
         msg = err.get("msg", "invalid")
         if err.get("type") == "missing":
             msg = "is required"
-        elif err.get("type") in ("model_attributes_type", "dict_type") and not loc:
+        elif err.get("type") in ("model_attributes_type", "model_type", "dict_type") and not loc:
             msg = 'must be a JSON object like {"inputs": "...", "parameters": {...}}'
         parts.append(f"{where}: {msg}")
     return "; ".join(parts) or "invalid request"

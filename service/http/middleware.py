@@ -9,12 +9,10 @@
   body, before more than the limit is held (the body is read here once and replayed to whoever answers);
 - a 500 in the one error shape for an unexpected exception (the log has the details, with the request id).
 
-Inside it, `POST /generate`, `/generate_stream`, `/`, `/v1/completions` and `/v1/chat/completions` go first to
-the fast dispatch (service/http/fastpath.py), which skips only FastAPI's routing, dependency and body-parsing
-machinery, and which hands any request it would have to refuse before it has a valid body to the app's stack.
-Everything else goes to FastAPI's stack (its error handlers, routers and mounts), which has no layer
-of its own for these four jobs. `fast_dispatch = False` sends every request through that stack: the tests
-compare the two doors.
+Inside it, a POST to a generation route (`/generate`, `/generate_stream`, `/`, `/v1/completions`,
+`/v1/chat/completions`) goes to that route's one handler (service/http/generation.py), which owns everything
+from there on; FastAPI's routing, dependencies and body parsing never run for it. Everything else goes to
+FastAPI's stack (its error handlers, routers and mounts), which has no layer of its own for these four jobs.
 """
 
 from __future__ import annotations
@@ -29,7 +27,7 @@ from fastapi import FastAPI
 from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.http import errors, fastpath
+from service.http import errors, generation
 from service.http.logs import request_id_var
 from service.http.openai import errors as openai_errors
 from service.http.openai import routes as openai
@@ -52,8 +50,6 @@ def request_id(sent: bytes | None) -> str:
 
 class AttnserveApp(FastAPI):
     """The FastAPI app behind the front door (see above)."""
-
-    fast_dispatch = True  # False: every request through FastAPI's stack
 
     def build_middleware_stack(self) -> ASGIApp:
         stack = super().build_middleware_stack()
@@ -94,7 +90,7 @@ class AttnserveApp(FastAPI):
             request_id_var.reset(context)
 
     async def _enter(self, scope: Scope, headers: dict[bytes, bytes], receive: Receive, send: Send) -> None:
-        """The body-size limit, then the fast dispatch or the app's stack."""
+        """The body-size limit, then a generation route's handler or the app's stack."""
         scope["app"] = self
         if scope["method"] in NO_BODY:
             await super().__call__(scope, receive, send)
@@ -112,10 +108,10 @@ class AttnserveApp(FastAPI):
             await self._too_large(scope, send)
             return
         receive = errors.replaying(body, False, receive)
-        if self.fast_dispatch and scope["method"] == "POST":
-            answer = fastpath.ROUTES.get(scope["path"])
-            if answer is not None and await answer(self, scope, headers, body, receive, send):
-                return
+        route = generation.ROUTES.get(scope["path"]) if scope["method"] == "POST" else None
+        if route is not None:
+            await route.answer(scope, receive, send)
+            return
         await super().__call__(scope, receive, send)
 
     def _count(self, scope: Scope, outcome: str) -> None:

@@ -5,9 +5,10 @@ Also the error responses every route documents in /docs.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
 import numpy as np
 import orjson
@@ -57,7 +58,7 @@ class SSEResponse(StreamingResponse):
 
 
 class LastChunk(bytes):
-    """A stream's last chunk: the fast path (service/http/fastpath.py) sends it with the body's end, one write, not two."""
+    """A stream's last chunk: sent with the body's end, one write, not two (service/http/generation.py)."""
 
 
 SSE_HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}  # x-accel-buffering: nginx passes each event at once
@@ -92,9 +93,9 @@ async def client_gone(request: Request) -> None:
             return
 
 
-def disconnect_watch(request: Request) -> Callable[[], Awaitable[None]]:
-    """`client_gone` of this request, as the request layer takes it."""
-    return lambda: client_gone(request)
+def disconnect_watch(request: Request) -> asyncio.Future:
+    """`client_gone` of this request, running: the future the request layer's `TextRequest.collect` waits on."""
+    return asyncio.ensure_future(client_gone(request))
 
 
 def prefill(engine: Engine, decoder_input_details: bool) -> list[PrefillToken]:
@@ -371,7 +372,7 @@ async def written(job: TextRequest, writer, keepalive_s: float) -> AsyncIterator
 
 class WrittenResponse(SSEResponse):
     """A stream whose body `writer` makes from one request's items: the app's stack iterates its body (`written`);
-    the fast path pushes it from the engine's wake-ups instead (service/http/pushed.py)."""
+    the generation routes push it from the engine's wake-ups instead (service/http/generation.py)."""
 
     def __init__(self, job: TextRequest, writer, keepalive_s: float, headers: dict[str, str]):
         super().__init__(written(job, writer, keepalive_s), headers=headers)

@@ -8,11 +8,14 @@ with a 422 naming them when set to something it cannot honour
 (`extra="allow"`) so that a misspelt one is refused and the others are named in a
 response header (service/http/fields.py).
 
+The schemas check JSON types only: each number's range is the engine's (service/engine/options.py `BOUNDS`, shown in
+/docs from there), checked when the request layer builds the decoding options.
+
 One rule for every parameter, as TGI's router has: a value has its JSON type. A number
 is a JSON number (`"max_new_tokens": "5"` is refused, as is 5.0 where an integer is
 meant), a boolean is `true` or `false`, and a number is finite (`NaN` and `Infinity`
 are not JSON, and are refused wherever a number is read). The request models below are
-strict, so FastAPI's path and the fast path (service/http/fastpath.py) both apply it.
+strict, so FastAPI's routes and the generation routes' handler (service/http/generation.py) both apply it.
 """
 
 from __future__ import annotations
@@ -21,9 +24,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from service.engine.options import BOUNDS
 from service.http.explain_schemas import FinishReason  # /explain answers in the same terms
 
 MAX_STOP_SEQUENCES = 8
+# each numeric parameter's range as /docs shows it: the engine's (service/engine/options.py), which checks it
+RANGE = {name: bound.json_schema() for name, bound in BOUNDS.items()}
 
 
 # what a request body's models share: JSON types, not coerced; unknown fields kept to be checked (see above)
@@ -36,19 +42,30 @@ class GenerateParameters(BaseModel):
     model_config = REQUEST_CONFIG
 
     max_new_tokens: int | None = Field(
-        None, ge=1, description="Most tokens to generate (default and ceiling: the server's `max_new_tokens`).", examples=[20]
+        None,
+        json_schema_extra=RANGE["max_new_tokens"],
+        description="Most tokens to generate (default and ceiling: the server's `max_new_tokens`).",
+        examples=[20],
     )
     do_sample: bool | None = Field(
         False, description="Sample instead of greedy; also on when temperature, top_k (> 0) or top_p is set."
     )
-    temperature: float | None = Field(None, description="Softmax temperature; must be > 0 when sampling.", examples=[0.8])
-    top_k: int | None = Field(None, ge=0, description="Keep the k most likely tokens; 0 or null: off.")
-    top_p: float | None = Field(None, gt=0, le=1, description="Nucleus sampling: keep the smallest set with mass >= top_p.")
+    temperature: float | None = Field(
+        None, json_schema_extra=RANGE["temperature"], description="Softmax temperature (sampling).", examples=[0.8]
+    )
+    top_k: int | None = Field(
+        None, json_schema_extra=RANGE["top_k"], description="Keep the k most likely tokens; 0 or null: off."
+    )
+    top_p: float | None = Field(
+        None, json_schema_extra=RANGE["top_p"], description="Nucleus sampling: keep the smallest set with mass >= top_p."
+    )
     repetition_penalty: float | None = Field(
-        None, gt=0, description="CTRL's penalty on already generated tokens; 1.0 or null: off."
+        None,
+        json_schema_extra=RANGE["repetition_penalty"],
+        description="CTRL's penalty on already generated tokens; 1.0 or null: off.",
     )
     seed: int | None = Field(
-        None, ge=0, le=2**64 - 1, description="Random seed of a sampled request; the server picks one when absent."
+        None, json_schema_extra=RANGE["seed"], description="Random seed of a sampled request; the server picks one when absent."
     )
     stop: list[str] | None = Field(
         None,
@@ -65,27 +82,37 @@ class GenerateParameters(BaseModel):
     truncate: int | None = Field(None, ge=1, description="Keep only the last `truncate` input tokens.")
     best_of: int | None = Field(
         None,
-        ge=1,
+        json_schema_extra=RANGE["best_of"],
         description="n-best: with sampling, N sampled candidates (TGI); without sampling, beam search of width N "
         "(or `num_beams` when larger). The best is `generated_text`, the others are in `details.best_of_sequences`, "
         "ranked by the mean log-probability of their tokens, end token included. Not with streaming. "
         "At most the server's `max_best_of`.",
     )
     num_beams: int | None = Field(
-        None, ge=1, description="Extension: beam width when larger than `best_of` (greedy requests only; not with streaming)."
+        None,
+        json_schema_extra=RANGE["num_beams"],
+        description="Extension: beam width when larger than `best_of` (greedy requests only; not with streaming).",
     )
     decoder_input_details: bool | None = Field(
         False, description="Return the decoder's input tokens in `details.prefill` (for this encoder-decoder: the start token)."
     )
     top_n_tokens: int | None = Field(
-        None, ge=0, description="The n most likely tokens of every step with their log-probabilities; at most `max_top_n_tokens`."
+        None,
+        json_schema_extra=RANGE["top_n_tokens"],
+        description="The n most likely tokens of every step with their log-probabilities; at most `max_top_n_tokens`.",
     )
-    typical_p: float | None = Field(None, gt=0, le=1, description="Typical sampling mass (turns sampling on when < 1).")
+    typical_p: float | None = Field(
+        None, json_schema_extra=RANGE["typical_p"], description="Typical sampling mass (turns sampling on when < 1)."
+    )
     frequency_penalty: float | None = Field(
-        None, ge=-2, le=2, description="Subtract this times a token's count so far from its logit (0 or null: off)."
+        None,
+        json_schema_extra=RANGE["frequency_penalty"],
+        description="Subtract this times a token's count so far from its logit (0 or null: off).",
     )
     presence_penalty: float | None = Field(
-        None, ge=-2, le=2, description="Extension (OpenAI's): subtract this from the logit of every token generated so far."
+        None,
+        json_schema_extra=RANGE["presence_penalty"],
+        description="Extension (OpenAI's): subtract this from the logit of every token generated so far.",
     )
     lexicon: bool | None = Field(
         None, description="Extension: false asks for the model's own answer even when the bundle's lexicon knows the input."

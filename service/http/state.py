@@ -6,6 +6,7 @@ Routes reach it through the `get_service` dependency (service/http/dependencies.
 from __future__ import annotations
 
 import asyncio
+import functools
 
 from service.engine.bundle import load_bundle
 from service.engine.engine import DecodingOptions, Engine
@@ -102,10 +103,11 @@ class Service:
         p = body.parameters or GenerateParameters()
         check_field_names(body)
         self.validator.check_supported(p)
-        return validate(self.text, body.inputs, text_params(p), lambda: self.validator.options(p, stream))
+        # the options are made by the request layer's validator once the input is read (no call back into this layer)
+        return validate(self.text, body.inputs, text_params(p), functools.partial(self.validator.options, p, stream))
 
     def admit(self, body: GenerateRequest, stream: bool) -> TextRequest:
         """Validate a generation request, answer what the lexicon knows and queue the rest for the engine
         (service/requests/frontend.py). Raises the validator's InvalidRequest (422), or the scheduler's ServiceErrors
-        (429, 503), which the app's handlers and the fast path answer alike."""
+        (429, 503), which the app's handlers and the generation routes' handler answer alike."""
         return self.text.admit(self.validate(body, stream), stream=stream, loop=self.loop)

@@ -6,7 +6,7 @@ Every front end calls it: the HTTP routes (service/http/) and the in-process `Ge
     front = TextFrontEnd(engine, scheduler, lexicon=..., max_input_tokens=...)   # once
     valid = validate(front, inputs, TextParams(...), options)  # read and check (service/requests/validation.py)
     job = front.admit(valid, loop=loop, stream=False)  # look up, queue (in chunks)
-    await job.collect(client_gone)  # an event loop's owner: every unit finished (False: the client went away)
+    await job.collect(gone)  # an event loop's owner: every unit finished (False: the client went away)
     job.wait()                    # a thread's owner: every unit finished
     job.answers(unit)             # a finished unit's answers, best first: the lexicon's, then the model's
     job.stream_items(keepalive_s) # a stream: tokens in text order, as they come
@@ -53,7 +53,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 
 from tokenizers import Tokenizer
 
@@ -495,17 +495,17 @@ class TextRequest:
         }
 
     # ---- waiting for the engine -------------------------------------------------------------------
-    async def collect(self, client_gone: Callable[[], Awaitable[None]]) -> bool:
+    async def collect(self, gone: asyncio.Future) -> bool:
         """Wait until every unit the model answers has finished: True; False when the client went away
-        first (its rows are then cancelled). `client_gone()`: what returns when the client has gone (the front
-        end knows its protocol: service/http/responses.py `client_gone`). Raises the ServiceError of a unit that
-        failed (timeout, shutdown), the other units cancelled."""
+        first (its rows are then cancelled). `gone`: a future done when the client has gone (the front end watches
+        its own protocol: service/http/responses.py `disconnect_watch`), cancelled here once the wait is over.
+        Raises the ServiceError of a unit that failed (timeout, shutdown), the other units cancelled."""
         waiting = [u for u in self.units if u.ticket is not None]
         if not waiting:
+            gone.cancel()
             return True
         # one task (the disconnect watch) and one event per request, not a task per word: each is event-loop CPU
         ready = self.ready
-        gone = asyncio.ensure_future(client_gone())
         gone.add_done_callback(lambda _: ready.set())
         ok = False
         try:

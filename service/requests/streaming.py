@@ -5,9 +5,9 @@ stream: the tokens, `CAUGHT_UP` after each batch of them, and the next units' to
 lexicon word's at once, an engine word's as far as its ticket has events); or a `Failed` that ends the stream.
 Then `reading` is the ticket whose events come next, or `ended` is true.
 
-Two owners read a stream this way: `TextRequest.stream_items` (an async generator that waits on the ticket; the
-OpenAI routes and the app's own /generate_stream route read it) and service/http/pushed.py (the fast path's
-/generate_stream, which is handed each wake-up by the scheduler's per-step callback instead of waiting in a task).
+Two owners read a stream this way: service/http/generation.py (/generate_stream and a one-choice /v1 stream, handed
+each wake-up by the scheduler's per-step callback) and `TextRequest.stream_items` (an async generator that waits on
+the ticket: a /v1 stream of several choices, whose chunks are merged).
 """
 
 from __future__ import annotations

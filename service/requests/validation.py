@@ -5,13 +5,14 @@ Every front end builds its requests through `validate`: the TGI routes (/generat
 (service/client.py), so they refuse the same requests for the same reasons. The checks, in the order a
 request meets them:
 
-- the wire schema (service/http/schemas.py, service/http/openai/schemas.py) checks each field's type and range;
+- the wire schema (service/http/schemas.py, service/http/openai/schemas.py) checks each field's JSON type;
 - `validate` reads the input (its words, its length, `truncate`: the request layer's `TextFrontEnd.read`), then
   checks the output form, the decoding options and the per-request pronunciations;
 - `Limits` is the one place a request is compared with the server's bounds (`max_new_tokens`, `max_best_of`,
   `max_top_n_tokens`, batch rows, `max_concurrent_requests`);
 - `decoding_options` is the one place the engine's `DecodingOptions` is built from a request, its own checks
-  (service/engine/options.py) turned into refusals that name their field.
+  (service/engine/options.py: every parameter's range and the rules across parameters) turned into refusals that
+  name their field.
 
 Every refusal is an `InvalidRequest` whose `field` names the part of the request at fault as a path in TGI's
 body (`inputs`, `parameters.max_new_tokens`, `parameters` for the parameters together); the OpenAI layer maps
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from service.engine.engine import DecodingOptions, InputError
+from service.engine.options import BOUNDS, check_bound
 from service.engine.scheduler import check_rows
 from service.errors import InvalidRequest
 from service.requests.forms import OutputForm
@@ -96,9 +98,15 @@ class Limits:
         if self.max_new_tokens is None:
             return n
         n = self.max_new_tokens if n is None else n
-        if not 1 <= n <= self.max_new_tokens:
+        try:
+            check_bound("max_new_tokens", n)
+        except InputError as e:
+            raise InvalidRequest(str(e), "parameters.max_new_tokens") from None
+        if n > self.max_new_tokens:
+            low = BOUNDS["max_new_tokens"].low
             raise invalid(
-                "parameters.max_new_tokens", f"parameters.max_new_tokens must be between 1 and {self.max_new_tokens}, got {n}"
+                "parameters.max_new_tokens",
+                f"parameters.max_new_tokens must be between {low:g} and {self.max_new_tokens}, got {n}",
             )
         return n
 
@@ -121,7 +129,11 @@ class Limits:
         self.at_most(field, top_n_tokens, self.max_top_n_tokens, names.get(field))
 
     def score_top_n_tokens(self, n: int) -> None:
-        """POST /score's `top_n_tokens` within `max_top_n_tokens`."""
+        """POST /score's `top_n_tokens` within its range (the engine's) and `max_top_n_tokens`."""
+        try:
+            check_bound("top_n_tokens", n)
+        except InputError as e:
+            raise InvalidRequest(str(e), "parameters.top_n_tokens") from None
         if self.max_top_n_tokens is not None and n > self.max_top_n_tokens:
             limit = self.max_top_n_tokens
             raise invalid("parameters.top_n_tokens", f"parameters.top_n_tokens: at most {limit} (max_top_n_tokens)")
@@ -244,9 +256,9 @@ class Validator:
             "typical_p": p.typical_p,
             "frequency_penalty": p.frequency_penalty,
             "presence_penalty": p.presence_penalty,
-            "best_of": p.best_of or 1,
+            "best_of": 1 if p.best_of is None else p.best_of,
             "num_beams": p.num_beams,
-            "top_n_tokens": p.top_n_tokens or 0,
+            "top_n_tokens": 0 if p.top_n_tokens is None else p.top_n_tokens,
             "token_text": bool(p.details) or stream,  # only a stream and TGI's details show each token's text
         }
 

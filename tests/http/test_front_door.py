@@ -1,10 +1,8 @@
-"""One front door: the same requests through the fast dispatch and through FastAPI's whole stack answer alike.
+"""The front door and the generation routes' one handler (service/http/generation.py): every refusal in the
+route's shape, with the request id, counted in attnserve_requests_total.
 
-A real uvicorn server on 127.0.0.1 with an API key serves the tiny bundle; `app.fast_dispatch` sends a request
-through service/http/fastpath.py (True) or through FastAPI's routing, dependencies and body parsing (False),
-behind the same front door. Each request (malformed, oversized, unauthorized, draining, failing, and a good one)
-is sent both ways; the status, the body and the headers (all but Date) must be the same bytes, and so must the
-change it makes to attnserve_requests_total. Only a good answer's ids, timestamps and timings are masked.
+A real uvicorn server on 127.0.0.1 with an API key serves the tiny bundle. Each request (malformed, oversized,
+unauthorized, draining, failing, and a good one) is sent to each generation route.
 """
 
 from __future__ import annotations
@@ -16,9 +14,8 @@ import httpx
 import pytest
 from service_harness import scrape, serving
 
-from service.http import fastpath
+from service.http import generation
 from service.http.openai import completions as openai_plan
-from service.http.routes import generate as tgi_routes
 
 KEY = "s3cret"
 AUTH = {"authorization": f"Bearer {KEY}", "x-request-id": "door-1"}
@@ -72,26 +69,12 @@ def outcomes(url: str) -> dict:
     return {labels: v for (name, labels), v in scrape(url).items() if name == "attnserve_requests_total"}
 
 
-def exchange(server, fast: bool, route: str, content: bytes | Callable, headers: dict, masked: bool = False) -> tuple:
-    """One request through one door: (status, headers but Date, body, the change to attnserve_requests_total)."""
-    taken = []
-    original = fastpath.ROUTES[route]
-
-    async def watched(*args) -> bool:
-        taken.append(True)
-        return await original(*args)
-
-    server.app.fast_dispatch = fast
-    fastpath.ROUTES[route] = watched
-    try:
-        before = outcomes(server.url)
-        body = content() if callable(content) else content.replace(b'"model": "m"', b'"model": "%s"' % model_id(server))
-        r = httpx.post(server.url + route, content=body, headers=headers, timeout=60)
-        after = outcomes(server.url)
-    finally:
-        server.app.fast_dispatch = True
-        fastpath.ROUTES[route] = original
-    assert taken or not fast or r.status_code == 413, "the fast door was not offered the request"
+def exchange(server, route: str, content: bytes | Callable, headers: dict, masked: bool = False) -> tuple:
+    """One request: (status, headers but Date, body, the change to attnserve_requests_total)."""
+    before = outcomes(server.url)
+    body = content() if callable(content) else content.replace(b'"model": "m"', b'"model": "%s"' % model_id(server))
+    r = httpx.post(server.url + route, content=body, headers=headers, timeout=60)
+    after = outcomes(server.url)
     sent = [(k, v) for k, v in r.headers.raw if k.lower() != b"date"]
     content = r.content
     if masked:
@@ -102,69 +85,65 @@ def exchange(server, fast: bool, route: str, content: bytes | Callable, headers:
     return r.status_code, sent, content, counted
 
 
-def both_doors(server, route: str, content, headers=None, masked: bool = False):
-    headers = {**AUTH, **JSON, **(headers or {})}
-    fast = exchange(server, True, route, content, headers, masked)
-    slow = exchange(server, False, route, content, headers, masked)
-    assert fast == slow
-    return fast
+def send(server, route: str, content, headers=None, masked: bool = False):
+    return exchange(server, route, content, {**AUTH, **JSON, **(headers or {})}, masked)
 
 
 @pytest.mark.parametrize("route", TGI + OPENAI)
-def test_malformed_bodies_are_answered_alike_by_both_doors(server, route):
+def test_malformed_bodies_are_answered_in_the_routes_shape(server, route):
     for body in MALFORMED:
-        status, _, content, counted = both_doors(server, route, body)
+        status, _, content, counted = send(server, route, body)
         assert 400 <= status < 500, (body, status, content)
         # the TGI routes: 422 `validation` for a body that is not JSON too; /v1 keeps OpenAI's 400
         assert status == (422 if route in TGI else 400), (body, content)
         assert counted, body
-    both_doors(server, route, b'{"inputs": "cat", "prompt": "cat"}', {"content-type": "text/plain"})
+    send(server, route, b'{"inputs": "cat", "prompt": "cat"}', {"content-type": "text/plain"})
 
 
 @pytest.mark.parametrize("route", TGI + OPENAI)
-def test_oversized_bodies_are_answered_alike_by_both_doors(server, route):
+def test_oversized_bodies_are_answered_in_the_routes_shape(server, route):
     big = b'{"inputs": "' + b"a" * 300_000 + b'"}'
-    status, _, content, counted = both_doors(server, route, big)
+    status, _, content, counted = send(server, route, big)
     assert status == 413 and b"larger than" in content and counted
 
     def chunks():  # no Content-Length: counted as it arrives
         for _ in range(40):
             yield b"a" * 10_000
 
-    assert both_doors(server, route, chunks)[0] == 413
+    assert send(server, route, chunks)[0] == 413
 
 
 @pytest.mark.parametrize("route", TGI + OPENAI)
-def test_unauthorized_requests_are_answered_alike_by_both_doors(server, route):
+def test_unauthorized_requests_are_answered_in_the_routes_shape(server, route):
     for auth in ({"authorization": ""}, {"authorization": "Bearer wrong"}, {"authorization": KEY}):
-        status, headers, _, counted = both_doors(server, route, GOOD[route], auth)
+        status, headers, _, counted = send(server, route, GOOD[route], auth)
         assert status == 401 and (b"www-authenticate", b"Bearer") in headers and counted
-        both_doors(server, route, b'{"inputs": "cat"', auth)
+        send(server, route, b'{"inputs": "cat"', auth)
 
 
 @pytest.mark.parametrize("route", TGI + OPENAI)
-def test_draining_server_answers_alike_by_both_doors(server, route):
+def test_draining_server_answers_503_draining(server, route):
     server.service.draining = True
     try:
-        status, _, content, counted = both_doors(server, route, GOOD[route])
+        status, _, content, counted = send(server, route, GOOD[route])
         assert status == 503 and b"draining" in content and counted
         for body in MALFORMED[:3]:
-            both_doors(server, route, body)
+            send(server, route, body)
     finally:
         server.service.draining = False
 
 
 @pytest.mark.parametrize("route", TGI + OPENAI)
-def test_good_requests_are_answered_alike_by_both_doors(server, route):
-    status, headers, content, counted = both_doors(server, route, GOOD[route], masked=True)
+def test_good_requests_are_answered_in_the_routes_shape(server, route):
+    status, headers, content, counted = send(server, route, GOOD[route], masked=True)
     assert status == 200 and (b"x-request-id", b"door-1") in headers and counted
     if route in STREAM:
-        status, _, content, _ = both_doors(server, route, STREAM[route], masked=True)
+        status, _, content, _ = send(server, route, STREAM[route], masked=True)
         assert status == 200 and content.startswith(b"data:")
 
 
 @pytest.mark.parametrize("route", TGI + OPENAI)
-def test_an_unexpected_error_is_answered_alike_by_both_doors(server, route, monkeypatch):
+def test_an_unexpected_error_is_a_500_in_the_routes_shape(server, route, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("a bug")
 
@@ -175,10 +154,10 @@ def test_an_unexpected_error_is_answered_alike_by_both_doors(server, route, monk
         monkeypatch.setattr(openai_plan, "completion_request", broken)
         monkeypatch.setattr(openai_plan, "chat_request", broken)
     else:
-        monkeypatch.setattr(tgi_routes, "generate_once", broken_async)
+        monkeypatch.setattr(generation, "generate_once", broken_async)
         monkeypatch.setattr(server.service, "admit", broken)  # a stream's first step
-    status, headers, content, counted = both_doors(server, route, STREAM.get(route, GOOD[route]))
+    status, headers, content, counted = send(server, route, STREAM.get(route, GOOD[route]))
     assert status == 500 and b"server log" in content and (b"x-request-id", b"door-1") in headers
     assert any(("outcome", "internal") in labels for labels in counted), counted
     monkeypatch.undo()
-    assert both_doors(server, route, GOOD[route], masked=True)[0] == 200
+    assert send(server, route, GOOD[route], masked=True)[0] == 200

@@ -1,4 +1,4 @@
-"""The fast path's /generate_stream body, written from the engine's wake-ups (service/http/pushed.py), when the
+"""A /generate_stream body, written from the engine's wake-ups (service/http/generation.py), when the
 server's `send` has to wait (a client that reads slower than the server writes) and when it fails.
 
 Each test runs `push_stream` on the test server's own event loop, with the server's real service and engine, and a
@@ -13,7 +13,7 @@ import httpx
 import pytest
 from service_harness import assert_generation_stopped, scrape
 
-from service.http.pushed import push_stream
+from service.http.generation import push_stream
 from service.http.responses import SSEWriter
 from service.http.schemas import GenerateRequest
 

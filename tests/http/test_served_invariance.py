@@ -1,6 +1,6 @@
 """The variant the default model serves, through the whole server: a word's answer is the same alone and among
 64 concurrent clients, greedy, with a seed and by beam search, whole or streamed (/generate_stream and /v1 chat
-streams are written from the engine's wake-ups: service/http/pushed.py), while long texts are read in chunks and
+streams are written from the engine's wake-ups: service/http/generation.py), while long texts are read in chunks and
 /score steps its own batch beside the generation batch (the scheduler's grouped queue, text chunks and scoring turns
 all move rows in and out of the batch between steps)."""
 

@@ -65,6 +65,18 @@ def test_other_unknown_fields_are_ignored_and_named_in_a_header(url, route):
     assert r.text.replace("\n", "")[-40:] == plain.text.replace("\n", "")[-40:]  # the same answer
 
 
+@pytest.mark.parametrize("route", ["/generate", "/generate_stream", "/"])
+@pytest.mark.parametrize(("name", "value"), [("max_new_tokens", 5), ("temperature", 0.7), ("details", True), ("maxNewTokens", 5)])
+def test_a_generation_parameter_at_the_top_level_is_a_422_saying_to_move_it_into_parameters(url, route, name, value):
+    r = httpx.post(url + route, json={"inputs": "hello", name: value}, timeout=30)
+    assert r.status_code == 422, r.text
+    body = r.json()
+    assert body["error_type"] == "validation"
+    assert f"`{name}`" in body["error"] and "move it into `parameters`" in body["error"], body
+    inside = httpx.post(url + route, json={"inputs": "hello", "parameters": {"max_new_tokens": 5}}, timeout=30)
+    assert inside.status_code == 200, inside.text
+
+
 def test_the_explain_route_checks_names_too(url):
     r = httpx.post(url + "/explain", json={"inputs": "hello", "parameters": {"alphabett": "ipa"}}, timeout=30)
     assert r.status_code == 422 and "did you mean `parameters.alphabet`?" in r.json()["error"]

@@ -40,6 +40,7 @@ from service.errors import InvalidRequest, ServiceError
 from service.http import errors, fields
 from service.http.openai.choices import Choice, answered_choices
 from service.http.openai.errors import OpenAIError, bad_request, from_error, param_names
+from service.http.openai.ranges import check_ranges
 from service.http.openai.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
 from service.http.responses import disconnect_watch
 from service.http.schemas import GenerateParameters, GenerateRequest
@@ -123,6 +124,7 @@ def plan(
     params = plan_params(input_param, max_tokens[0], logprobs[0])
     check_model(svc, body.model)
     check_prompts(prompts, input_param)
+    check_ranges(body)
     try:
         check_limits(svc.limits, body, max_tokens=max_tokens, best_of=best_of, logprobs=logprobs)
     except InvalidRequest as e:
@@ -203,9 +205,7 @@ def decoding_kind(body: SamplingFields, n: int, best_of: int | None, stream: boo
     """(sampling, beam, ranked): temperature omitted or 0 is greedy, and then n, best_of or num_beams ask for the beam
     search n-best; sampling with best_of > n is TGI's ranked best_of. A stream of answers known only at the end is a
     400 saying what to change."""
-    sampling = bool(body.temperature)  # omitted or 0: greedy
-    if body.num_beams is not None and sampling:
-        raise bad_request("num_beams", "num_beams is beam search, which does not sample: drop num_beams, or temperature")
+    sampling = bool(body.temperature)  # omitted or 0: greedy; num_beams with sampling: the engine refuses it
     beam = not sampling and (n > 1 or (best_of or 1) > 1 or body.num_beams is not None)
     if stream and beam:
         which = "n" if n > 1 else "best_of" if (best_of or 1) > 1 else "num_beams"

@@ -1,8 +1,9 @@
-"""OpenAI's routes: POST /v1/completions, POST /v1/chat/completions, GET /v1/models.
+"""OpenAI's routes: POST /v1/completions and POST /v1/chat/completions (what they answer: `completions`,
+`chat_completions`, mounted and guarded as generation routes by service/http/generation.py), GET /v1/models.
 
-Their errors are OpenAI's shape (service/http/openai/errors.py): `OpenAIRoute` answers whatever a route,
-its guards (API key, drain) or its body's validation raise, and counts it in the metrics under the
-route's own `route` label with the project's `error_type` as `outcome`.
+Their errors are OpenAI's shape (service/http/openai/errors.py): `error_answer` answers whatever a route, its guards
+(API key, drain) or its body's validation raise, and counts it in the metrics under the route's own `route` label
+with the project's `error_type` as `outcome`; `OpenAIRoute` calls it for /v1/models.
 """
 
 from __future__ import annotations
@@ -20,20 +21,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.errors import ServiceError
 from service.http import errors
-from service.http.dependencies import GENERATION_GUARDS, ServiceDep, authorize
+from service.http.dependencies import ServiceDep, authorize
 from service.http.openai import choices, shapes, streaming
 from service.http.openai import completions as c
 from service.http.openai.errors import OpenAIError, OpenAIErrorShape, from_error, param_names
-from service.http.openai.schemas import (
-    ChatCompletionRequest,
-    ChatCompletionResponse,
-    CompletionRequest,
-    CompletionResponse,
-    ModelCard,
-    ModelList,
-    OpenAIErrorResponse,
-)
+from service.http.openai.schemas import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList, OpenAIErrorResponse
 from service.http.responses import SSE_HEADERS, SSEResponse, WrittenResponse
+from service.http.state import Service
 
 log = logging.getLogger("attnserve.service")
 
@@ -41,6 +35,7 @@ COMPLETIONS = "/v1/completions"
 CHAT = "/v1/chat/completions"
 MODELS = "/v1/models"
 ROUTES = (COMPLETIONS, CHAT)  # generation routes: their outcomes count in attnserve_requests_total
+TAGS = ["OpenAI-compatible"]
 
 ERRORS = {
     code: {"model": OpenAIErrorResponse, "description": text}
@@ -77,8 +72,9 @@ class OpenAIRoute(APIRoute):
 
 
 def error_answer(svc, request: Request, path: str, e: Exception) -> Response:
-    """What a route, its guards or its body's validation raised, in OpenAI's shape, counted under the route (the app's
-    routes and the fast path, service/http/fastpath.py, both answer with it); call it inside the `except`."""
+    """What a route, its guards or its body's validation raised, in OpenAI's shape, counted under the route (the
+    generation routes' handler, service/http/generation.py, and `OpenAIRoute` answer with it); call it inside the
+    `except`."""
     if isinstance(e, (OpenAIError, errors.APIError, ServiceError, RequestValidationError)):
         err = from_error(e, param_names("messages" if path == CHAT else "prompt"))
     elif isinstance(e, StarletteHTTPException):  # FastAPI's own refusals (a body it cannot parse)
@@ -94,21 +90,15 @@ def error_answer(svc, request: Request, path: str, e: Exception) -> Response:
     return err.response()
 
 
-router = APIRouter(route_class=OpenAIRoute, responses=ERRORS, tags=["OpenAI-compatible"])
+router = APIRouter(route_class=OpenAIRoute, responses=ERRORS, tags=TAGS)
 
 
 def json_answer(body: dict, headers: dict[str, str] | None = None) -> Response:
     return Response(orjson.dumps(body), media_type="application/json", headers=headers)
 
 
-@router.post(
-    COMPLETIONS,
-    response_model=CompletionResponse,
-    responses={200: SSE_DOC},
-    dependencies=GENERATION_GUARDS,
-    summary="OpenAI's completions: one prompt or a list (greedy unless temperature > 0)",
-)
-async def completions(svc: ServiceDep, request: Request, body: CompletionRequest) -> Response:
+async def completions(svc: Service, request: Request, body: CompletionRequest) -> Response:
+    """/v1/completions' answer: whole, or a stream to push (WrittenResponse) or to iterate."""
     planned = c.completion_request(svc, body)
     return await answer(
         svc,
@@ -123,14 +113,8 @@ async def completions(svc: ServiceDep, request: Request, body: CompletionRequest
     )
 
 
-@router.post(
-    CHAT,
-    response_model=ChatCompletionResponse,
-    responses={200: SSE_DOC},
-    dependencies=GENERATION_GUARDS,
-    summary="OpenAI's chat completions: exactly one user message, answered as its text's completion",
-)
-async def chat_completions(svc: ServiceDep, request: Request, body: ChatCompletionRequest) -> Response:
+async def chat_completions(svc: Service, request: Request, body: ChatCompletionRequest) -> Response:
+    """/v1/chat/completions' answer, as `completions`'."""
     planned = c.chat_request(svc, body)
     return await answer(
         svc, request, planned, CHAT, "chatcmpl", "chat.completion.chunk", shapes.chat_body, shapes.ChatChunks, body
@@ -151,7 +135,7 @@ async def answer(
             "created": int(time.time()),
             "model": c.served_model_name(svc),
         }
-        if len(jobs) == 1 and len(jobs[0]) == 1:  # one choice (the common case): a body the fast path can push
+        if len(jobs) == 1 and len(jobs[0]) == 1:  # one choice (the common case): a body pushed from the engine's wake-ups
             writer = streaming.OneChoiceWriter(svc, planned, jobs, route, envelope, renderer(planned))
             return WrittenResponse(jobs[0][0], writer, svc.keepalive_s, SSE_HEADERS | ignored)
         events = streaming.stream_answer(svc, planned, jobs, route, envelope, renderer(planned))

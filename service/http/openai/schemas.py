@@ -1,7 +1,8 @@
 """OpenAI's request and response bodies for /v1/completions, /v1/chat/completions and /v1/models, so /docs is exact.
 
-Field ranges are checked here (a 400 whose `param` names the field); what needs the server's limits
-(`max_new_tokens`, `max_best_of`, `max_top_n_tokens`) or spans several fields is checked in
+The schemas check JSON types only: each number's range (the engine's, or OpenAI's narrower one) is checked by
+service/http/openai/ranges.py, and /docs shows it from there (a 400 whose `param` names the field); what needs the
+server's limits (`max_new_tokens`, `max_best_of`, `max_top_n_tokens`) or spans several fields is checked in
 service/http/openai/completions.py. Unknown fields are kept (`extra="allow"`) so that the route can
 log them at debug level and go on: newer clients send fields this server has never heard of.
 A value has its JSON type and a number is finite, as on the TGI routes (service/http/schemas.py) and as
@@ -14,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from service.http.openai.ranges import documented
 from service.http.schemas import TextWarning, WordDetails
 
 MAX_STOP = 4  # OpenAI's limit on stop sequences
@@ -53,19 +55,22 @@ class SamplingFields(BaseModel):
 
     model: str = Field(..., description="The served model's name (GET /v1/models; ATTNSERVE_SERVED_MODEL_NAME).")
     max_tokens: int | None = Field(
-        None, ge=1, description="Most tokens per choice; default and ceiling: the server's `max_new_tokens` (not 16)."
+        None,
+        json_schema_extra=documented("max_tokens"),
+        description="Most tokens per choice; default and ceiling: the server's `max_new_tokens` (not 16).",
     )
     temperature: float | None = Field(
         None,
-        ge=0,
-        le=2,
+        json_schema_extra=documented("temperature"),
         description="Sampling temperature. Omitted or 0: greedy decoding (the model's own default, where OpenAI's is 1); "
         "> 0: sampling.",
     )
-    top_p: float | None = Field(None, gt=0, le=1, description="Nucleus sampling mass; applies only when temperature > 0.")
+    top_p: float | None = Field(
+        None, json_schema_extra=documented("top_p"), description="Nucleus sampling mass; applies only when temperature > 0."
+    )
     n: int | None = Field(
         None,
-        ge=1,
+        json_schema_extra=documented("n"),
         description="Choices per prompt, at most the server's `max_best_of`. Without sampling: the beam search n-best "
         "(not streamable); with sampling: n samples, the j-th seeded with seed + j.",
     )
@@ -75,19 +80,35 @@ class SamplingFields(BaseModel):
     stream: bool | None = Field(False, description="Answer Server-Sent Events, then `data: [DONE]`.")
     stream_options: StreamOptions | None = Field(None, description="Only with `stream`.")
     seed: int | None = Field(
-        None, ge=0, le=2**63 - 1, description="Seed of a sampled request (reproducible); the server picks one when absent."
+        None,
+        json_schema_extra=documented("seed"),
+        description="Seed of a sampled request (reproducible); the server picks one when absent.",
     )
     frequency_penalty: float | None = Field(
-        None, ge=-2, le=2, description="Subtract this times a token's count so far from its logit."
+        None,
+        json_schema_extra=documented("frequency_penalty"),
+        description="Subtract this times a token's count so far from its logit.",
     )
     presence_penalty: float | None = Field(
-        None, ge=-2, le=2, description="Subtract this from the logit of every token generated at least once."
+        None,
+        json_schema_extra=documented("presence_penalty"),
+        description="Subtract this from the logit of every token generated at least once.",
     )
     user: str | None = Field(None, description="Accepted and ignored.")
     # extensions, as vLLM accepts them
-    top_k: int | None = Field(None, ge=-1, description="Extension: keep the k most likely tokens when sampling (0 or -1: off).")
-    repetition_penalty: float | None = Field(None, gt=0, description="Extension: CTRL's penalty (1.0: off).")
-    num_beams: int | None = Field(None, ge=1, description="Extension: beam width when larger than n / best_of (no sampling).")
+    top_k: int | None = Field(
+        None,
+        json_schema_extra=documented("top_k"),
+        description="Extension: keep the k most likely tokens when sampling (0 or -1: off).",
+    )
+    repetition_penalty: float | None = Field(
+        None, json_schema_extra=documented("repetition_penalty"), description="Extension: CTRL's penalty (1.0: off)."
+    )
+    num_beams: int | None = Field(
+        None,
+        json_schema_extra=documented("num_beams"),
+        description="Extension: beam width when larger than n / best_of (no sampling).",
+    )
     lexicon: bool | None = Field(
         None, description="Extension: false asks for the model's own answer even when the bundle's lexicon knows the input."
     )
@@ -140,10 +161,14 @@ class CompletionRequest(SamplingFields):
         examples=["attention"],
     )
     best_of: int | None = Field(
-        None, ge=1, description="Candidates per prompt, at least n; the n best by mean log-probability are returned."
+        None,
+        json_schema_extra=documented("best_of"),
+        description="Candidates per prompt, at least n; the n best by mean log-probability are returned.",
     )
     logprobs: int | None = Field(
-        None, ge=0, description="Log-probabilities of each token and of the `logprobs` most likely at each step."
+        None,
+        json_schema_extra=documented("logprobs"),
+        description="Log-probabilities of each token and of the `logprobs` most likely at each step.",
     )
     echo: bool | None = Field(False, description="Only false is supported.")
     suffix: str | None = Field(None, description="Only null is supported.")
@@ -170,10 +195,14 @@ class ChatCompletionRequest(SamplingFields):
     """Body of `POST /v1/chat/completions`: exactly one message of role `user`."""
 
     messages: list[ChatMessage] = Field(..., description="Exactly one message, of role `user`, with text content.")
-    max_completion_tokens: int | None = Field(None, ge=1, description="As max_tokens (newer clients send this one).")
+    max_completion_tokens: int | None = Field(
+        None, json_schema_extra=documented("max_completion_tokens"), description="As max_tokens (newer clients send this one)."
+    )
     logprobs: bool | None = Field(False, description="Return each token's log-probability.")
     top_logprobs: int | None = Field(
-        None, ge=0, description="With logprobs: the most likely tokens at each step, at most the server's top-n limit."
+        None,
+        json_schema_extra=documented("top_logprobs"),
+        description="With logprobs: the most likely tokens at each step, at most the server's top-n limit.",
     )
     # OpenAI's chat features this model has no use for: accepted only when unset (a 400 names them otherwise)
     tools: list[Any] | None = Field(None, description="Not supported: the model has no tool calling.")

@@ -68,7 +68,7 @@ async def stream_answer(
         ending = _usage(planned, jobs, envelope, choices)
         outcome = "success"
         svc.metrics.request_duration.observe(time.perf_counter() - jobs[0][0].t_arrival)
-        yield LastChunk(ending + DONE)  # the last events and the body's end: one write on the fast path
+        yield LastChunk(ending + DONE)  # the last events and the body's end: one write
     except (errors.APIError, ServiceError, OpenAIError) as e:
         err = from_error(e, planned.params)
         outcome = err.outcome
@@ -90,7 +90,7 @@ def _usage(planned: Plan, jobs: list[list[TextRequest]], envelope: dict, choices
 
 class OneChoiceWriter:
     """The body of a one-choice stream from its request's items, batch by batch: what `stream_answer` yields for it,
-    and what service/http/pushed.py writes from the engine's wake-ups on the fast path. The choice's last chunk, the
+    and what service/http/generation.py writes from the engine's wake-ups. The choice's last chunk, the
     usage chunk and [DONE] go as one LastChunk; a failure is an `error` event in OpenAI's shape, and ends it. `close`
     ends the request's accounting (its outcome counted, its tickets cancelled)."""
 

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from service.http.dependencies import GENERATION_GUARDS, ServiceDep
 from service.http.responses import ERROR_RESPONSES, wire_steps, wire_tokens
-from service.http.schemas import Token
+from service.http.schemas import RANGE, Token
 from service.requests.scoring import admit_scores
 
 ROUTE = "/score"
@@ -31,7 +31,9 @@ class ScoreParameters(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     top_n_tokens: int | None = Field(
-        None, ge=0, description="Per target token, the n tokens the model found most likely there; at most `max_top_n_tokens`."
+        None,
+        json_schema_extra=RANGE["top_n_tokens"],
+        description="Per target token, the n tokens the model found most likely there; at most `max_top_n_tokens`.",
     )
 
 
