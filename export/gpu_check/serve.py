@@ -182,20 +182,27 @@ def beam_check(url: str, words: list[str], provider: str, failures: list[str]) -
 
 def score_check(url: str, words: list[str], provider: str, failures: list[str]) -> dict:
     """Each word's greedy answer scored by `/score` (concurrent clients, so targets share the scoring batch) against
-    the sum of the log-probabilities that its generation reported, end token included."""
+    the sum of the log-probabilities that its generation reported, end token included. `/score` reads a text as
+    the tokenizer splits it; a subword model may have generated the same text in other tokens ("7", "8" for
+    "78"), whose log-probabilities are another sequence's: those answers are counted, not compared."""
 
-    def generate(word: str) -> tuple[str, float]:
+    def generate(word: str) -> tuple[str, float, list[int]]:
         out = http(url + "/generate", {"inputs": word, "parameters": {"lexicon": False, "details": True}})
-        return out["generated_text"], sum(t["logprob"] for t in out["details"]["tokens"])
+        tokens = out["details"]["tokens"]
+        return out["generated_text"], sum(t["logprob"] for t in tokens), [t["id"] for t in tokens]
 
-    def score(item: tuple[str, str]) -> float:
+    def score(item: tuple[str, str]) -> tuple[float, list[int]]:
         word, answer = item
-        return http(url + "/score", {"inputs": word, "targets": [answer]})["scores"][0]["total"]
+        scored = http(url + "/score", {"inputs": word, "targets": [answer]})["scores"][0]
+        return scored["total"], [t["id"] for t in scored.get("tokens") or []]
 
     answers = [generate(w) for w in words]
-    together, alone, seconds = together_and_alone(score, [(w, a) for w, (a, _) in zip(words, answers)])
-    gaps = [abs(t - lp) for t, (_, lp) in zip(together, answers)]
-    apart = [abs(a - b) for a, b in zip(together, alone)]
+    together, alone, seconds = together_and_alone(score, [(w, a) for w, (a, _, _) in zip(words, answers)])
+    same_tokens = [ids == scored_ids for (_, _, ids), (_, scored_ids) in zip(answers, together)]
+    gaps = [abs(t - lp) for (t, _), (_, lp, _), same in zip(together, answers, same_tokens) if same]
+    apart = [abs(a - b) for (a, _), (b, _) in zip(together, alone)]
+    if words and not gaps:
+        failures.append("/score: no greedy answer was generated in the tokens its text reads as, so none could be compared")
     tolerance = SCORE_TOLERANCE[provider]
     worst = max(gaps, default=0.0)
     if worst > tolerance:
@@ -210,6 +217,8 @@ def score_check(url: str, words: list[str], provider: str, failures: list[str]) 
         "concurrent_seconds": round(seconds, 2),
         "tolerance": tolerance,
         "max_gap_vs_generation": worst,
+        "compared": len(gaps),
+        "generated_in_other_tokens": same_tokens.count(False),
         "max_gap_concurrent_vs_alone": max(apart, default=0.0),
     }
 

@@ -37,14 +37,22 @@ def tight_run(tmp_path_factory) -> Path:
     return out
 
 
-def test_a_char_model_with_sources_at_max_source_len_exports_and_serves_them(tight_run, tmp_path):
+@pytest.fixture(scope="module")
+def tight_bundle(tight_run, tmp_path_factory) -> Path:
+    """The bundle `attnserve-export build --no-fp16` makes of `tight_run`."""
+    from export.pipeline.build import build
+
+    out = tmp_path_factory.mktemp("tight_bundle") / "tight"
+    build(tight_run, out, model_id="tight", eval_limit=50, parity_limit=256, threads=1, log=lambda _m: None, fp16=False)
+    return out
+
+
+def test_a_char_model_with_sources_at_max_source_len_exports_and_serves_them(tight_bundle):
     import json
 
-    from export.pipeline.build import build
     from service.client import Generator
 
-    out = tmp_path / "tight"
-    build(tight_run, out, model_id="tight", eval_limit=50, parity_limit=256, threads=1, log=lambda _m: None, fp16=False)
+    out = tight_bundle
     meta = json.loads((out / "bundle.json").read_text())
     corpus = json.loads((out / meta["parity_corpus"]).read_text())
     lengths = {len(ids) for ids in corpus["source_ids"]}
@@ -77,3 +85,22 @@ def test_a_failed_build_removes_its_partial_directory_and_ends_in_one_line(tight
     assert main([*argv, "--keep-partial"]) == 2
     assert "kept for inspection" in capsys.readouterr().err.strip().splitlines()[-1]
     assert (tmp_path / "b.partial" / "encoder.onnx").is_file() and not (tmp_path / "b").exists()
+
+
+def test_gpu_check_serves_a_bundle_of_another_task_its_own_samples(tight_bundle, tmp_path):
+    """The serve step of `attnserve-gpu-check --provider cpu` on a number-words bundle: it sends the bundle's own
+    samples (GET /samples), which that model reads, where English words would each be a 422."""
+    import json
+    import os
+
+    out = tmp_path / "report"
+    cmd = [sys.executable, "-m", "export.gpu_check", "--provider", "cpu", "--bundle", str(tight_bundle), "--out", str(out)]
+    cmd += ["--steps", "serve", "--serve-words", "40", "--threads", "1"]
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run(cmd, cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    serve = json.loads((out / "report.json").read_text())["steps"]["serve"]["result"]
+    corpus = json.loads((tight_bundle / "parity_corpus.json").read_text())["sources"]
+    assert serve["words"] == 40 and serve["inputs_from"] == "GET /samples" and serve["differ_count"] == 0
+    assert all(e["word"] in corpus and e["greedy"].isdigit() for e in serve["examples"])
+    assert serve["score"]["compared"] == 40  # characters: every answer is generated in the tokens its text reads as
