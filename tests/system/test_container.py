@@ -511,3 +511,41 @@ def test_image_built_with_another_bundle_serves_it_behind_nginx(
         assert_serves_the_tiny_bundle(behind_nginx(url), bundle)
     finally:
         docker("rm", "--force", name, check=False)
+
+
+def test_kubernetes_init_container_copies_the_images_bundle_into_the_bundle_volume(docker, image, tmp_path):
+    # deploy/k8s/deployment.yaml's init container, as written (the service image, its command, uid 10001),
+    # filling an empty volume; what it leaves there is the baked-in bundle, which the service then loads.
+    import yaml
+
+    from service.engine.bundle import load_bundle
+
+    pod = next(
+        doc
+        for doc in yaml.safe_load_all((REPO / "deploy" / "k8s" / "deployment.yaml").read_text())
+        if doc and doc["kind"] == "Deployment"
+    )["spec"]["template"]["spec"]
+    (init,) = pod["initContainers"]
+    (mount,) = init["volumeMounts"]
+    volume = Path(tempfile.mkdtemp(prefix="attnserve-bundle-volume-", dir="/tmp"))
+    try:
+        volume.chmod(0o777)  # an emptyDir is writable by the pod's user
+        docker(
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "--user",
+            "10001:10001",
+            "--read-only",
+            "--volume",
+            f"{volume}:{mount['mountPath']}",
+            "--entrypoint",
+            init["command"][0],
+            image,
+            *init["command"][1:],
+        )
+        assert (volume / "bundle.json").read_bytes() == (REPO / "models" / "g2p-en" / "bundle.json").read_bytes()
+        assert load_bundle(volume).model_id == json.loads((REPO / "models" / "g2p-en" / "bundle.json").read_text())["model_id"]
+    finally:
+        shutil.rmtree(volume)
