@@ -219,6 +219,11 @@ def score_check(url: str, words: list[str], provider: str, failures: list[str]) 
         "max_gap_vs_generation": worst,
         "compared": len(gaps),
         "generated_in_other_tokens": same_tokens.count(False),
+        "other_tokens_examples": [
+            {"input": w, "answer": a, "generated_ids": ids, "scored_ids": scored_ids}
+            for w, (a, _, ids), (_, scored_ids), same in zip(words, answers, together, same_tokens)
+            if not same
+        ][:5],
         "max_gap_concurrent_vs_alone": max(apart, default=0.0),
     }
 
