@@ -2,6 +2,9 @@
 #   docker build -t attnserve:cpu .
 #   docker build -t attnserve:gpu --build-arg FLAVOUR=gpu .
 #   docker build -t attnserve-loadtest --target loadtest .   # the load tester alone
+# Any bundle: bake one in with --build-arg BUNDLE_DIR=bundles/NAME (a folder under bundles/ in the context),
+# or mount one at run time and point ATTNSERVE_BUNDLE at it; `--target bundle` builds an image of the bundle
+# alone, for a Kubernetes init container (docs/DEPLOY.md, "Your own model").
 # The GPU flavour takes ONNX Runtime's CUDA build with CUDA and cuDNN from wheels, so the base stays a
 # plain Python image; the host needs only the NVIDIA driver and the NVIDIA container toolkit.
 ARG BASE_IMAGE=python:3.11-slim
@@ -31,19 +34,28 @@ RUN /opt/attnserve/bin/pip install --quiet --no-deps --force-reinstall . \
       [ -d "${site}/${pkg}" ] || rm "${script}"; \
     done
 
-# ---- variant: the default bundle as the image serves it. The GPU flavour adds the fp16 v2 variant (CUDA's
-# default) from the bundle's own fp32 graphs with `attnserve-export add-variant`, which needs export/ and
-# training/weights.py but no torch; neither reaches the runtime stage. The CPU checks run here (no GPU at
-# build time); attnserve-gpu-check proves CUDA parity on the host.
+# ---- variant: the bundle as the image serves it: BUNDLE_DIR, the default model unless given. The GPU flavour
+# adds the fp16 v2 variant (CUDA's default) from the bundle's own fp32 graphs with `attnserve-export
+# add-variant`, which needs export/ and training/weights.py but no torch; neither reaches the runtime stage.
+# The CPU checks run here (no GPU at build time); attnserve-gpu-check proves CUDA parity on the host.
 FROM build AS variant
 ARG FLAVOUR=cpu
-COPY models/g2p-en /bundle/g2p-en
+ARG BUNDLE_DIR=models/g2p-en
+COPY ${BUNDLE_DIR} /bundle/model
 COPY export/ export/
 COPY training/ training/
-RUN if [ "${FLAVOUR}" = gpu ]; then \
+RUN test -f /bundle/model/bundle.json || { echo "BUNDLE_DIR=${BUNDLE_DIR} holds no bundle.json" >&2; exit 1; } \
+ && if [ "${FLAVOUR}" = gpu ]; then \
       PYTHONPATH=/src /opt/attnserve/bin/python -c \
-        'import sys; from export.cli import main; sys.exit(main(sys.argv[1:]))' add-variant /bundle/g2p-en fp16 --provider cpu; \
+        'import sys; from export.cli import main; sys.exit(main(sys.argv[1:]))' add-variant /bundle/model fp16 --provider cpu; \
     fi
+
+# ---- bundle: the bundle alone at the path the service image has it, for a Kubernetes init container that
+# copies it into the pod's bundle volume (deploy/k8s/deployment.yaml): a new model without a new service image.
+FROM ${BASE_IMAGE} AS bundle
+COPY --from=variant /bundle/model /opt/attnserve/bundle
+USER 10001:10001
+CMD ["cp", "-R", "/opt/attnserve/bundle/.", "/bundles/current/"]
 
 # ---- loadtest: `attnserve-loadtest` alone, for the compose stack's loadtest profile
 FROM ${BASE_IMAGE} AS loadtest
@@ -82,14 +94,15 @@ RUN if [ "${FLAVOUR}" = gpu ]; then \
       find /opt/attnserve -type d -path '*/site-packages/nvidia/*/lib' > /etc/ld.so.conf.d/attnserve-cuda.conf \
       && ldconfig; \
     fi
-# The default bundle (with the fp16 variant in the GPU flavour), read-only to the service user; ATTNSERVE_BUNDLE or a volume mounted here replaces it.
-COPY --from=variant /bundle/g2p-en /opt/attnserve/models/g2p-en
+# The bundle baked in (BUNDLE_DIR; with the fp16 variant in the GPU flavour), read-only to the service user.
+# Another one at run time: mount it (say at /bundles/NAME, read-only) and set ATTNSERVE_BUNDLE=/bundles/NAME.
+COPY --from=variant /bundle/model /opt/attnserve/bundle
 ENV PATH=/opt/attnserve/bin:${PATH} \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     ATTNSERVE_HOST=0.0.0.0 \
     ATTNSERVE_PORT=8000 \
-    ATTNSERVE_BUNDLE=/opt/attnserve/models/g2p-en
+    ATTNSERVE_BUNDLE=/opt/attnserve/bundle
 WORKDIR /opt/attnserve
 USER 10001:10001
 EXPOSE 8000

@@ -35,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads (default: the CPUs this process may use)")
     b.add_argument("--dataset", help="dataset for the parity corpus and dev evaluation (default: the run's)")
     b.add_argument("--no-fp16", action="store_true", help="leave the fp16 variant (a CUDA extra) out: a smaller bundle")
+    b.add_argument("--keep-partial", action="store_true", help="keep a failed build's BUNDLE.partial directory for inspection")
     b.add_argument(
         "--lexicon", action="store_true", help="ship the training dictionary (every source, all its targets) as a lexicon"
     )
@@ -100,15 +101,16 @@ def _build(args) -> int:
     build(
         args.run,
         args.out,
-        args.model_id,
-        args.eval_limit or 0,
-        args.parity_limit,
-        args.threads,
-        _log,
-        args.dataset,
+        model_id=args.model_id,
+        eval_limit=args.eval_limit or 0,
+        parity_limit=args.parity_limit,
+        threads=args.threads,
+        log=_log,
+        dataset=args.dataset,
         fp16=not args.no_fp16,
         lexicon=args.lexicon,
         word_level_source=args.word_level_source,
+        keep_partial=args.keep_partial,
     )
     return 0
 

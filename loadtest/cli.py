@@ -250,6 +250,8 @@ async def run(args, levels: list[Level], inputs: list[str] | None, slo: dict, re
                 f"{s['output_tokens_per_s']:.1f} tok/s",
                 file=sys.stderr,
             )
+            if s["small_sample"]:
+                print(f"[loadtest] warning: {level.label}: {s['small_sample']}", file=sys.stderr)
 
 
 def _parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, dict, list[str] | None, str | None, dict | None]:

@@ -74,6 +74,9 @@ def summary_text(levels: list[dict]) -> str:
             f"note: the load client sent late (p99 lag > 10 ms) at {', '.join(warn)}; those latencies include "
             "the client's own delay: give the client its own core (taskset) or lower the load"
         )
+    small = [f"{lv['label']}: {lv['summary']['small_sample']}" for lv in levels if lv["summary"].get("small_sample")]
+    if small:
+        out.append("warning: a small sample\n" + "\n".join(f"  {line}" for line in small))
     return "\n\n".join(out)
 
 

@@ -8,6 +8,10 @@ from loadtest.client import ERROR_KINDS, RequestRecord
 
 ITL_FORMULA = "ITL = (e2e - TTFT) / (output_tokens - 1), per request, first token excluded (genai-perf)"
 SLO_KEYS = ("ttft_ms", "itl_ms", "e2e_ms")
+# Below these a level's percentiles rest on too few answers, or on too short a time to see the server's steady
+# state (its batches filling, a GC pause, the client's own hiccups): the figures are printed with a warning.
+MIN_TRUSTED_REQUESTS = 200
+MIN_TRUSTED_SECONDS = 5.0
 
 
 class SloError(ValueError):
@@ -91,4 +95,19 @@ def summarize(records: list[RequestRecord], window_s: float, slo: dict[str, floa
         "e2e_ms": describe([r.e2e_s for r in ok]),
         "output_tokens_per_request": describe([float(r.output_tokens) for r in ok], scale=1.0),
         "client_send_lag_ms": describe(send_lag),
+        "small_sample": small_sample(len(records), window_s),
     }
+
+
+def small_sample(requests: int, window_s: float) -> str | None:
+    """Why a level of `requests` requests over `window_s` seconds is too small to trust; None when it is not."""
+    short = [
+        f"{requests} requests" if requests < MIN_TRUSTED_REQUESTS else "",
+        f"{window_s:.1f} s" if window_s < MIN_TRUSTED_SECONDS else "",
+    ]
+    if not any(short):
+        return None
+    return (
+        f"only {' in '.join(x for x in short if x)}: too small a sample to trust its percentiles "
+        f"(at least {MIN_TRUSTED_REQUESTS} requests over at least {MIN_TRUSTED_SECONDS:g} s; raise --requests or --duration)"
+    )

@@ -56,7 +56,30 @@ def build_parser() -> argparse.ArgumentParser:
         "bundle", nargs="?", type=Path, help="model bundle directory (default: models/g2p-en here, else the source checkout's)"
     )
     add_setting_flags(p, exclude=("bundle",))
+    add_allow_unknown_env(p)
     return p
+
+
+def add_allow_unknown_env(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--allow-unknown-env",
+        action="store_true",
+        help="start even when an ATTNSERVE_* environment variable is not a setting (a typo is otherwise an error)",
+    )
+
+
+def check_environment(allow_unknown: bool) -> str | None:
+    """The start-up error for ATTNSERVE_* variables that are not settings (None when there are none); with
+    `allow_unknown` they are named in a warning on stderr instead."""
+    import os
+
+    from service.settings import unknown_environment
+
+    problem = unknown_environment(os.environ)
+    if problem and allow_unknown:
+        print(f"warning: {problem}", file=sys.stderr)
+        return None
+    return problem
 
 
 def add_setting_flags(p: argparse.ArgumentParser, names: tuple[str, ...] | None = None, exclude: tuple[str, ...] = ()) -> None:
@@ -97,10 +120,13 @@ def parse_settings(argv: list[str] | None = None):
     from service.settings import Settings
 
     args = build_parser().parse_args(argv)
-    return Settings(**{k: v for k, v in vars(args).items() if v is not None})
+    return Settings(**{k: v for k, v in vars(args).items() if v is not None and k != "allow_unknown_env"})
 
 
 def serve_main(argv: list[str] | None = None) -> int:
+    problem = check_environment(build_parser().parse_args(argv).allow_unknown_env)
+    if problem:
+        return _fail(problem)
     try:
         settings = parse_settings(argv)
     except ValidationError as e:
@@ -216,6 +242,7 @@ def generate_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("-o", "--output", type=Path, help="TSV to write (default: stdout)")
     add_setting_flags(p, names=GENERATE_SETTINGS)
+    add_allow_unknown_env(p)
     p.add_argument("--max-new-tokens", type=int, help="default: the bundle's max_target_len")
     p.add_argument("--do-sample", action="store_true", help="sample instead of greedy")
     p.add_argument("--temperature", type=float)
@@ -273,6 +300,9 @@ def generate_main(argv: list[str] | None = None) -> int:
     from service.settings import Settings
     from service.text.lexicon import LexiconError
 
+    problem = check_environment(args.allow_unknown_env)
+    if problem:
+        return _fail(problem)
     try:
         settings = Settings(**{k: getattr(args, k) for k in GENERATE_SETTINGS if getattr(args, k) is not None})
     except ValidationError as e:

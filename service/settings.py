@@ -9,6 +9,8 @@ help are made from it (service/cli.py `add_setting_flags`).
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,6 +22,11 @@ from service.engine.runtime import available_cpus
 from service.text.reader import MAX_TEXT_CHARS, MAX_WORDS
 
 DEFAULT_BUNDLE = Path("models/g2p-en")
+ENV_PREFIX = "ATTNSERVE_"
+# ATTNSERVE_* names the project itself uses that are not settings of the server: docker compose's own
+# (docker-compose*.yml: replicas, their CPUs, the published address and port) and the test suite's.
+NOT_SETTINGS = ("ATTNSERVE_REPLICAS", "ATTNSERVE_CPUS_PER_REPLICA", "ATTNSERVE_BIND", "ATTNSERVE_HTTP_PORT")
+NOT_SETTINGS_PREFIX = "ATTNSERVE_TEST_"
 
 
 class ConfigError(ValueError):
@@ -155,3 +162,29 @@ class Settings(BaseSettings):
     @classmethod
     def _empty_key_is_none(cls, value: str | None) -> str | None:
         return value or None  # ATTNSERVE_API_KEY= (empty) means auth off, not "the empty key"
+
+
+def unknown_environment(environ: Mapping[str, str]) -> str | None:
+    """One line naming each `ATTNSERVE_*` variable of `environ` that is not a setting (nor one of NOT_SETTINGS),
+    with the closest setting's variable; None when there is none. pydantic-settings would ignore it: a typo
+    (`ATTNSERVE_MAX_BATH_SIZE`) would leave its setting at the default without a word."""
+    known = sorted(ENV_PREFIX + name.upper() for name in Settings.model_fields)
+    unknown = [
+        key
+        for key in sorted(environ)
+        if key.upper().startswith(ENV_PREFIX)
+        and key.upper() not in known
+        and key.upper() not in NOT_SETTINGS
+        and not key.upper().startswith(NOT_SETTINGS_PREFIX)
+    ]
+    if not unknown:
+        return None
+    names = [k.removeprefix(ENV_PREFIX) for k in known]  # compared without the prefix every one of them shares
+    named = []
+    for key in unknown:
+        close = difflib.get_close_matches(key.upper().removeprefix(ENV_PREFIX), names, n=1, cutoff=0.6)
+        named.append(f"{key} (did you mean {ENV_PREFIX}{close[0]}?)" if close else key)
+    return (
+        f"not a setting: {', '.join(named)}; the ATTNSERVE_* settings are listed in docs/SETTINGS.md "
+        "(--allow-unknown-env starts anyway)"
+    )

@@ -7,8 +7,9 @@ Five steps, each in its own time bound, each failure recorded and the next step 
   fp16 greedy against the fp32 reference (agreement, near-ties); where the cache and cross K/V live;
 - bench: fp16 v2 against fp32 v1 (and PyTorch's cached decoder when torch is importable), at batch
   1/32/128 x 8/32/128 tokens (capped at the model's max_target_len), export/bench.py's cells;
-- serve: `attnserve-serve` in a subprocess on 127.0.0.1, 300 made-up words from 32 concurrent clients
-  against each word alone (greedy and seeded), beam 4 likewise over 64 of them, `/score` of their greedy
+- serve: `attnserve-serve` in a subprocess on 127.0.0.1, 300 of the bundle's own sample inputs (`GET /samples`,
+  its parity corpus: any model's task) from 32 concurrent clients against each input alone (greedy and
+  seeded), beam 4 likewise over 64 of them, `/score` of their greedy
   answers against the log-probabilities the generation reported, one `/v1/chat/completions` answer against
   `/generate`'s, and /info's variant and provider.
 `--provider cpu` is its dry run on the int8 and fp32 variants (int8 falls back to v1 where the runtime

@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", default=",".join(map(str, BATCHES)), help="bench batch sizes")
     p.add_argument("--lengths", default=",".join(map(str, LENGTHS)), help="bench output lengths (capped at max_target_len)")
     p.add_argument("--repeats", type=int, help="bench runs per cell (default 3 on cuda, 1 on cpu)")
-    p.add_argument("--serve-words", type=int, default=SERVE_WORDS, help="made-up words for the serve step")
+    p.add_argument("--serve-words", type=int, default=SERVE_WORDS, help="serve-step inputs (GET /samples)")
     p.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads (default: the CPUs this process may use)")
     p.add_argument(
         "--keep-bundle",

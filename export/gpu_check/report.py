@@ -84,7 +84,8 @@ def serve_lines(s: dict) -> list[str]:
         "",
         "## Serve",
         f"- /info: {s['info']}",
-        f"- {s['words']} made-up words, greedy and seeded, {s['clients']} concurrent clients ({s['concurrent_seconds']} s) "
+        f"- {s['words']} of the bundle's samples (GET /samples), greedy and seeded, {s['clients']} concurrent clients "
+        f"({s['concurrent_seconds']} s) "
         f"against each alone: {s['differ_count']} of {2 * s['words']} answers differ",
     ]
     if "beam4" in s:

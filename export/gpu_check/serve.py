@@ -1,5 +1,6 @@
-"""The serve step: `attnserve-serve` in a subprocess on 127.0.0.1, made-up words from concurrent clients against
-each word alone (greedy and seeded, then beam 4 over the first few), `/score` of each greedy answer against the
+"""The serve step: `attnserve-serve` in a subprocess on 127.0.0.1, the bundle's own sample inputs (`GET /samples`:
+its parity corpus, so inputs of the model's own task, whatever the task) from concurrent clients against each
+input alone (greedy and seeded, then beam 4 over the first few), `/score` of each greedy answer against the
 log-probabilities its generation reported, one `/v1/chat/completions` answer against `/generate`'s, and /info's
 variant and provider."""
 
@@ -13,12 +14,11 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
-import numpy as np
-
-SERVE_WORDS = 300
+SERVE_WORDS = 300  # inputs taken from the bundle's samples (all of them when it offers fewer)
 
 
 SERVE_CLIENTS = 32
@@ -46,16 +46,17 @@ class StepTimeout(Exception):
     pass
 
 
-def made_up_words(n: int, seed: int = 0) -> list[str]:
-    """Pronounceable letter strings no dictionary holds (consonant-vowel patterns), distinct."""
-    rng = np.random.default_rng(seed)
-    cons, vows = list("bcdfghjklmnprstvwz"), list("aeiouy")
-    words: dict[str, None] = {}
-    while len(words) < n:
-        k = int(rng.integers(3, 6))
-        w = "".join(str(rng.choice(cons)) + str(rng.choice(vows)) for _ in range(k)) + str(rng.choice(cons))
-        words[w] = None
-    return list(words)
+def served_samples(url: str, n: int) -> list[str]:
+    """The first `n` of the server's `GET /samples` (its bundle's parity corpus, read as the service reads it).
+    Raises RuntimeError, naming the fix, when the bundle offers none."""
+    try:
+        samples = http(url + "/samples")["samples"]
+    except urllib.error.HTTPError as e:
+        raise RuntimeError(
+            f"GET /samples answered {e.code}: the bundle has no parity corpus to take inputs from "
+            "(rebuild it with attnserve-export build)"
+        ) from e
+    return samples[:n]
 
 
 def free_port() -> int:
@@ -110,7 +111,7 @@ def serve_checks(ctx: dict, proc, url: str, variant: str, log_path: Path) -> dic
         failures.append(f"/info provider is {info.get('provider')!r}, not {want_provider}")
     if variant != "auto" and info.get("variant") != variant:
         failures.append(f"/info variant is {info.get('variant')!r}, not {variant!r}")
-    words = made_up_words(ctx["serve_words"])
+    words = served_samples(url, ctx["serve_words"])
 
     def ask(i: int, sampled: bool) -> str:
         params: dict = {"lexicon": False}
@@ -135,6 +136,7 @@ def serve_checks(ctx: dict, proc, url: str, variant: str, log_path: Path) -> dic
             k: info.get(k) for k in ("model_id", "variant", "provider", "kv_cache", "model_dtype", "threads", "max_batch_size")
         },
         "words": len(words),
+        "inputs_from": "GET /samples",
         "requests_each_way": len(jobs),
         "clients": SERVE_CLIENTS,
         "concurrent_seconds": round(concurrent_s, 2),
@@ -180,20 +182,27 @@ def beam_check(url: str, words: list[str], provider: str, failures: list[str]) -
 
 def score_check(url: str, words: list[str], provider: str, failures: list[str]) -> dict:
     """Each word's greedy answer scored by `/score` (concurrent clients, so targets share the scoring batch) against
-    the sum of the log-probabilities that its generation reported, end token included."""
+    the sum of the log-probabilities that its generation reported, end token included. `/score` reads a text as
+    the tokenizer splits it; a subword model may have generated the same text in other tokens ("7", "8" for
+    "78"), whose log-probabilities are another sequence's: those answers are counted, not compared."""
 
-    def generate(word: str) -> tuple[str, float]:
+    def generate(word: str) -> tuple[str, float, list[int]]:
         out = http(url + "/generate", {"inputs": word, "parameters": {"lexicon": False, "details": True}})
-        return out["generated_text"], sum(t["logprob"] for t in out["details"]["tokens"])
+        tokens = out["details"]["tokens"]
+        return out["generated_text"], sum(t["logprob"] for t in tokens), [t["id"] for t in tokens]
 
-    def score(item: tuple[str, str]) -> float:
+    def score(item: tuple[str, str]) -> tuple[float, list[int]]:
         word, answer = item
-        return http(url + "/score", {"inputs": word, "targets": [answer]})["scores"][0]["total"]
+        scored = http(url + "/score", {"inputs": word, "targets": [answer]})["scores"][0]
+        return scored["total"], [t["id"] for t in scored.get("tokens") or []]
 
     answers = [generate(w) for w in words]
-    together, alone, seconds = together_and_alone(score, [(w, a) for w, (a, _) in zip(words, answers)])
-    gaps = [abs(t - lp) for t, (_, lp) in zip(together, answers)]
-    apart = [abs(a - b) for a, b in zip(together, alone)]
+    together, alone, seconds = together_and_alone(score, [(w, a) for w, (a, _, _) in zip(words, answers)])
+    same_tokens = [ids == scored_ids for (_, _, ids), (_, scored_ids) in zip(answers, together)]
+    gaps = [abs(t - lp) for (t, _), (_, lp, _), same in zip(together, answers, same_tokens) if same]
+    apart = [abs(a - b) for (a, _), (b, _) in zip(together, alone)]
+    if words and not gaps:
+        failures.append("/score: no greedy answer was generated in the tokens its text reads as, so none could be compared")
     tolerance = SCORE_TOLERANCE[provider]
     worst = max(gaps, default=0.0)
     if worst > tolerance:
@@ -208,6 +217,13 @@ def score_check(url: str, words: list[str], provider: str, failures: list[str]) 
         "concurrent_seconds": round(seconds, 2),
         "tolerance": tolerance,
         "max_gap_vs_generation": worst,
+        "compared": len(gaps),
+        "generated_in_other_tokens": same_tokens.count(False),
+        "other_tokens_examples": [
+            {"input": w, "answer": a, "generated_ids": ids, "scored_ids": scored_ids}
+            for w, (a, _, ids), (_, scored_ids), same in zip(words, answers, together, same_tokens)
+            if not same
+        ][:5],
         "max_gap_concurrent_vs_alone": max(apart, default=0.0),
     }
 

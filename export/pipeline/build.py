@@ -6,13 +6,16 @@ their shape plumbing (int8's self-attention fused where its gate passes: export/
 run the parity suite (export/checks/parity.py) and the dev-split evaluation, apply the int8
 gate, and write the figures into bundle.json. The bundle is built in
 `BUNDLE.partial` and moved into place only when every check passed, so a
-failed build never leaves a half-made bundle where the service looks.
+failed build never leaves a half-made bundle where the service looks; a failed build removes
+`BUNDLE.partial` too (unless `keep_partial`) and raises one BuildError naming the step it failed in.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import re
 import shutil
 import time
 from pathlib import Path
@@ -67,7 +70,41 @@ def run_task(run_dir: Path) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
-def build(
+def build(run_dir: Path, out_dir: Path, *args, keep_partial: bool = False, log=print, **kwargs) -> dict:
+    """`build_steps` (its arguments and return value) with the failure handling of `partial_dir`: any error
+    ends as one BuildError naming the step, and `BUNDLE.partial` is removed unless `keep_partial`."""
+    steps: list[str] = []
+
+    def tracked(msg: str) -> None:
+        if "[export] " in msg:  # after build_steps' elapsed-time prefix
+            steps.append(re.split(r" \(|; |: ", msg.partition("[export] ")[2])[0][:80])
+        log(msg)
+
+    out_dir = Path(out_dir)
+    with partial_dir(out_dir.with_name(out_dir.name + ".partial"), keep_partial, steps):
+        return build_steps(run_dir, out_dir, *args, log=tracked, **kwargs)
+
+
+@contextlib.contextmanager
+def partial_dir(work: Path, keep: bool, steps: list[str]):
+    """Run the block; if it raises, `work` (the bundle being built) is removed unless `keep`, and the error
+    becomes one BuildError line naming the last step logged (`steps`) and what was left behind. A BuildError
+    raised before `work` exists (a bad argument) passes unchanged."""
+    try:
+        yield
+    except BaseException as e:
+        existed = work.exists()
+        if existed and not keep:
+            shutil.rmtree(work, ignore_errors=True)
+        if not isinstance(e, Exception) or (isinstance(e, BuildError) and not existed):
+            raise  # Ctrl-C and SystemExit as they were (cleaned up); a bad argument's own line
+        step = steps[-1] if steps else "start"
+        what = str(e) if isinstance(e, BuildError) else f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:400]}"
+        left = f"{work} kept for inspection" if keep and existed else f"no {work.name} left; --keep-partial keeps it"
+        raise BuildError(f"build failed at '{step}': {what} ({left})") from e
+
+
+def build_steps(
     run_dir: Path,
     out_dir: Path,
     model_id: str | None = None,
@@ -261,7 +298,7 @@ def parity_suite(work: Path, model, f16: dict, threads: int | None, log) -> dict
         report["figures"]["fp16_dropped"] = f16
     update_manifest(work, parity=report["figures"])
     if report["failures"]:
-        raise BuildError(f"parity failed ({work} kept for inspection): " + "; ".join(report["failures"]))
+        raise BuildError("parity failed: " + "; ".join(report["failures"]))
     return report
 
 

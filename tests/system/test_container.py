@@ -36,6 +36,7 @@ STATE_DIR = Path(os.environ.get("ATTNSERVE_TEST_DOCKER_DIR", "/var/lib/attnserve
 BASE_RAW = "attnserve-test/debian-minbase:bookworm"  # debootstrap output, imported once
 BASE = "attnserve-test/python-base:bookworm"  # + the host's CA certificates: the BASE_IMAGE for the build
 IMAGE = "attnserve-test/attnserve:cpu"
+TINY_IMAGE = "attnserve-test/attnserve:tiny"  # built with the tiny test bundle in place of the default
 LOADTEST_IMAGE = "attnserve-test/attnserve-loadtest"
 DEBIAN_SUITE = "bookworm"
 BASE_PACKAGES = "python3,python3-venv,python3-pip,ca-certificates"
@@ -209,13 +210,15 @@ def image(docker, base_image):
     return IMAGE
 
 
-def start_container(docker: Docker, name: str, *run_args: str, env: dict[str, str] | None = None) -> tuple[str, str]:
-    """Run the image on a free loopback port of the host's network; returns (name, base URL)."""
+def start_container(
+    docker: Docker, name: str, *run_args: str, env: dict[str, str] | None = None, image: str = IMAGE
+) -> tuple[str, str]:
+    """Run `image` on a free loopback port of the host's network; returns (name, base URL)."""
     port = free_port()
     docker("rm", "--force", name, check=False)
     settings = {"ATTNSERVE_HOST": "127.0.0.1", "ATTNSERVE_PORT": str(port)} | (env or {})
     env_args = [a for k, v in settings.items() for a in ("--env", f"{k}={v}")]
-    docker("run", "--detach", "--name", name, "--network", "host", *run_args, *env_args, IMAGE)
+    docker("run", "--detach", "--name", name, "--network", "host", *run_args, *env_args, image)
     return name, f"http://127.0.0.1:{port}"
 
 
@@ -403,3 +406,146 @@ def test_docker_stop_drains_in_flight_requests_and_exits_cleanly(docker, image):
         assert (state["Status"], state["ExitCode"], state["OOMKilled"]) == ("exited", 0, False)
     finally:
         docker("rm", "--force", name, check=False)
+
+
+# ---- any bundle: the tiny test bundle in place of the default, at run time and at build time, behind nginx
+
+
+@pytest.fixture(scope="module")
+def tiny_bundle_for_containers(tiny_bundle_dir):
+    """A copy of the tiny test bundle that the image's user (uid 10001) can read: pytest's own folders are
+    root's alone."""
+    root = Path(tempfile.mkdtemp(prefix="attnserve-own-bundle-", dir="/tmp"))
+    bundle = root / "g2p-tiny"
+    shutil.copytree(tiny_bundle_dir, bundle)
+    for path in [root, *root.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    try:
+        yield bundle
+    finally:
+        shutil.rmtree(root)
+
+
+@pytest.fixture
+def behind_nginx(tmp_path):
+    """Start Debian's nginx with the repository's nginx.conf in front of one replica; yields a function
+    (replica URL -> nginx URL). Stopped afterwards."""
+    from test_topology import nginx_config, stop, wait_for
+
+    procs = []
+
+    def start(replica_url: str) -> str:
+        port = free_port()
+        conf = tmp_path / "nginx.conf"
+        conf.write_text(nginx_config([int(replica_url.rsplit(":", 1)[1])], port))
+        log = tmp_path / "nginx.log"
+        cmd = ["nginx", "-c", str(conf), "-p", str(tmp_path), "-g", f"daemon off; pid {tmp_path / 'nginx.pid'};"]
+        procs.append(subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT))
+        url = f"http://127.0.0.1:{port}"
+        wait_for(f"{url}/nginx-health", "nginx", procs[-1], log)
+        return url
+
+    try:
+        yield start
+    finally:
+        for proc in procs:
+            stop(proc)
+
+
+def assert_serves_the_tiny_bundle(url: str, bundle: Path) -> None:
+    """Through `url`: /info names the tiny bundle, greedy answers equal the host's engine on it, /samples are its own."""
+    from service.client import Generator
+
+    info = httpx.get(f"{url}/info", timeout=30).json()
+    assert info["model_id"] == json.loads((bundle / "bundle.json").read_text())["model_id"] == "g2p-tiny", info
+    texts = []
+    for word in WORDS:
+        r = httpx.post(f"{url}/generate", json={"inputs": word, "parameters": {"lexicon": False}}, timeout=30)
+        assert r.status_code == 200, r.text
+        texts.append(r.json()["generated_text"])
+    with Generator(bundle, threads=1) as reference:
+        assert texts == [result.text for result in reference.generate_many(WORDS)]
+    samples = httpx.get(f"{url}/samples", timeout=30).json()["samples"]
+    assert samples and set(samples) <= set(json.loads((bundle / "parity_corpus.json").read_text())["sources"])
+
+
+def test_image_serves_a_bundle_mounted_at_run_time_behind_nginx(docker, image, tiny_bundle_for_containers, behind_nginx):
+    bundle = tiny_bundle_for_containers
+    name, url = start_container(
+        docker,
+        "attnserve-test-own-mounted",
+        "--volume",
+        f"{bundle}:/bundles/g2p-tiny:ro",
+        env={"ATTNSERVE_BUNDLE": "/bundles/g2p-tiny"},
+    )
+    try:
+        wait_ready(docker, name, url)
+        assert_serves_the_tiny_bundle(behind_nginx(url), bundle)
+    finally:
+        docker("rm", "--force", name, check=False)
+
+
+def build_context_with(bundle: Path, context: Path) -> Path:
+    """The image's build context as .dockerignore lets it through (the default bundle left out), with `bundle`
+    at bundles/NAME: a bundle of one's own, where the Dockerfile's BUNDLE_DIR takes it from."""
+    context.mkdir(parents=True)
+    for name in ("Dockerfile", ".dockerignore", "pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(REPO / name, context / name)
+    for name in ("service", "loadtest", "export", "training"):
+        shutil.copytree(REPO / name, context / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copytree(bundle, context / "bundles" / bundle.name)
+    return context
+
+
+def test_image_built_with_another_bundle_serves_it_behind_nginx(
+    docker, base_image, tiny_bundle_for_containers, behind_nginx, tmp_path
+):
+    bundle = tiny_bundle_for_containers
+    context = build_context_with(bundle, tmp_path / "context")
+    build_args = ["--build-arg", f"BASE_IMAGE={base_image}", "--build-arg", f"BUNDLE_DIR=bundles/{bundle.name}"]
+    docker.logged("build-tiny", "build", "--network", "host", *build_args, "-t", TINY_IMAGE, str(context), timeout=1200)
+    assert "ATTNSERVE_BUNDLE=/opt/attnserve/bundle" in docker.inspect(TINY_IMAGE)["Config"]["Env"]
+    name, url = start_container(docker, "attnserve-test-own-baked", image=TINY_IMAGE)
+    try:
+        wait_ready(docker, name, url)
+        assert_serves_the_tiny_bundle(behind_nginx(url), bundle)
+    finally:
+        docker("rm", "--force", name, check=False)
+
+
+def test_kubernetes_init_container_copies_the_images_bundle_into_the_bundle_volume(docker, image, tmp_path):
+    # deploy/k8s/deployment.yaml's init container, as written (the service image, its command, uid 10001),
+    # filling an empty volume; what it leaves there is the baked-in bundle, which the service then loads.
+    import yaml
+
+    from service.engine.bundle import load_bundle
+
+    pod = next(
+        doc
+        for doc in yaml.safe_load_all((REPO / "deploy" / "k8s" / "deployment.yaml").read_text())
+        if doc and doc["kind"] == "Deployment"
+    )["spec"]["template"]["spec"]
+    (init,) = pod["initContainers"]
+    (mount,) = init["volumeMounts"]
+    volume = Path(tempfile.mkdtemp(prefix="attnserve-bundle-volume-", dir="/tmp"))
+    try:
+        volume.chmod(0o777)  # an emptyDir is writable by the pod's user
+        docker(
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "--user",
+            "10001:10001",
+            "--read-only",
+            "--volume",
+            f"{volume}:{mount['mountPath']}",
+            "--entrypoint",
+            init["command"][0],
+            image,
+            *init["command"][1:],
+        )
+        assert (volume / "bundle.json").read_bytes() == (REPO / "models" / "g2p-en" / "bundle.json").read_bytes()
+        assert load_bundle(volume).model_id == json.loads((REPO / "models" / "g2p-en" / "bundle.json").read_text())["model_id"]
+    finally:
+        shutil.rmtree(volume)

@@ -76,12 +76,56 @@ def test_dockerignore_keeps_the_context_to_what_the_image_needs():
     rules = [ln for ln in lines if ln and not ln.startswith("#")]
     assert rules[0] == "*"
     allowed = {r[1:].rstrip("/") for r in rules if r.startswith("!")}
-    # export/ and training/ reach only the build stage that adds the GPU flavour's fp16 variant
-    assert allowed == {"pyproject.toml", "README.md", "LICENSE", "service", "loadtest", "export", "training", "models/g2p-en"}
-    copied = re.findall(r"^COPY (?!--from)(?:--\S+ )*(.+) \S+$", (REPO / "Dockerfile").read_text(), re.M)
+    # export/ and training/ reach only the build stage that adds the GPU flavour's fp16 variant; bundles/ holds
+    # the bundles of one's own that --build-arg BUNDLE_DIR=bundles/NAME bakes in
+    assert allowed == {
+        "pyproject.toml",
+        "README.md",
+        "LICENSE",
+        "service",
+        "loadtest",
+        "export",
+        "training",
+        "models/g2p-en",
+        "bundles",
+    }
+    dockerfile = (REPO / "Dockerfile").read_text()
+    args = dict(re.findall(r"^ARG (\w+)=(\S+)$", dockerfile, re.M))  # a build argument copies its default
+    copied = re.findall(r"^COPY (?!--from)(?:--\S+ )*(.+) \S+$", dockerfile, re.M)
     for sources in copied:
         for src in sources.split():
+            src = re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], src)
             assert src.rstrip("/") in allowed, f"Dockerfile copies {src}, which .dockerignore leaves out"
+    assert args["BUNDLE_DIR"] == "models/g2p-en"
+
+
+def test_image_compose_and_kubernetes_take_any_bundle():
+    # The image: BUNDLE_DIR baked in where ATTNSERVE_BUNDLE points; a `bundle` target holds it alone at that path.
+    dockerfile = (REPO / "Dockerfile").read_text()
+    assert "COPY ${BUNDLE_DIR} /bundle/model" in dockerfile and "ATTNSERVE_BUNDLE=/opt/attnserve/bundle" in dockerfile
+    assert re.search(r"^FROM \S+ AS bundle$", dockerfile, re.M)
+    assert dockerfile.count("COPY --from=variant /bundle/model /opt/attnserve/bundle") == 2
+    # compose: ATTNSERVE_BUNDLE and the bundles folder from .env; .env.example names both
+    env = {"ATTNSERVE_BUNDLE": "/bundles/numbers", "BUNDLES_HOST_DIR": "/srv/bundles", "BUNDLE_DIR": "bundles/numbers"}
+    args = ["-f", "docker-compose.yml", "config", "--format", "json"]
+    proc = run(BIN / "docker-compose", *args, env={**os.environ, **env})
+    assert proc.returncode == 0, proc.stderr
+    svc = json.loads(proc.stdout)["services"]["attnserve"]
+    assert svc["environment"]["ATTNSERVE_BUNDLE"] == "/bundles/numbers"
+    assert svc["build"]["args"]["BUNDLE_DIR"] == "bundles/numbers"
+    (volume,) = svc["volumes"]
+    assert (volume["source"], volume["target"], volume["read_only"]) == ("/srv/bundles", "/bundles", True)
+    example = (REPO / ".env.example").read_text()
+    assert all(f"# {name}=" in example for name in env)
+    # Kubernetes: the init container fills the bundle volume the service reads (read-only) at ATTNSERVE_BUNDLE
+    bundle_path = k8s_object("ConfigMap", "attnserve-config")["data"]["ATTNSERVE_BUNDLE"]
+    pod = k8s_object("Deployment", "attnserve")["spec"]["template"]["spec"]
+    (init,) = pod["initContainers"]
+    assert init["command"][:2] == ["cp", "-R"] and init["command"][-1].rstrip("/") == bundle_path
+    assert {"name": "bundle", "mountPath": bundle_path} in init["volumeMounts"]
+    (container,) = pod["containers"]
+    assert {"name": "bundle", "mountPath": bundle_path, "readOnly": True} in container["volumeMounts"]
+    assert any(v["name"] == "bundle" for v in pod["volumes"])
 
 
 # ---- Compose
