@@ -236,15 +236,14 @@ class Design:
 
     def times(self, w: np.ndarray) -> np.ndarray:
         """x @ w: [n, k]."""
-        out = np.zeros((self.n, w.shape[1]))
-        np.add.at(out, self.row_of, w[self.cols])
-        return out
+        # bincount per class: several times faster than np.add.at on the same sums
+        wc = w[self.cols]
+        return np.stack([np.bincount(self.row_of, weights=wc[:, c], minlength=self.n) for c in range(w.shape[1])], axis=1)
 
     def t_times(self, g: np.ndarray, d: int) -> np.ndarray:
         """x.T @ g: [d, k]."""
-        out = np.zeros((d, g.shape[1]))
-        np.add.at(out, self.cols, g[self.row_of])
-        return out
+        gr = g[self.row_of]
+        return np.stack([np.bincount(self.cols, weights=gr[:, c], minlength=d) for c in range(g.shape[1])], axis=1)
 
 
 def logreg(x: Design, d: int, extra: np.ndarray | None, y: np.ndarray, cfg: ContextConfig) -> tuple:
