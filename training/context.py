@@ -41,6 +41,7 @@ from service.text.context import CONTEXT_FILE, FORMAT, context_features
 
 DATA_DIR = Path(__file__).resolve().parent / "wikipedia_homographs"
 LABEL_MAP = DATA_DIR / "wordid_cmudict.tsv"
+WRITTEN = Path(__file__).resolve().parent / "context_written.tsv"
 HELD_OUT_EVERY = 10  # every tenth sentence of each homograph (by sha1 order) is held out
 
 
@@ -58,6 +59,9 @@ class ContextConfig:
     # outside (docs/eval/score_heteronyms.py --split train --held-out) and match the figure measured here
     fit_whole_split: bool = True
     shared: bool = True  # one verb-or-noun model over every homograph's sentences, an input of each homograph's
+    # sentences written for the project (everyday readings the Wikipedia sentences rarely show), fitted on but
+    # never held out; "" for none
+    written: str = str(WRITTEN)
 
 
 # ---- labels -> CMUdict ----------------------------------------------------------------------------------
@@ -207,6 +211,18 @@ def read_sentences(data_dir: Path, labels: dict[str, tuple[str, str]]) -> list[S
             s = len(raw[: int(start)].decode("utf-8", errors="ignore"))
             e = len(raw[: int(end)].decode("utf-8", errors="ignore"))
             out.append(Sentence(h, labels[wordid][1], text, s, e))
+    return out
+
+
+def read_written(path: Path, labels: dict[str, tuple[str, str]]) -> list[Sentence]:
+    """The written sentences: a TSV of homograph, wordid and sentence, the homograph marked by {braces}."""
+    out = []
+    rows = list(csv.reader(Path(path).open(encoding="utf-8"), delimiter="\t", quoting=csv.QUOTE_NONE))[1:]
+    for n, (h, wordid, marked) in enumerate(rows, 2):
+        start, end = marked.find("{"), marked.find("}")
+        if wordid not in labels or labels[wordid][0] != h or not 0 <= start < end or marked[start + 1 : end].lower() != h:
+            raise ValueError(f"{path}:{n}: want a covered homograph, its wordid, and the sentence with {{{h}}} marked")
+        out.append(Sentence(h, labels[wordid][1], marked[:start] + marked[start + 1 : end] + marked[end + 1 :], start, end - 1))
     return out
 
 
@@ -446,15 +462,19 @@ def run(cfg: ContextConfig, out: Path, log=print) -> dict:
     labels = read_label_map(Path(cfg.label_map))
     sentences = read_sentences(Path(cfg.data), labels)
     classes = classes_of(sentences)
+    # the written sentences add to the homographs the split covers, never a homograph of their own
+    written = [s for s in read_written(Path(cfg.written), labels) if s.homograph in classes] if cfg.written else []
+    for h, extra in classes_of(written).items():  # a reading only the written sentences show comes last
+        classes[h] = classes.get(h, []) + [p for p in extra if p not in classes.get(h, [])]
     fit, dev = split_held_out(sentences)
     t0 = time.perf_counter()
-    report = measure(*fit_all(fit, classes, cfg), fit, dev)
+    report = measure(*fit_all(fit + written, classes, cfg), fit, dev)
     acc = report["accuracy"]
     log(
         f"[context] held out: {report['sentences']} sentences over {report['homographs']} homographs; "
         f"linear {acc['linear']:.4f}, most frequent label {acc['most_frequent']:.4f} ({time.perf_counter() - t0:.0f} s)"
     )
-    models, shared = fit_all(sentences if cfg.fit_whole_split else fit, classes, cfg)
+    models, shared = fit_all((sentences if cfg.fit_whole_split else fit) + written, classes, cfg)
     data = component(models, shared)
     write_component(out / CONTEXT_FILE, data)
     (out / "heldout.json").write_text(json.dumps(report, indent=1) + "\n")
