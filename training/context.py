@@ -1,7 +1,8 @@
 """The context component: fit, measure and write the heteronym chooser (`attnserve-train context`).
 
 Data: WikipediaHomographData's train split, vendored under training/wikipedia_homographs/ (its README
-says where it came from; its eval split is not in the repository and nothing here reads it). Each
+says where it came from; its eval split is not in the repository and nothing here reads it), plus the
+sentences written for everyday readings in training/context_written.tsv (fitted on, never held out). Each
 sentence's label (a `wordid`) is mapped to a CMUdict pronunciation by `training/wikipedia_homographs/
 wordid_cmudict.tsv` (written by `write_label_map`, checked by hand where two wordids fell on one
 pronunciation). The homographs covered are those with two or more different stress-free CMUdict

@@ -2,8 +2,8 @@
 
 Some words are spelt alike and read differently by meaning or part of speech ("I read it yesterday" /
 "I will read it", "record a new record"). For each homograph a bundle's context component covers, a
-per-homograph linear model (multinomial logistic regression over the words around it, their suffixes,
-punctuation, capitalisation and position; the features of Gorman et al., LREC 2018) scores the
+per-homograph linear model (multinomial logistic regression over the words around it, their suffixes and
+closed word classes, punctuation, capitalisation and position; the features of Gorman et al., LREC 2018) scores the
 dictionary pronunciations it knows, and the best comes first. One more input of each homograph's model is a
 shared verb-or-noun score, a logistic regression over the same features fitted on every homograph's sentences
 at once: ~100 sentences of one word are too few to learn what "to X", "will X" or "the X" say in general.
