@@ -2,8 +2,8 @@
 
 Some words are spelt alike and read differently by meaning or part of speech ("I read it yesterday" /
 "I will read it", "record a new record"). For each homograph a bundle's context component covers, a
-per-homograph linear model (multinomial logistic regression over the words around it, their suffixes,
-punctuation, capitalisation and position; the features of Gorman et al., LREC 2018) scores the
+per-homograph linear model (multinomial logistic regression over the words around it, their suffixes and
+closed word classes, punctuation, capitalisation and position; the features of Gorman et al., LREC 2018) scores the
 dictionary pronunciations it knows, and the best comes first. One more input of each homograph's model is a
 shared verb-or-noun score, a logistic regression over the same features fitted on every homograph's sentences
 at once: ~100 sentences of one word are too few to learn what "to X", "will X" or "the X" say in general.
@@ -44,6 +44,25 @@ _TOKEN = re.compile(r"[^\W\d_]+(?:['\u2019][^\W\d_]+)*|\d+|[^\w\s]", re.UNICODE)
 _WINDOW = 5  # words either side that go into the bag of words
 _SPAN = 200  # characters either side of a homograph scanned first for its features (`_left_tokens`)
 
+# Closed word classes: what a neighbour says of a homograph's part of speech ("to X", "will X", "the X",
+# "X of"), shared by every word of a class so a homograph with ~100 sentences learns it from all of them.
+_CLASS_WORDS = {
+    "DET": "a an the this that these those his her its their our my your some any no every each another either "
+    "neither both all such whose which what",
+    "PRON": "i you we they he she it who someone anyone everyone nobody people",
+    "MOD": "will would can could shall should may might must cannot i'll you'll we'll they'll he'll she'll it'll "
+    "i'd you'd we'd they'd he'd she'd won't wouldn't can't couldn't shouldn't mustn't",
+    "TO": "to",
+    "BE": "be is are was were been being am isn't aren't wasn't weren't it's he's she's that's there's",
+    "HAVE": "has have had having hasn't haven't hadn't",
+    "DO": "do does did don't doesn't didn't",
+    "PREP": "of in on at for with by from into onto about over under between through during after before without "
+    "within against among upon across toward towards via per like than as",
+    "CONJ": "and or but nor",
+    "ADV": "not also only just often never always still even then now already usually generally soon",
+}
+_CLASS = {w: c for c, words in _CLASS_WORDS.items() for w in words.split()}
+
 
 class ContextError(ValueError):
     """A context component cannot be used; one line naming the file and what is wrong."""
@@ -59,6 +78,17 @@ def _shape(token: str) -> str:
     if token.isalpha():
         return "lower"
     return "sym"
+
+
+def _word_class(low: str, original: list[str]) -> str:
+    """A neighbour's class: its closed class, else its shape and (for a lower-case word) its last two letters."""
+    c = _CLASS.get(low)
+    if c is not None:
+        return c
+    if not original:
+        return low  # <s> or </s>
+    shape = _shape(original[0])
+    return f"{shape}:{low[-2:]}" if shape == "lower" else shape
 
 
 def context_features(text: str, start: int, end: int) -> list[str]:
@@ -90,6 +120,8 @@ def context_features(text: str, start: int, end: int) -> list[str]:
         f"shape-1={_shape(left[-1]) if left else '<s>'}",
         f"shape+1={_shape(right[0]) if right else '</s>'}",
     ]
+    c1, c2, d1, d2 = (_word_class(t, low) for t, low in ((p1, left[-1:]), (p2, left[-2:-1]), (n1, right[:1]), (n2, right[1:2])))
+    feats += [f"c-1={c1}", f"c-2,c-1={c2},{c1}", f"c+1={d1}", f"c+1,c+2={d1},{d2}", f"c-1,c+1={c1},{d1}"]
     if not left:
         feats.append("first")
     if not any(t[0].isalnum() for t in right):

@@ -57,6 +57,37 @@ def test_a_heteronym_reads_as_its_sentence_says(url, inputs, word, expected):
     assert reading(url, inputs, word) == expected
 
 
+# Everyday sentences a new user tried, each with the reading of the n-th occurrence of its homograph.
+EVERYDAY = [
+    ("Mr. and Mrs. Smith live on Elm Dr.", "live", 0, "L IH V"),
+    ("Please close the door", "close", 0, "K L OW Z"),
+    ("the invalid had an invalid ticket", "invalid", 0, "IH N V AH L AH D"),
+    ("the invalid had an invalid ticket", "invalid", 1, "IH N V AE L AH D"),
+    ("fresh produce", "produce", 0, "P R OW D UW S"),
+    ("a minute amount", "minute", 0, "M AY N UW T"),
+    ("a bass swam by", "bass", 0, "B AE S"),
+    ("I object", "object", 0, "AH B JH EH K T"),
+]
+
+
+def test_everyday_sentences_read_their_heteronyms_as_a_listener_expects():
+    """In process, the reader and the shipped component: stress aside, each homograph reads as its sentence says,
+    and the answer says the context chose it."""
+    from service.client import Generator
+
+    gen = Generator(DEFAULT_BUNDLE, threads=1)
+    try:
+        results = gen.generate_text_many([text for text, *_ in EVERYDAY])
+    finally:
+        gen.close()
+    got = []
+    for (_, word, nth, _), r in zip(EVERYDAY, results):
+        at = [i for i, w in enumerate(r.words) if w.lower() == word][nth]
+        answer = r.answers[at][0]
+        got.append((" ".join(p.rstrip("012") for p in answer.text.split()), answer.source))
+    assert got == [(expected, "context") for *_, expected in EVERYDAY]
+
+
 def test_context_false_reads_the_lexicons_first_entry_as_before(url):
     assert reading(url, "I read it yesterday", "read", context=False) == ["R EH1 D"]  # CMUdict's first
     assert reading(url, "I will read it", "read", context=False) == ["R EH1 D"]
@@ -220,3 +251,18 @@ def test_training_and_serving_share_one_feature_extractor():
     assert training_context.context_features is context_features
     chooser = ContextChooser.load(DEFAULT_BUNDLE / "context.json.gz")
     assert chooser.covers("read") and not chooser.covers("hello") and len(chooser.homographs) >= 100
+
+
+def test_the_written_sentences_mark_a_reading_of_a_covered_homograph(tmp_path):
+    from training.context import WRITTEN, Sentence, read_label_map, read_written
+
+    labels = read_label_map()
+    written = read_written(WRITTEN, labels)
+    assert len(written) >= 100
+    assert all(s.text[s.start : s.end].lower() == s.homograph and "{" not in s.text for s in written)
+    assert Sentence("object", "AH0 B JH EH1 K T", "I object to that remark.", 2, 8) in written
+
+    bad = tmp_path / "written.tsv"
+    bad.write_text("homograph\twordid\tsentence\nobject\tobject_vrb\tI object, unmarked.\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"written.tsv:2: .*\{object\} marked"):
+        read_written(bad, labels)
