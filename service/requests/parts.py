@@ -64,7 +64,7 @@ class PartsTicket:
         self.loop = loop
         # an owner reading answers whole shares its `ready`; a stream's owner waits on this ticket's own
         self.event = ready if ready is not None else (asyncio.Event() if loop is not None else None)
-        self.on_ready: Callable[[], None] | None = None  # service/http/generation.py's pushed streams: called instead of setting `event`
+        self.on_ready: Callable[[], None] | None = None  # a pushed stream (http/generation.py) instead of `event`
         self.warnings: list | None = None  # the request's warnings (`TextRequest.skipped`): a retry adds one
         self.span = (0, 0, word)  # the word's span in the request's text, for the warning
         self.generation: _Joined | None = None
