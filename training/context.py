@@ -57,7 +57,7 @@ class ContextConfig:
     learning_rate: float = 0.5
     min_count: int = 1  # features seen fewer times in a homograph's sentences are dropped
     # false: ship the weights fitted without the held-out tenth, so a server can be scored on that tenth from
-    # outside (docs/eval/score_heteronyms.py --split train --held-out) and match the figure measured here
+    # outside (benchmarks/score_heteronyms.py --split train --held-out) and match the figure measured here
     fit_whole_split: bool = True
     shared: bool = True  # one verb-or-noun model over every homograph's sentences, an input of each homograph's
     # sentences written for the project (everyday readings the Wikipedia sentences rarely show), fitted on but

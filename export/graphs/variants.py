@@ -110,7 +110,7 @@ def quantize_int8(
 
 def quantize_int8_dynamic(src: Path, dst: Path) -> None:
     """ONNX Runtime's dynamic quantization (one activation scale per tensor, so NOT batch-invariant):
-    kept for comparison (docs/bench/int8_invariant.py)."""
+    kept for comparison (benchmarks/int8_invariant.py)."""
     root = logging.getLogger()
     level = root.level
     root.setLevel(logging.ERROR)  # the quantizer's advice to pre-process is for static quantization
@@ -291,7 +291,7 @@ def _exact_attention(graph: onnx.GraphProto, key_lengths: dict[str, str]) -> int
     (left or right) leave the sums bitwise unchanged; its one-row kernel (T = 1, every decoder step),
     its one-column kernel and Softmax's vectorised sum do not: hence the duplicated row, and 8 columns
     of ones (one broadcast GEMM over every batch row and head) for the sum. An earlier form padded V
-    with a ones column, copying the whole cache every step (docs/bench/HISTORY.md, "Batch-invariant
+    with a ones column, copying the whole cache every step (benchmarks/HISTORY.md, "Batch-invariant
     int8"). Attentions whose V have a key axis of one name (`key_lengths`) share their ones. Returns the
     attentions rewritten."""
     consumers: dict[str, list[onnx.NodeProto]] = {}

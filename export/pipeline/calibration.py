@@ -3,7 +3,7 @@ takes on training-split pairs, read from the float32 graphs.
 
 Fixed scales are what make this int8 batch-invariant: a constant cannot depend on the other rows of a
 batch, and it costs one QuantizeLinear per activation where a scale computed per row costs four nodes
-(docs/bench/HISTORY.md, "Batch-invariant int8"). Each pair is run alone (B = 1, no padding), the decoder
+(benchmarks/HISTORY.md, "Batch-invariant int8"). Each pair is run alone (B = 1, no padding), the decoder
 teacher-forced over its whole reference in one call from an empty cache, so every value seen is one a
 served row computes.
 """

@@ -28,7 +28,7 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
     """Row-wise log-probabilities in float64; works on [V] or [R, V].
 
     Every decode step that reports log-probabilities runs this right after the decoder's call, when ONNX Runtime
-    has just evicted the caches and each numpy call costs several times what it costs warm (docs/BENCHMARKS.md,
+    has just evicted the caches and each numpy call costs several times what it costs warm (benchmarks/HISTORY.md,
     "Where a request's CPU goes inside the server"): so the fewest calls, the ufuncs' own reductions (`x.max()` and
     `x.sum()` are Python wrappers around them, with the same result) and in-place arithmetic (the same values)."""
     x = np.array(logits, dtype=np.float64)  # a copy, written in place below

@@ -147,7 +147,8 @@ def session_options(threads: int | None = None, spin: bool = False) -> ort.Sessi
     so.log_severity_level = 3  # errors only: keep CUDA fallback noise out of a CPU user's face
     # ONNX Runtime's worker threads spin between operators by default. On a shared or
     # CPU-quota'd machine that burns the cores the other threads need: with 2 threads on a
-    # busy 2-core machine decoding ran 3x slower spinning (docs/BENCHMARKS.md). Off unless asked.
+    # busy 2-core machine decoding ran 3x slower spinning (benchmarks/HISTORY.md, "Threads, and ONNX Runtime's
+    # spinning threads"). Off unless asked.
     so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
     so.add_session_config_entry("session.inter_op.allow_spinning", "1" if spin else "0")
     return so

@@ -85,7 +85,7 @@ class Scheduler:
         # A streaming owner is woken for its first token, its last, and between them at most once per this
         # interval (0: every token); the tokens in between wait in its ticket and are read together. Each wake
         # costs the shared core a pipe write, a thread switch and an event-loop turn, about 0.14 ms a token at a
-        # 0.3 ms step (docs/BENCHMARKS.md, "Stream interval").
+        # 0.3 ms step (benchmarks/HISTORY.md, "Stream interval: one wake-up per token, or fewer").
         self.stream_interval_s = stream_interval_s
         self._cv = threading.Condition()
         # queued requests, one group per submit (a text's words are one group); groups take turns to join the batch,

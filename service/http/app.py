@@ -51,7 +51,7 @@ from service.text.lexicon import Lexicon
 from service.version import version
 
 # net allocations between young-generation collections (Python's default 700): above what a full batch's requests and
-# a deep queue hold at once (docs/bench/gc_cost.py counts the collections under load)
+# a deep queue hold at once (benchmarks/gc_cost.py counts the collections under load)
 YOUNG_COLLECTION_THRESHOLD = 10_000
 
 log = logging.getLogger("attnserve.service")
