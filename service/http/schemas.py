@@ -36,6 +36,13 @@ RANGE = {name: bound.json_schema() for name, bound in BOUNDS.items()}
 REQUEST_CONFIG = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
 
 
+DateOrder = Literal["mdy", "dmy", "ymd"]
+DATE_ORDER_DESCRIPTION = (
+    "Extension, word-level bundles: the order of a date written in numbers (`mdy` default: 12/25/2023 december twenty "
+    "fifth; `dmy`; `ymd`); docs/TEXT.md."
+)
+
+
 class GenerateParameters(BaseModel):
     """TGI's `parameters`: every field optional; null means unset."""
 
@@ -122,11 +129,7 @@ class GenerateParameters(BaseModel):
         description="Extension, word-level bundles: true keeps sentence and phrase punctuation (. , ; : ! ? ( ) and dashes) "
         "as its own tokens between the words' answers, so a TTS engine can place pauses (docs/TEXT.md).",
     )
-    date_order: Literal["mdy", "dmy", "ymd"] | None = Field(
-        None,
-        description="Extension, word-level bundles: the order of a date written in numbers (`mdy` default: 12/25/2023 "
-        "december twenty fifth; `dmy`; `ymd`); docs/TEXT.md.",
-    )
+    date_order: DateOrder | None = Field(None, description=DATE_ORDER_DESCRIPTION)
     # output forms and per-request pronunciations (service/requests/forms.py, service/text/pronunciations.py)
     alphabet: Literal["arpabet", "ipa", "espeak"] | None = Field(
         None,

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from service.http.openai.ranges import documented
-from service.http.schemas import TextWarning, WordDetails
+from service.http.schemas import DATE_ORDER_DESCRIPTION, DateOrder, TextWarning, WordDetails
 
 MAX_STOP = 4  # OpenAI's limit on stop sequences
 
@@ -117,11 +117,7 @@ class SamplingFields(BaseModel):
         description="Extension, word-level bundles: true keeps sentence and phrase punctuation as its own tokens between "
         "the words' answers (docs/TEXT.md).",
     )
-    date_order: Literal["mdy", "dmy", "ymd"] | None = Field(
-        None,
-        description="Extension, word-level bundles: the order of a date written in numbers (`mdy` default: 12/25/2023 "
-        "december twenty fifth; `dmy`; `ymd`); docs/TEXT.md.",
-    )
+    date_order: DateOrder | None = Field(None, description=DATE_ORDER_DESCRIPTION)
     # output forms and per-request pronunciations, as the TGI routes' parameters of the same names
     alphabet: Literal["arpabet", "ipa", "espeak"] | None = Field(
         None,
