@@ -105,6 +105,8 @@ def explain_request(svc, body: GenerateRequest) -> ValidRequest:
     def one_word(units: list) -> None:
         if len(units) != 1:
             raise InvalidRequest(f"/explain shows one word's attention; this text has {len(units)} words", "inputs")
+        # /generate reads a word longer than the model in parts; one attention map cannot show parts
+        svc.text.check_length(units[0])
 
     read = TextParams(truncate=params.truncate, return_full_text=bool(params.return_full_text))
     valid = validate(svc.text, body.inputs, read, lambda: svc.validator.options(params, False), one_word)
