@@ -1,0 +1,78 @@
+"""A word the lexicon lacks whose case or the parts table names its dictionary parts is read from them
+(service/text/compounds.py): one word of the answer, source `parts`, the later parts' primary stress made secondary;
+greedy requests only, as lexicon answers. The default bundle through the in-process Generator (the request layer every
+front end shares)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from service.client import Generator, InputError
+from service.text.compounds import case_parts, compound_parts, compound_reading
+
+DEFAULT_BUNDLE = Path(__file__).resolve().parents[2] / "models" / "g2p-en"
+
+
+@pytest.fixture(scope="module")
+def gen():
+    with Generator(DEFAULT_BUNDLE) as g:
+        yield g
+
+
+def one(gen: Generator, text: str, **params):
+    r = next(gen.generate_text_many([text], **params))
+    assert not isinstance(r, InputError), r
+    return r
+
+
+def test_a_word_splits_where_its_case_changes():
+    assert case_parts("TensorFlow") == ["tensor", "flow"]
+    assert case_parts("HTTPServer") == ["http", "server"]
+    assert case_parts("OpenStreetMap") == ["open", "street", "map"]
+    assert case_parts("Smartwatch") is None and case_parts("smartwatch") is None and case_parts("NASA") is None
+
+
+def test_only_words_whose_every_part_is_known_are_split_and_never_a_lower_case_word():
+    known = {"tensor", "flow", "smart", "watch", "allister", "the", "rapist", "torch", "pie"}
+    assert compound_parts("TensorFlow", "tensorflow", known) == ("tensor", "flow")
+    assert compound_parts("PyTorch", "pytorch", known) == ("pie", "torch")  # the parts table: "py" is said "pie"
+    assert compound_parts("XyzFlow", "xyzflow", known) is None  # a part the dictionary lacks: the model reads it
+    assert compound_parts("McAllister", "mcallister", known) is None  # a name's prefix
+    assert compound_parts("smartwatch", "smartwatch", known) is None  # no split marked: the model reads it
+    assert compound_parts("therapist", "therapist", known) is None
+
+
+def test_later_parts_primary_stress_becomes_secondary():
+    readings = {"tensor": "T EH1 N S ER0", "flow": "F L OW1", "open": "OW1 P AH0 N", "map": "M AE1 P"}
+    assert compound_reading(["tensor", "flow"], readings.get) == "T EH1 N S ER0 F L OW2"
+    assert compound_reading(["open", "flow", "map"], readings.get) == "OW1 P AH0 N F L OW2 M AE2 P"
+    assert compound_reading(["tensor", "xyz"], readings.get) is None
+
+
+@pytest.mark.parametrize(
+    "word, reading",
+    [("PyTorch", "P AY1 T AO2 R CH"), ("TensorFlow", "T EH1 N S ER0 F L OW2"), ("NumPy", "N AH1 M P AY2")],
+)
+def test_camel_case_words_are_one_word_read_from_their_parts(gen, word, reading):
+    assert word.lower() not in gen.text.lexicon
+    r = one(gen, f"I use {word} daily.")
+    assert r.text.split(" | ")[2] == reading and len(r.answers) == 4
+    assert r.answers[2][0].source == "parts" and r.answers[2][0].score is None
+    (w,) = [w for w in r.word_details() if w["source"] == "parts"]
+    assert (w["start"], w["end"]) == (6, 6 + len(word))
+
+
+def test_sampling_and_lexicon_false_keep_the_models_own_answer(gen):
+    assert one(gen, "PyTorch", lexicon=False).answers[0][0].source == "model"
+    assert one(gen, "PyTorch", do_sample=True, seed=3).answers[0][0].source == "model"
+    r = one(gen, "TensorFlow", best_of=2)  # the parts' reading first, the model's beam after it
+    assert [a.source for a in r.answers[0]] == ["parts", "model"]
+
+
+def test_closed_compounds_and_known_words_are_not_split(gen):
+    for word in ("smartwatch", "livestream", "therapist", "McDonald", "YouTube"):
+        r = one(gen, word)
+        assert all(a[0].source != "parts" for a in r.answers), (word, r.text)
+    assert one(gen, "therapist").answers[0][0].source == "lexicon"
