@@ -5,9 +5,12 @@ front end shares)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import httpx
 import pytest
+from service_harness import serving
 
 from service.client import Generator, InputError
 from service.text.compounds import case_parts, compound_parts, compound_reading
@@ -115,3 +118,17 @@ def test_test_split_words_that_split_into_two_dictionary_words_are_read_as_well_
     served = sum(right(w, r.text) for w, r in zip(words, results)) / len(words)
     from_parts = sum(right(w, compound_reading(splits[w], lambda p: kept[p][0])) for w in words) / len(words)
     assert served >= max(0.75, from_parts), (served, from_parts)
+
+
+def test_over_http_a_camel_case_word_is_one_word_of_the_answer_and_of_the_stream():
+    text = "PyTorch beats TensorFlow"
+    with serving(DEFAULT_BUNDLE) as s, httpx.Client(timeout=60) as c:
+        body = c.post(s.url + "/generate", json={"inputs": text, "parameters": {"details": True}}).json()
+        with c.stream("POST", s.url + "/generate_stream", json={"inputs": text}) as r:
+            events = [json.loads(line[5:]) for line in r.iter_lines() if line.startswith("data:")]
+        alone = c.post(s.url + "/generate", json={"inputs": "PyTorch", "parameters": {"details": True}}).json()
+    assert body["generated_text"] == "P AY1 T AO2 R CH | B IY1 T S | T EH1 N S ER0 F L OW2"
+    words = body["details"]["words"]
+    assert [(w["start"], w["end"], w["source"]) for w in words] == [(0, 7, "parts"), (8, 13, "lexicon"), (14, 24, "parts")]
+    assert events[-1]["generated_text"] == body["generated_text"]
+    assert alone["details"]["source"] == "parts" and alone["details"]["score"] is None
