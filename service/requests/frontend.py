@@ -64,7 +64,7 @@ from service.engine.scheduler import Failed, Finished, Scheduler
 from service.errors import InvalidRequest
 from service.requests.forms import EspeakText, FormUnsupported, OutputForm, output_form
 from service.requests.overrides import pronounce
-from service.requests.parts import PartsPlan, PartsTicket
+from service.requests.parts import PartsPlan, PartsTicket, compound_ids
 from service.requests.streaming import StreamReader
 from service.requests.units import (
     CAUGHT_UP,
@@ -207,6 +207,11 @@ class TextFrontEnd:
             if answers is None:
                 answers = made[text] = tuple(self.known_answer(a.ids, options) for a in lexicon.lookup(text)[: options.n_best])
             u.known = list(answers)  # shared by the word's occurrences: answers are not changed once made
+            if not answers and w is not None:  # a compound of dictionary words (service/text/compounds.py)
+                ids = compound_ids(inputs[w.start : w.end], text, lexicon, self.fixed_ids)
+                if ids is not None:
+                    u.known = [self.known_answer(ids, options)]
+                    u.known[0].source = "parts"
 
     def _word_answers(self, options: DecodingOptions) -> dict[str, tuple[Answer, ...]]:
         """The lexicon's answers by word for requests of this n_best, length bound and stop sequences: kept while the

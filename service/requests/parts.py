@@ -34,6 +34,8 @@ from service.engine.step import StepResult
 from service.engine.stopping import Hypothesis
 from service.errors import ServiceError
 from service.requests.units import Answer, Unit, hypothesis_tokens
+from service.text.compounds import compound_parts, compound_reading
+from service.text.lexicon import Lexicon
 from service.text.parts import MIN_CHECKED_LETTERS, InParts, letters, split_word, stopped_early
 
 # a part is the lexicon's answer (its token ids) or the engine's ticket
@@ -362,3 +364,19 @@ def answer_of(known: list[tuple[int, ...]], engine: Engine) -> Answer:
     """A word whose every part the lexicon knows: its joined answer (no engine call)."""
     h = _join(engine, [Hypothesis(list(ids), [], "eos_token") for ids in known])
     return Answer(h.text, hypothesis_tokens(engine, h), h.finish_reason, h.generated_tokens, None, "parts")
+
+
+def compound_ids(written: str, word: str, lexicon: Lexicon, ids: Callable[[str], tuple[int, ...]]) -> tuple[int, ...] | None:
+    """The target ids of a word the lexicon lacks read from its dictionary parts (service/text/compounds.py), one
+    word's answer with source `parts`; None when it is not read so. `written`: the word as the text wrote it (its case
+    marks the parts); `ids`: a reading's target ids."""
+    parts = compound_parts(written, word, lexicon)
+    if parts is None:
+        return None
+
+    def first(part: str) -> str | None:
+        found = lexicon.lookup(part)
+        return found[0].text if found else None
+
+    reading = compound_reading(parts, first)
+    return ids(reading) if reading is not None else None

@@ -105,7 +105,7 @@ class Answer:
     finish_reason: str
     generated_tokens: int
     score: float | None
-    source: str  # "model", "lexicon", "punctuation" (a mark kept between words) or "context" (a lexicon answer
+    source: str  # "model", "lexicon", "parts", "punctuation" (a mark kept between words) or "context" (a lexicon answer
     # the sentence chose: service/text/context.py)
     index: int | None = None  # which sampled candidate it was (best_of with sampling)
     seed: int | None = None
