@@ -155,7 +155,8 @@ def main() -> int:
         "text_words": len(text.split()),
         "answer_words": {label: a.count(" | ") + 1 for label, a in answers.items()},
         "same_answer": len(set(answers.values())) == 1,  # every tree's generated_text alike
-        "trees": {label: {"path": path, "commit": git_commit(Path(path))} for label, path in trees.items()},
+        # each tree by its commit: where it lay on this machine means nothing elsewhere
+        "trees": {label: {"commit": git_commit(Path(path))} for label, path in trees.items()},
         "times_s": times,
         "best_ms": {label: round(b * 1000, 2) for label, b in best.items()},
         "ratio_to_espeak": {label: round(best[label] / best["espeak-ng"], 2) for label in trees},

@@ -210,7 +210,7 @@ def main() -> int:
         server.terminate()
         server.wait(30)
     result |= {
-        "command": portable_args(sys.argv),
+        "command": ["python", "-m", "benchmarks.soak", *portable_args(sys.argv[1:])],
         "machine": machine(),
         "clients": args.clients,
         "words": args.words,
