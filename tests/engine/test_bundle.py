@@ -143,7 +143,7 @@ def test_edited_manifest_stops_start_up_with_one_line_naming_it(bundle_copy):
 
 def test_manifest_hash_ignores_layout_and_a_bundle_without_it_loads_unchecked(bundle_copy):
     """Re-indenting bundle.json keeps its hash (the content is hashed as canonical JSON); a bundle written before
-    the field existed has none and loads as before; a malformed hash is refused."""
+    the field existed has none and loads unchecked; a malformed hash is refused."""
     from service.engine.bundle import MANIFEST_FIELD
 
     path = bundle_copy / "bundle.json"
