@@ -187,3 +187,12 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def read_one(gen, text: str, **params):
+    """One line's TextResult from an in-process Generator (`gen.generate_text_many`), failing on an InputError."""
+    from service.client import InputError
+
+    r = next(gen.generate_text_many([text], **params))
+    assert not isinstance(r, InputError), r
+    return r

@@ -10,26 +10,15 @@ from pathlib import Path
 
 import httpx
 import pytest
+from service_harness import read_one as one
 from service_harness import serving
 
-from service.client import Generator, InputError
+from service.client import Generator
 from service.text.compounds import case_parts, compound_parts, compound_reading
 from service.text.lexicon import Lexicon, read_lexicon_file
 from training.data import split_of, strip_stress
 
 DEFAULT_BUNDLE = Path(__file__).resolve().parents[2] / "models" / "g2p-en"
-
-
-@pytest.fixture(scope="module")
-def gen():
-    with Generator(DEFAULT_BUNDLE) as g:
-        yield g
-
-
-def one(gen: Generator, text: str, **params):
-    r = next(gen.generate_text_many([text], **params))
-    assert not isinstance(r, InputError), r
-    return r
 
 
 def test_a_word_splits_where_its_case_changes():

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from service_harness import read_one as one
 from service_harness import serving
 
-from service.client import Generator, InputError
+from service.client import InputError
 from service.text.parts import MIN_PHONES_PER_LETTER, split_word, stopped_early
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,18 +25,6 @@ DEFAULT_BUNDLE = ROOT / "models" / "g2p-en"
 PNEUMO = "Pneumonoultramicroscopicsilicovolcanoconiosis"  # 45 letters
 SUPERCAL = "supercalifragilisticexpialidocious"
 LLAN = "Llanfairpwllgwyngyllgogerychwyrndrobwllllantysiliogogogoch"  # 58 letters: over the model's 48 positions
-
-
-@pytest.fixture(scope="module")
-def gen():
-    with Generator(DEFAULT_BUNDLE) as g:
-        yield g
-
-
-def one(gen: Generator, text: str, **params):
-    r = next(gen.generate_text_many([text], **params))
-    assert not isinstance(r, InputError), r
-    return r
 
 
 # ---- the parts and the threshold, alone -------------------------------------------------------------------------
