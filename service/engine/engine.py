@@ -246,6 +246,8 @@ class Engine:
         kind = BATCH_KINDS[self.kv_cache]
         self.batch_kind = kind
         self.buffer_pool = BufferPool()  # lent to every batch: self-attention buffers of emptied batches, for the next
+        # `generate`'s emptied batch, which the next call takes again: its buffers and binding kept (SlotBatch._emptied)
+        self.idle_batches: list[DecodeBatch] = []
         try:
             self.encoder = ort.InferenceSession(str(enc_path), so, providers=providers(use_cuda))
             self.decoder = ort.InferenceSession(
@@ -316,7 +318,10 @@ class Engine:
         # do not depend on the company a row keeps, so the order is free.
         order = sorted(range(len(items)), key=lambda i: len(items[i])) if sort else list(range(len(items)))
         gens: list[Generation | None] = [None] * len(items)
-        batch = self.new_batch()
+        try:  # another thread's call may have taken it: list.pop is atomic
+            batch = self.idle_batches.pop()
+        except IndexError:
+            batch = self.new_batch()
         cursor = 0
         while cursor < len(order) or len(batch):
             if cursor < len(order) and (refill or not len(batch)):
@@ -328,4 +333,6 @@ class Engine:
                 for i, g in zip(take, self.join(batch, [(items[i], opts[i]) for i in take])):
                     gens[i] = g
             self.step(batch)
+        if not self.idle_batches:
+            self.idle_batches.append(batch)
         return [GenerationResult.of(g) for g in gens]

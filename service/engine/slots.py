@@ -22,7 +22,8 @@ slots would compute for nothing, step after step. Every buffer is bound from its
 by pointer), rebound only when n, the capacity or W changes. So a step's Python is the one `run_with_iobinding`
 call, and after it the tokens and positions written in place.
 
-Joining writes the row's slot (cross K/V, bias, id, position 0); finishing frees it. Greedy and
+Joining writes the row's slot (cross K/V, bias, id, position 0); finishing frees it. A batch that empties gives
+its cache to the engine's pool and keeps its other buffers and their binding for the rows that join it next. Greedy and
 sampled rows never have their cache copied; a beam step copies the cache of the rows whose parent
 changed, and only their first `positions` entries.
 """
@@ -123,10 +124,9 @@ class SlotBatch(DecodeBatch):
             raise KernelsMissing(f"{dec_path.name} is not served by the CUDA provider here")
 
     def _reset(self) -> None:
-        """No rows: the buffers go back to the pool; the next rows to join allocate (or take them again)."""
+        """No rows and no buffers (a new batch, or an emptied device batch): the next rows to join allocate them, or
+        take a pooled cache."""
         e = self.layout
-        if getattr(self, "cache", None) and self.device == "cpu":
-            self.pool.give(self.cache)
         self.state = RowState(e.vocab_size)
         self.capacity = 0
         self.width = 0
@@ -135,6 +135,35 @@ class SlotBatch(DecodeBatch):
         self.n_live = 0
         self.cache: list = []
         self.bound = -1
+
+    def _emptied(self) -> None:
+        """The last row left. A host batch gives its self-attention cache to the pool (the next batch, or this one,
+        takes it) and keeps the rest: its other buffers and their binding. Rows joining it again take the cache
+        back and, when that set comes back at the same row count and source width, step without rebinding: a
+        binding is some 20 calls into ONNX Runtime and the buffers a dozen allocations, which at one client every
+        request would pay. A device batch lets everything go."""
+        if self.device != "cpu":
+            self._reset()
+            return
+        self.pool.give(self.cache)
+        self.cache = []
+        self.state = RowState(self.layout.vocab_size)
+        self.n = 0
+        self.n_live = 0
+
+    def _take_back_cache(self) -> None:
+        """Rows join an emptied host batch: its cache from the pool, or, if another batch took that set, a fresh
+        start as a new batch makes (`_reset`, then `add` allocates or takes a pooled set)."""
+        pooled = self.pool.take(self.capacity)
+        if pooled is not None and pooled[0].shape[0] == self.capacity:
+            self.cache = pooled
+            ptrs = [buf.ctypes.data for buf in pooled]
+            if ptrs != self.cache_ptrs:  # another set of the same size: bound again before the next step
+                self.cache_ptrs, self.bound = ptrs, -1
+            return
+        if pooled is not None:
+            self.pool.give(pooled)
+        self._reset()
 
     # ---- buffers --------------------------------------------------------------------------
     def _allocate(self, capacity: int, width: int) -> None:
@@ -270,11 +299,14 @@ class SlotBatch(DecodeBatch):
         adding = [(q, src) for g, src in zip(gens, sources, strict=True) for q in g.rows]
         if not adding:
             return
+        if self.capacity and not self.cache:  # emptied: its cache went to the pool
+            self._take_back_cache()
         free = [i for i, q in enumerate(self.rows) if q is None]
         extra = len(adding) - len(free)
         need_n = self.n + max(0, extra)
-        width = padded_source_len(max([self.width] + [src.length for _, src in adding]))
-        if need_n > self.capacity or width > self.width:
+        # an emptied batch narrows to its new rows' width, as a new batch would have it; running rows keep theirs
+        width = padded_source_len(max([self.width if self.n else 0] + [src.length for _, src in adding]))
+        if need_n > self.capacity or width != self.width:
             capacity = max(self.capacity, MIN_CAPACITY)
             while capacity < need_n:
                 capacity *= 2
@@ -319,7 +351,7 @@ class SlotBatch(DecodeBatch):
             self.positions[i, 0] = 0  # stays inside the buffers (a row that hit max_target_len stands at Pmax)
             self.n_live -= 1
         if not self.n_live:
-            self._reset()
+            self._emptied()
             return
         live = np.flatnonzero(self.live[: self.n, 0])
         n = int(live[-1]) + 1

@@ -188,3 +188,37 @@ def test_the_v1_adapter_keeps_its_buffers_on_the_host_whatever_the_device(engine
         batch.remove([r.generation for r in choice.results if r.finish_reason])
     expected = engine.generate(WORDS[:4], options)
     assert [g.token_ids for g in gens] == [r.token_ids for r in expected]
+
+
+def test_an_emptied_batch_keeps_its_binding_and_answers_as_a_new_one(engines):
+    """A host batch whose last row left gives its cache to the pool and keeps the rest: rows that join it again at the
+    same row count and source width take that cache back and step without rebinding; a narrower source narrows it (as
+    a new batch would be); if another batch took its cache, it starts afresh. Every answer is a new batch's."""
+    engine = engines["in_place"]
+    options = DecodingOptions(max_new_tokens=12, logprobs=True)
+
+    def answer(batch, word):
+        (gen,) = engine.join(batch, [(engine.encode_text(word), options)])
+        while len(batch):
+            engine.step(batch)
+        return gen.token_ids, gen.logprobs
+
+    fresh = {w: answer(engine.new_batch(), w) for w in ("hello", "zebra", "characteristically", "a")}
+    batch = engine.new_batch()
+    binds = []
+    bind = batch._bind
+    batch._bind = lambda: binds.append(batch.n) or bind()  # counts the bindings, which are calls into ONNX Runtime
+    assert answer(batch, "hello") == fresh["hello"]
+    width = batch.width
+    assert binds == [1] and len(engine.buffer_pool) == 1 and not batch.cache  # emptied: its cache went to the pool
+    assert answer(batch, "zebra") == fresh["zebra"]  # the same width (5 letters, padded to 8)
+    assert binds == [1] and batch.width == width  # stepped without binding again
+    assert answer(batch, "characteristically") == fresh["characteristically"]
+    assert batch.width > width
+    assert answer(batch, "a") == fresh["a"]
+    assert batch.width == 4  # narrowed again, as a new batch's
+    other = engine.new_batch()
+    engine.join(other, [(engine.encode_text("cat"), options)])  # takes the pooled cache
+    assert len(engine.buffer_pool) == 0
+    assert answer(batch, "hello") == fresh["hello"]  # a fresh start
+    assert len(other) == 1
