@@ -13,6 +13,9 @@ With `--fused-attention`, each encoder's self-attention then becomes MultiHeadAt
 It is not bitwise, so it is kept only where its gate passes (every
 variant using that encoder gives the same greedy answers on at least MIN_AGREEMENT_PCT of the parity
 corpus through the engine, and each row's outputs are bitwise the same alone and in a padded batch of 32).
+Each layer's Q, K and V projections and that MultiHeadAttention then become one QAttention
+(export/graphs/encoder_fuse.py), proven bitwise the same as the fused-attention graph as the first rewrite is, and
+recorded under `encoder_graph.fused_projections`.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import onnx
 
 from export.errors import BuildError
 from export.graphs.encoder_attention import fuse_self_attention
+from export.graphs.encoder_fuse import fuse_qkv_attention
 from export.graphs.encoder_simplify import op_counts, simplify_encoder
 from export.pipeline.manifest import BUNDLE_JSON, PARITY_CORPUS, external_data_files, write_manifest
 
@@ -37,6 +41,11 @@ MIN_AGREEMENT_PCT = 99.9
 # only an encoder that already needs those kernels (int8's MatMulIntegerToFloat) gets MultiHeadAttention.
 STANDARD_ONLY = "standard ONNX operators only: the fallback for a runtime without contrib kernels stays so"
 PAD_EXTRA = 3
+FUSED_PROJECTIONS = (
+    "each layer's Q, K and V MatMulIntegerToFloat and MultiHeadAttention as one QAttention (weights, weight scales "
+    "and biases concatenated; int32 accumulation is exact): every output bitwise the same"
+)
+ATTENTION_OPS = ("MultiHeadAttention", "QAttention")
 REWRITE = (
     "Reshape shapes read back from the reshaped tensor made constant (0 = keep that dim), positions sliced "
     "from the table and broadcast by their Add, dead Shape/Gather/Unsqueeze/Concat chains removed: "
@@ -88,11 +97,41 @@ def simplify_bundle_encoders(bundle_dir: Path, log: Callable[[str], None] = prin
     meta["encoder_graph"] = record
     write_manifest(bundle_dir, meta)  # the hashes the fused-attention gate's bundles are loaded with
     if fused_attention:
-        record["fused_attention"] = {}
+        record["fused_attention"] = dict(record.get("fused_attention", {}))  # a fused encoder keeps its gate's figures
         for name in files:
             record["fused_attention"][name] = fuse_attention_gated(bundle_dir, meta, name, log)
             write_manifest(bundle_dir, meta)  # the next gate loads this bundle, hashes checked
+        record["fused_projections"] = dict(record.get("fused_projections", {}), rewrite=FUSED_PROJECTIONS)
+        for name in files:
+            fused = fuse_projections_proven(bundle_dir, name, batches, pad_id, max_len, log)
+            if fused is not None:
+                record["fused_projections"][name] = fused
+        write_manifest(bundle_dir, meta)
     return record
+
+
+def fuse_projections_proven(
+    bundle_dir: Path, name: str, batches: list, pad_id: int, max_len: int, log: Callable[[str], None]
+) -> dict | None:
+    """Encoder `name` with its Q, K, V projections and attention as QAttention, written only when every output is
+    bitwise the same on `batches` (BuildError otherwise); its record (QAttention nodes, nodes before and after), or
+    None when there was nothing to fuse (no MultiHeadAttention, or already fused)."""
+    path = bundle_dir / name
+    before = onnx.load(str(path))
+    after, fused = fuse_qkv_attention(before)
+    if not fused:
+        log(f"{name}: no Q, K, V projections to fuse")
+        return None
+    onnx.checker.check_model(after)
+    with tempfile.TemporaryDirectory() as tmp:
+        candidate = Path(tmp) / name
+        save_like(after, candidate, external_data_files(path))
+        differences = compare_outputs(path, candidate, batches, pad_id, max_len=max_len)
+        if differences:
+            raise BuildError(f"{name}: the fused projections are not bitwise the same: " + "; ".join(differences[:5]))
+    save_like(after, path, external_data_files(path))
+    log(f"{name}: Q, K, V of {fused} layers as QAttention, {len(before.graph.node)} -> {len(after.graph.node)} nodes, bitwise")
+    return {"qattention": fused, "nodes_before": len(before.graph.node), "nodes_after": len(after.graph.node)}
 
 
 def save_like(model: onnx.ModelProto, path: Path, data_files: list[str]) -> None:
@@ -152,7 +191,7 @@ def fuse_attention_gated(bundle_dir: Path, meta: dict, name: str, log: Callable[
     config = meta["config"]
     path = bundle_dir / name
     model = onnx.load(str(path))
-    if any(node.op_type == "MultiHeadAttention" for node in model.graph.node):
+    if any(node.op_type in ATTENTION_OPS for node in model.graph.node):
         log(f"{name}: self-attention already fused")
         return meta.get("encoder_graph", {}).get("fused_attention", {}).get(name, {"applied": True})
     if not any(node.domain == "com.microsoft" for node in model.graph.node):
