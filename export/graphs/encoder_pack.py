@@ -4,10 +4,10 @@ The encoder is called on [B, S] rows padded to the longest. Its LayerNorms, quan
 residual Adds each treat one token alone, so they can run on the T real tokens of the batch, packed [T, N], and
 only the attention (which mixes a row's tokens) and the graph outputs need the padded [B, S, N] layout:
 
-- `flat` = the attention mask as [B*S]; `index` = NonZero(flat) [T], each real token's flat position;
-  `unpack` = CumSum(flat) - 1 as [B, S]: each position's packed row (a padding position gets the real token
-  before it, or the batch's last one when none comes before it: a copy of a real token, finite, and masked or
-  discarded wherever it is read);
+- `index` = NonZero(the mask as [B*S]) [T], each real token's flat position; `unpack` [B, S], each position's
+  packed row: its row's first packed row plus the row's real tokens up to it, minus one (a padding position gets
+  the real token before it, or the batch's last one when none comes before it: a copy of a real token, finite,
+  and masked or discarded wherever it is read);
 - the tensor the first LayerNorm reads (the embedded tokens) and each attention's output are packed:
   Gather(Reshape(x, [-1, D]), index);
 - a packed tensor read by anything else (the attention, the cross K/V heads split, a graph output) is unpacked:
@@ -140,20 +140,23 @@ def _pack(graph: onnx.GraphProto, producer: onnx.NodeProto, name: str, d_model: 
 
 
 def _index_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
-    """index [T] (each real token's flat position) and unpack [B, S] (each position's packed row), from the mask."""
+    """index [T] (each real token's flat position) and unpack [B, S] (each position's packed row: the row's start
+    among the packed tokens plus the real tokens up to it, minus one), from the mask alone."""
     graph.initializer.extend(
         [
             numpy_helper.from_array(np.array([-1], np.int64), PREFIX + "flat_shape"),
-            numpy_helper.from_array(np.array(0, np.int64), PREFIX + "axis"),
+            numpy_helper.from_array(np.array(0, np.int64), PREFIX + "rows_axis"),
             numpy_helper.from_array(np.array(1, np.int64), PREFIX + "one"),
+            numpy_helper.from_array(np.array([1], np.int64), PREFIX + "tokens_axes"),
         ]
     )
     return [
         helper.make_node("Reshape", [ATTENTION_MASK, PREFIX + "flat_shape"], [PREFIX + "flat"]),
         helper.make_node("NonZero", [PREFIX + "flat"], [PREFIX + "nonzero"]),
         helper.make_node("Reshape", [PREFIX + "nonzero", PREFIX + "flat_shape"], [INDEX]),
-        helper.make_node("CumSum", [PREFIX + "flat", PREFIX + "axis"], [PREFIX + "count"]),
-        helper.make_node("Sub", [PREFIX + "count", PREFIX + "one"], [PREFIX + "unpack_flat"]),
-        helper.make_node("Shape", [ATTENTION_MASK], [PREFIX + "mask_shape"]),
-        helper.make_node("Reshape", [PREFIX + "unpack_flat", PREFIX + "mask_shape"], [UNPACK]),
+        helper.make_node("CumSum", [ATTENTION_MASK, PREFIX + "one"], [PREFIX + "in_row"]),  # [B, S]
+        helper.make_node("ReduceSum", [ATTENTION_MASK, PREFIX + "tokens_axes"], [PREFIX + "row_len"], keepdims=1),
+        helper.make_node("CumSum", [PREFIX + "row_len", PREFIX + "rows_axis"], [PREFIX + "row_start"], exclusive=1),
+        helper.make_node("Sub", [PREFIX + "row_start", PREFIX + "one"], [PREFIX + "row_start_1"]),  # [B, 1]
+        helper.make_node("Add", [PREFIX + "in_row", PREFIX + "row_start_1"], [UNPACK]),
     ]
