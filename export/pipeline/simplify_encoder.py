@@ -13,9 +13,12 @@ With `--fused-attention`, each encoder's self-attention then becomes MultiHeadAt
 It is not bitwise, so it is kept only where its gate passes (every
 variant using that encoder gives the same greedy answers on at least MIN_AGREEMENT_PCT of the parity
 corpus through the engine, and each row's outputs are bitwise the same alone and in a padded batch of 32).
-Each layer's Q, K and V projections and that MultiHeadAttention then become one QAttention
-(export/graphs/encoder_fuse.py), proven bitwise the same as the fused-attention graph as the first rewrite is, and
-recorded under `encoder_graph.fused_projections`.
+Where it is kept, each layer's Q, K and V projections and that MultiHeadAttention then become one QAttention
+(export/graphs/encoder_fuse.py), proven bitwise the same as the first rewrite is and recorded under
+`encoder_graph.fused_projections`; then the per-token nodes run on the batch's real tokens only
+(export/graphs/encoder_pack.py), proven on the same batches for every real position (padding positions change,
+and nothing reads them) and on each parity-corpus row alone against in a padded batch of 32, recorded under
+`encoder_graph.packed_tokens`.
 """
 
 from __future__ import annotations
