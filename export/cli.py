@@ -79,7 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     se.add_argument(
         "--fused-attention",
         action="store_true",
-        help="then self-attention as MultiHeadAttention (not bitwise), kept only where its greedy/invariance gate passes",
+        help="then self-attention as MultiHeadAttention (not bitwise), kept only where its greedy/invariance gate passes; "
+        "there, Q, K, V and attention as QAttention and per-token work on real tokens only (both proven bitwise)",
     )
     v = sub.add_parser("verify", help="run the parity suite on a bundle; exit 1 on any failure")
     v.add_argument("bundle", type=Path)

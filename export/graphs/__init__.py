@@ -5,5 +5,7 @@
 - `variants`: the rewrites into the int8 and fp16 variants;
 - `format`: the opset, the IR version and a graph's recorded io (no torch);
 - `encoder_simplify`: an encoder without its shape plumbing (bitwise the same); `encoder_attention`: its
-  self-attention as MultiHeadAttention (not bitwise; shipped only behind the pipeline's gate).
+  self-attention as MultiHeadAttention (not bitwise; shipped only behind the pipeline's gate); `encoder_fuse`:
+  int8's Q, K, V projections and that attention as one QAttention (bitwise); `encoder_pack`: its per-token nodes
+  on the real tokens only (every real position bitwise the same).
 """

@@ -16,9 +16,7 @@ A rewrite applies only where its pattern is matched exactly; anything else is le
 arithmetic changes (Reshape and Slice move no values; an Add adds the same two floats), so every
 output is bitwise the same, which `attnserve-export simplify-encoder` checks again on the parity corpus.
 
-Not done, though bitwise-safe for int8: one MatMulIntegerToFloat for Q, K and V (and one for all cross K/V)
-then a Split. On the default model it was no faster at batch 1 and 4 and 1.10-1.15x slower at batch 32,
-the Split copying what the projections had written.
+The int8 encoder's Q, K and V projections are fused later, with its attention (export/graphs/encoder_fuse.py).
 """
 
 from __future__ import annotations

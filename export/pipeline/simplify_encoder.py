@@ -13,6 +13,12 @@ With `--fused-attention`, each encoder's self-attention then becomes MultiHeadAt
 It is not bitwise, so it is kept only where its gate passes (every
 variant using that encoder gives the same greedy answers on at least MIN_AGREEMENT_PCT of the parity
 corpus through the engine, and each row's outputs are bitwise the same alone and in a padded batch of 32).
+Where it is kept, each layer's Q, K and V projections and that MultiHeadAttention then become one QAttention
+(export/graphs/encoder_fuse.py), proven bitwise the same as the first rewrite is and recorded under
+`encoder_graph.fused_projections`; then the per-token nodes run on the batch's real tokens only
+(export/graphs/encoder_pack.py), proven on the same batches for every real position (padding positions change,
+and nothing reads them) and on each parity-corpus row alone against in a padded batch of 32, recorded under
+`encoder_graph.packed_tokens`.
 """
 
 from __future__ import annotations
@@ -28,8 +34,11 @@ import onnx
 
 from export.errors import BuildError
 from export.graphs.encoder_attention import fuse_self_attention
+from export.graphs.encoder_fuse import fuse_qkv_attention
+from export.graphs.encoder_pack import ATTENTION_OPS, INDEX, pack_tokens
 from export.graphs.encoder_simplify import op_counts, simplify_encoder
 from export.pipeline.manifest import BUNDLE_JSON, PARITY_CORPUS, external_data_files, write_manifest
+from service.engine.names import ENCODER_ATTENTION_BIAS
 
 BATCHES = (1, 4, 32)
 MIN_AGREEMENT_PCT = 99.9
@@ -37,6 +46,15 @@ MIN_AGREEMENT_PCT = 99.9
 # only an encoder that already needs those kernels (int8's MatMulIntegerToFloat) gets MultiHeadAttention.
 STANDARD_ONLY = "standard ONNX operators only: the fallback for a runtime without contrib kernels stays so"
 PAD_EXTRA = 3
+FUSED_PROJECTIONS = (
+    "each layer's Q, K and V MatMulIntegerToFloat and MultiHeadAttention as one QAttention (weights, weight scales "
+    "and biases concatenated; int32 accumulation is exact): every output bitwise the same"
+)
+PACKED_TOKENS = (
+    "LayerNorms, quantizations, projections, ReLUs and residual Adds on the batch's real tokens only, packed [T, D] "
+    "by the attention mask, padded again for the attention and the outputs: every real position of every output "
+    "bitwise the same, padding positions holding copies of real tokens' values"
+)
 REWRITE = (
     "Reshape shapes read back from the reshaped tensor made constant (0 = keep that dim), positions sliced "
     "from the table and broadcast by their Add, dead Shape/Gather/Unsqueeze/Concat chains removed: "
@@ -88,11 +106,78 @@ def simplify_bundle_encoders(bundle_dir: Path, log: Callable[[str], None] = prin
     meta["encoder_graph"] = record
     write_manifest(bundle_dir, meta)  # the hashes the fused-attention gate's bundles are loaded with
     if fused_attention:
-        record["fused_attention"] = {}
-        for name in files:
-            record["fused_attention"][name] = fuse_attention_gated(bundle_dir, meta, name, log)
-            write_manifest(bundle_dir, meta)  # the next gate loads this bundle, hashes checked
+        fused_rewrites(bundle_dir, meta, list(files), batches, log)
     return record
+
+
+def fused_rewrites(bundle_dir: Path, meta: dict, names: list[str], batches: list, log: Callable[[str], None]) -> None:
+    """The fused-attention gate, then QAttention and token packing where it passed, on encoders `names`; each
+    recorded under meta's `encoder_graph` and the manifest written after each."""
+    record = meta["encoder_graph"]
+    pad_id, max_len = int(meta["special_ids"]["pad"]), int(meta["max_source_len"])
+    record["fused_attention"] = dict(record.get("fused_attention", {}))  # a fused encoder keeps its gate's figures
+    for name in names:
+        record["fused_attention"][name] = fuse_attention_gated(bundle_dir, meta, name, log)
+        write_manifest(bundle_dir, meta)  # the next gate loads this bundle, hashes checked
+    record["fused_projections"] = dict(record.get("fused_projections", {}), rewrite=FUSED_PROJECTIONS)
+    record["packed_tokens"] = dict(record.get("packed_tokens", {}), rewrite=PACKED_TOKENS)
+    for name in names:
+        fused = fuse_projections_proven(bundle_dir, name, batches, pad_id, max_len, log)
+        if fused is not None:
+            record["fused_projections"][name] = fused
+        packed = pack_tokens_proven(bundle_dir, name, batches, meta, log)
+        if packed is not None:
+            record["packed_tokens"][name] = packed
+    write_manifest(bundle_dir, meta)
+
+
+def fuse_projections_proven(
+    bundle_dir: Path, name: str, batches: list, pad_id: int, max_len: int, log: Callable[[str], None]
+) -> dict | None:
+    """Encoder `name` with its Q, K, V projections and attention as QAttention, written only when every output is
+    bitwise the same on `batches` (BuildError otherwise); its record (QAttention nodes, nodes before and after), or
+    None when there was nothing to fuse (no MultiHeadAttention, or already fused)."""
+    path = bundle_dir / name
+    before = onnx.load(str(path))
+    after, fused = fuse_qkv_attention(before)
+    if not fused:
+        log(f"{name}: no Q, K, V projections to fuse")
+        return None
+    onnx.checker.check_model(after)
+    with tempfile.TemporaryDirectory() as tmp:
+        candidate = Path(tmp) / name
+        save_like(after, candidate, external_data_files(path))
+        differences = compare_outputs(path, candidate, batches, pad_id, max_len=max_len)
+        if differences:
+            raise BuildError(f"{name}: the fused projections are not bitwise the same: " + "; ".join(differences[:5]))
+    save_like(after, path, external_data_files(path))
+    log(f"{name}: Q, K, V of {fused} layers as QAttention, {len(before.graph.node)} -> {len(after.graph.node)} nodes, bitwise")
+    return {"qattention": fused, "nodes_before": len(before.graph.node), "nodes_after": len(after.graph.node)}
+
+
+def pack_tokens_proven(bundle_dir: Path, name: str, batches: list, meta: dict, log: Callable[[str], None]) -> dict | None:
+    """Encoder `name` with its per-token nodes on the real tokens (export/graphs/encoder_pack.py), written only when
+    every real position of every output is bitwise the same on `batches` and each parity-corpus row's outputs are
+    bitwise the same alone and in a padded batch of 32 (BuildError otherwise); its record, or None when it has no
+    fused attention or is packed already."""
+    pad_id, max_len = int(meta["special_ids"]["pad"]), int(meta["max_source_len"])
+    path = bundle_dir / name
+    before = onnx.load(str(path))
+    if not any(n.op_type in ATTENTION_OPS for n in before.graph.node) or any(INDEX in n.output for n in before.graph.node):
+        return None
+    after, counts = pack_tokens(before, int(meta["config"]["d_model"]))
+    onnx.checker.check_model(after)
+    sources = json.loads((bundle_dir / PARITY_CORPUS).read_text())["source_ids"]
+    with tempfile.TemporaryDirectory() as tmp:
+        candidate = Path(tmp) / name
+        save_like(after, candidate, external_data_files(path))
+        differences = compare_outputs(path, candidate, batches, pad_id, max_len=max_len, real_only=True)
+        variant_rows = batch_variant_rows(candidate, sources, pad_id, max_len)
+        if differences or variant_rows:
+            raise BuildError(f"{name}: packed tokens differ: {variant_rows} rows batch-variant; " + "; ".join(differences[:5]))
+    save_like(after, path, external_data_files(path))
+    log(f"{name}: per-token nodes on real tokens only ({counts}), {len(before.graph.node)} -> {len(after.graph.node)} nodes")
+    return {**counts, "nodes_before": len(before.graph.node), "nodes_after": len(after.graph.node), "rows_not_batch_invariant": 0}
 
 
 def save_like(model: onnx.ModelProto, path: Path, data_files: list[str]) -> None:
@@ -125,10 +210,17 @@ def encoder_feeds(
 
 
 def compare_outputs(
-    old: Path, new: Path, batches: list[list[list[int]]], pad_id: int = 0, threads: int = 1, max_len: int | None = None
+    old: Path,
+    new: Path,
+    batches: list[list[list[int]]],
+    pad_id: int = 0,
+    threads: int = 1,
+    max_len: int | None = None,
+    real_only: bool = False,
 ) -> list[str]:
     """Where the two encoders' outputs differ in any bit (empty when they never do); each batch padded as
-    `encoder_feeds` pads it, within `max_len`."""
+    `encoder_feeds` pads it, within `max_len`. `real_only`: each row's real positions only (the padding positions
+    of the source axis, the last of `encoder_attention_bias` and the third of the cross K/V, not compared)."""
     import onnxruntime as ort
 
     from service.engine.runtime import session_options
@@ -141,9 +233,18 @@ def compare_outputs(
     for rows in batches:
         feeds = encoder_feeds(rows, pad_id, max_len=max_len)
         for name, a, b in zip(names, *(s.run(None, feeds) for s in sessions)):
-            if a.shape != b.shape or a.dtype != b.dtype or a.tobytes() != b.tobytes():
+            if a.shape != b.shape or a.dtype != b.dtype:
+                differences.append(f"{name} at batch {len(rows)}: {a.shape} {a.dtype} became {b.shape} {b.dtype}")
+            elif real_only and not all(_real(name, a, r, len(row)) == _real(name, b, r, len(row)) for r, row in enumerate(rows)):
+                differences.append(f"{name} at batch {len(rows)} (first row {rows[0]}), real positions")
+            elif not real_only and a.tobytes() != b.tobytes():
                 differences.append(f"{name} at batch {len(rows)} (first row {rows[0]})")
     return differences
+
+
+def _real(name: str, output: np.ndarray, row: int, length: int) -> bytes:
+    """Row `row`'s first `length` source positions of encoder output `name`, as bytes."""
+    return (output[row, ..., :length] if name == ENCODER_ATTENTION_BIAS else output[row, :, :length]).tobytes()
 
 
 def fuse_attention_gated(bundle_dir: Path, meta: dict, name: str, log: Callable[[str], None]) -> dict:
@@ -152,7 +253,7 @@ def fuse_attention_gated(bundle_dir: Path, meta: dict, name: str, log: Callable[
     config = meta["config"]
     path = bundle_dir / name
     model = onnx.load(str(path))
-    if any(node.op_type == "MultiHeadAttention" for node in model.graph.node):
+    if any(node.op_type in ATTENTION_OPS for node in model.graph.node):
         log(f"{name}: self-attention already fused")
         return meta.get("encoder_graph", {}).get("fused_attention", {}).get(name, {"applied": True})
     if not any(node.domain == "com.microsoft" for node in model.graph.node):

@@ -296,7 +296,8 @@ def test_build_leaves_its_encoders_without_shape_plumbing(tiny_bundle_dir, tiny_
         assert record["files"][name]["nodes_before"] == len(exported.graph.node), name
         assert not [n for n in built.graph.node if n.op_type == "Shape" and not n.attribute], name
     int8 = record["fused_attention"]["encoder.int8.onnx"]
-    fused = [n for n in onnx.load(str(tiny_bundle_dir / "encoder.int8.onnx")).graph.node if n.op_type == "MultiHeadAttention"]
+    attention = {"MultiHeadAttention", "QAttention"}  # QAttention: the same, its Q, K, V projections fused in
+    fused = [n for n in onnx.load(str(tiny_bundle_dir / "encoder.int8.onnx")).graph.node if n.op_type in attention]
     assert bool(fused) == int8["applied"] == (int8["greedy_agreement_pct"]["int8"] >= 99.9)
     assert record["fused_attention"]["encoder.onnx"]["applied"] is False  # the standard-operators fallback stays so
     assert meta["parity"]["passed"] is True
