@@ -146,6 +146,7 @@ class SlotBatch(DecodeBatch):
             self._reset()
             return
         self.pool.give(self.cache)
+        self.given = self.cache  # the set bound now: taken back, it needs no new addresses
         self.cache = []
         self.state = RowState(self.layout.vocab_size)
         self.n = 0
@@ -156,10 +157,9 @@ class SlotBatch(DecodeBatch):
         start as a new batch makes (`_reset`, then `add` allocates or takes a pooled set)."""
         pooled = self.pool.take(self.capacity)
         if pooled is not None and pooled[0].shape[0] == self.capacity:
+            if pooled is not self.given:  # another set of the same size: bound again before the next step
+                self.cache_ptrs, self.bound = [buf.ctypes.data for buf in pooled], -1
             self.cache = pooled
-            ptrs = [buf.ctypes.data for buf in pooled]
-            if ptrs != self.cache_ptrs:  # another set of the same size: bound again before the next step
-                self.cache_ptrs, self.bound = ptrs, -1
             return
         if pooled is not None:
             self.pool.give(pooled)
