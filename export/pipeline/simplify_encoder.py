@@ -82,14 +82,7 @@ def simplify_bundle_encoders(bundle_dir: Path, log: Callable[[str], None] = prin
             log(f"{name}: nothing to rewrite ({len(before.graph.node)} nodes)")
             files.setdefault(name, {"nodes_before": op_counts(before)["total"], "nodes_after": op_counts(after)["total"]})
             continue
-        onnx.checker.check_model(after)
-        with tempfile.TemporaryDirectory() as tmp:
-            candidate = Path(tmp) / name
-            save_like(after, candidate, external_data_files(path))
-            differences = compare_outputs(path, candidate, batches, pad_id, max_len=max_len)
-            if differences:
-                raise BuildError(f"{name}: the rewritten encoder is not bitwise the same: " + "; ".join(differences[:5]))
-            save_like(after, path, external_data_files(path))
+        write_proven(path, after, batches, pad_id, max_len, "the rewritten encoder is not bitwise the same")
         files[name] = {
             "nodes_before": files.get(name, {}).get("nodes_before", len(before.graph.node)),
             "nodes_after": len(after.graph.node),
@@ -143,14 +136,7 @@ def fuse_projections_proven(
     if not fused:
         log(f"{name}: no Q, K, V projections to fuse")
         return None
-    onnx.checker.check_model(after)
-    with tempfile.TemporaryDirectory() as tmp:
-        candidate = Path(tmp) / name
-        save_like(after, candidate, external_data_files(path))
-        differences = compare_outputs(path, candidate, batches, pad_id, max_len=max_len)
-        if differences:
-            raise BuildError(f"{name}: the fused projections are not bitwise the same: " + "; ".join(differences[:5]))
-    save_like(after, path, external_data_files(path))
+    write_proven(path, after, batches, pad_id, max_len, "the fused projections are not bitwise the same")
     log(f"{name}: Q, K, V of {fused} layers as QAttention, {len(before.graph.node)} -> {len(after.graph.node)} nodes, bitwise")
     return {"qattention": fused, "nodes_before": len(before.graph.node), "nodes_after": len(after.graph.node)}
 
@@ -166,18 +152,39 @@ def pack_tokens_proven(bundle_dir: Path, name: str, batches: list, meta: dict, l
     if not any(n.op_type in ATTENTION_OPS for n in before.graph.node) or any(INDEX in n.output for n in before.graph.node):
         return None
     after, counts = pack_tokens(before, int(meta["config"]["d_model"]))
-    onnx.checker.check_model(after)
     sources = json.loads((bundle_dir / PARITY_CORPUS).read_text())["source_ids"]
-    with tempfile.TemporaryDirectory() as tmp:
-        candidate = Path(tmp) / name
-        save_like(after, candidate, external_data_files(path))
-        differences = compare_outputs(path, candidate, batches, pad_id, max_len=max_len, real_only=True)
-        variant_rows = batch_variant_rows(candidate, sources, pad_id, max_len)
-        if differences or variant_rows:
-            raise BuildError(f"{name}: packed tokens differ: {variant_rows} rows batch-variant; " + "; ".join(differences[:5]))
-    save_like(after, path, external_data_files(path))
+
+    def batch_variant(candidate: Path) -> list[str]:
+        rows = batch_variant_rows(candidate, sources, pad_id, max_len)
+        return [f"{rows} rows batch-variant"] if rows else []
+
+    write_proven(path, after, batches, pad_id, max_len, "packed tokens differ", real_only=True, also=batch_variant)
     log(f"{name}: per-token nodes on real tokens only ({counts}), {len(before.graph.node)} -> {len(after.graph.node)} nodes")
     return {**counts, "nodes_before": len(before.graph.node), "nodes_after": len(after.graph.node), "rows_not_batch_invariant": 0}
+
+
+def write_proven(
+    path: Path,
+    after: onnx.ModelProto,
+    batches: list,
+    pad_id: int,
+    max_len: int,
+    failure: str,
+    real_only: bool = False,
+    also: Callable[[Path], list[str]] | None = None,
+) -> None:
+    """Write the checked `after` over the encoder at `path` (stored as it was) only when its outputs are bitwise
+    those of the graph it replaces on `batches` (at real positions only, with `real_only`) and `also` finds nothing
+    wrong with the candidate; BuildError `failure` naming the first differences otherwise, nothing written."""
+    onnx.checker.check_model(after)
+    with tempfile.TemporaryDirectory() as tmp:
+        candidate = Path(tmp) / path.name
+        save_like(after, candidate, external_data_files(path))
+        problems = compare_outputs(path, candidate, batches, pad_id, max_len=max_len, real_only=real_only)
+        problems += also(candidate) if also is not None else []
+        if problems:
+            raise BuildError(f"{path.name}: {failure}: " + "; ".join(problems[:5]))
+    save_like(after, path, external_data_files(path))
 
 
 def save_like(model: onnx.ModelProto, path: Path, data_files: list[str]) -> None:
