@@ -27,6 +27,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from export.graphs.encoder_simplify import node_attribute
+
 ATTENTION_MASK = "attention_mask"
 PREFIX = "encoder/pack/"
 INDEX = PREFIX + "index"
@@ -92,7 +94,7 @@ def _row_local(node: onnx.NodeProto, packed: set[str], constants: dict[str, int]
         return False
     op = node.op_type
     if op == "LayerNormalization":
-        return _attr(node, "axis", -1) == -1
+        return node_attribute(node, "axis", -1) == -1
     if op == "QuantizeLinear":
         return all(constants.get(name) == 0 for name in node.input[1:] if name)
     if op == "MatMulIntegerToFloat":
@@ -119,13 +121,6 @@ def _constant_ranks(graph: onnx.GraphProto) -> dict[str, int]:
         elif node.op_type == "Identity" and node.input[0] in ranks:
             ranks[node.output[0]] = ranks[node.input[0]]
     return ranks
-
-
-def _attr(node: onnx.NodeProto, name: str, default=None):
-    for a in node.attribute:
-        if a.name == name:
-            return helper.get_attribute_value(a)
-    return default
 
 
 def _pack(graph: onnx.GraphProto, producer: onnx.NodeProto, name: str, d_model: int) -> list[onnx.NodeProto]:

@@ -63,7 +63,8 @@ def _constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
     return values
 
 
-def _attr(node: onnx.NodeProto, name: str, default=None):
+def node_attribute(node: onnx.NodeProto, name: str, default=None):
+    """The value of `node`'s attribute `name`, or `default` when it has none."""
     for a in node.attribute:
         if a.name == name:
             return helper.get_attribute_value(a)
@@ -75,11 +76,11 @@ def _dim_ref(name: str, producers: dict, constants: dict) -> tuple[str, int] | N
     unsq = producers.get(name)
     if unsq is None or unsq.op_type != "Unsqueeze":
         return None
-    axes = constants.get(unsq.input[1]) if len(unsq.input) > 1 else _attr(unsq, "axes")
+    axes = constants.get(unsq.input[1]) if len(unsq.input) > 1 else node_attribute(unsq, "axes")
     if axes is None or list(np.ravel(axes)) != [0]:
         return None
     gather = producers.get(unsq.input[0])
-    if gather is None or gather.op_type != "Gather" or _attr(gather, "axis", 0) != 0:
+    if gather is None or gather.op_type != "Gather" or node_attribute(gather, "axis", 0) != 0:
         return None
     index = constants.get(gather.input[1])
     shape = producers.get(gather.input[0])
@@ -94,16 +95,16 @@ def _same_dim(data: str, axis: int, source: str, index: int, producers: dict) ->
         node = producers.get(data)
         if node is None or node.op_type != "Transpose":
             return False
-        axis = list(_attr(node, "perm"))[axis]
+        axis = list(node_attribute(node, "perm"))[axis]
         data = node.input[0]
     return axis == index
 
 
 def _constant_reshape_shape(reshape: onnx.NodeProto, producers: dict, constants: dict) -> list[int] | None:
-    if reshape.input[1] in constants or _attr(reshape, "allowzero", 0) != 0:
+    if reshape.input[1] in constants or node_attribute(reshape, "allowzero", 0) != 0:
         return None  # already constant, or 0 would mean an empty dim
     concat = producers.get(reshape.input[1])
-    if concat is None or concat.op_type != "Concat" or _attr(concat, "axis") != 0:
+    if concat is None or concat.op_type != "Concat" or node_attribute(concat, "axis") != 0:
         return None
     shape: list[int] = []
     for part in concat.input:
@@ -129,7 +130,7 @@ def _slice_positions(graph: onnx.GraphProto, producers: dict, constants: dict) -
             consumers.setdefault(name, []).append(node)
     outputs = {o.name for o in graph.output}
     for node in list(graph.node):
-        if node.op_type != "Gather" or _attr(node, "axis", 0) != 0 or node.input[0] not in constants:
+        if node.op_type != "Gather" or node_attribute(node, "axis", 0) != 0 or node.input[0] not in constants:
             continue
         ids = _positions_of(node.input[1], producers, constants)
         if ids is None or node.output[0] in outputs or _rank(node.input[0], constants) != 2:
@@ -159,7 +160,7 @@ def _positions_of(name: str, producers: dict, constants: dict) -> str | None:
     unsq = producers.get(expand.input[0])
     if unsq is None or unsq.op_type != "Unsqueeze":
         return None
-    axes = constants.get(unsq.input[1]) if len(unsq.input) > 1 else _attr(unsq, "axes")
+    axes = constants.get(unsq.input[1]) if len(unsq.input) > 1 else node_attribute(unsq, "axes")
     rng = producers.get(unsq.input[0])
     if axes is None or list(np.ravel(axes)) != [0] or rng is None or rng.op_type != "Range":
         return None
@@ -169,7 +170,7 @@ def _positions_of(name: str, producers: dict, constants: dict) -> str | None:
     limit = producers.get(rng.input[1])
     if limit is not None and limit.op_type == "Cast":
         limit = producers.get(limit.input[0])
-    if limit is None or limit.op_type != "Gather" or _attr(limit, "axis", 0) != 0:
+    if limit is None or limit.op_type != "Gather" or node_attribute(limit, "axis", 0) != 0:
         return None
     index, shape = constants.get(limit.input[1]), producers.get(limit.input[0])
     if index is None or int(index) != 1 or shape is None or shape.op_type != "Shape" or shape.attribute:
