@@ -2,7 +2,7 @@
 Runtime thread) while the lean closed-loop client of http_overhead.py (on core 1) keeps `--clients`
 streams going on `--route` with out-of-dictionary pseudo-words.
 
-    .venv/bin/python -m benchmarks.stream_profile [--clients 32] [--seconds 20] [--out DIR]
+    .venv/bin/python -m benchmarks.stream_profile [--clients 32] [--seconds 20] [--native] [--gil] [--out DIR]
 
 Writes DIR/stream_profile_LABEL.txt (py-spy's raw collapsed stacks, all threads, idle samples left out) and
 prints the top frames: by own time (the leaf of each sample) and by total time (any frame of the
@@ -57,6 +57,8 @@ def main() -> int:
     p.add_argument("--clients", type=int, default=32)
     p.add_argument("--seconds", type=int, default=20)
     p.add_argument("--top", type=int, default=15)
+    p.add_argument("--native", action="store_true", help="C frames too (py-spy pauses the server for each sample)")
+    p.add_argument("--gil", action="store_true", help="only the samples of the thread holding the GIL")
     p.add_argument("--label", default="run")
     p.add_argument("--server-repo", type=Path, default=ROOT)
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks/results")
@@ -71,7 +73,9 @@ def main() -> int:
         asyncio.run(_closed_loop(url, args.route, words, model, args.clients, 4 * args.clients))  # warm-up
         spy = subprocess.Popen(
             [str(BIN / "py-spy"), "record", "--pid", str(proc.pid), "--duration", str(args.seconds), "--format", "raw"]
-            + ["--output", str(raw), "--nonblocking", "--threads", "--rate", "200"],
+            + ["--output", str(raw), "--threads", "--rate", "200"]
+            + (["--native"] if args.native else ["--nonblocking"])
+            + (["--gil"] if args.gil else []),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
