@@ -14,7 +14,7 @@ from service_harness import load_engine
 
 from service.engine import waiting
 from service.engine.engine import DecodingOptions, GenerationResult
-from service.engine.scheduler import Failed, Finished, Scheduler, Ticket
+from service.engine.scheduler import QUEUE_SCAN_S, Failed, Finished, Scheduler, Ticket
 from service.engine.slots import SlotBatch
 from service.metrics import ServiceMetrics
 
@@ -187,3 +187,24 @@ def test_a_request_passed_over_for_its_length_twice_goes_with_the_next_call():
     tickets[5].source_ids = tickets[6].source_ids = [5] * 13
     third = waiting.pick_call(queue, 2, time.perf_counter())  # window: 6 (head), 13 (passed over enough), 13, 6
     assert third == [tickets[4], tickets[5]]
+
+
+def test_a_full_batch_s_queue_loses_its_expired_requests_at_the_next_look_through_it():
+    """Requests that wait behind a full batch past their deadline end with a timeout at the next look through the
+    whole queue, which comes at most every QUEUE_SCAN_S, not at every step: between looks, nothing is read."""
+    sched = Scheduler(load_engine(DEFAULT_BUNDLE), ServiceMetrics("t"), max_batch_size=2, request_timeout_s=60)
+    late, later = ticket(5), ticket(6)
+    sched._waiting.extend(collections.deque([t]) for t in (late, later))
+    sched._n_waiting = sched._in_flight = 2
+    now = time.perf_counter()
+    late.deadline = now - 1
+    touched: list[Ticket] = []
+    assert sched._take_waiting(2, now, touched) == ([], [])  # the batch is full: nobody joins
+    assert touched == [late] and late.done and late._events[-1].error.error_type == "timeout"
+    assert sched._n_waiting == 1 and sched._in_flight == 1
+    later.deadline = now  # past it by the next step, but the queue was read just now
+    touched = []
+    sched._take_waiting(2, now + QUEUE_SCAN_S / 2, touched)
+    assert touched == [] and not later.done
+    sched._take_waiting(2, now + QUEUE_SCAN_S, touched)
+    assert touched == [later] and later.done and sched._n_waiting == 0
