@@ -356,7 +356,7 @@ class Scheduler:
                     joining.append(t)
                     rows += t.options.n_rows
             # queued requests past their deadline (or cancelled) leave the queue too, not only the ones at its head;
-            # the whole queue is read at most every QUEUE_SCAN_S, not at every step (1,000 queued: ~70 us a look)
+            # the whole queue is read at most every QUEUE_SCAN_S, not at every step: a look costs in proportion to the queue
             expired = []
             if now >= self._next_queue_scan:
                 self._next_queue_scan = now + QUEUE_SCAN_S
