@@ -342,7 +342,7 @@ async def push_stream(
     """Answer a stream: the response's start, then its body from the engine's wake-ups (`writer`: `SSEWriter` or
     /v1's `OneChoiceWriter`), until the response is complete or the client has gone."""
     await send({"type": "http.response.start", "status": 200, "headers": headers})
-    stream = PushedStream(job, writer, getattr(send, "body_send", send), keepalive_s)  # the front door's own send
+    stream = PushedStream(job, writer, send, keepalive_s)
     try:
         stream.start()
         while (await receive())["type"] != "http.disconnect":

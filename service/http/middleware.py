@@ -76,9 +76,6 @@ class AttnserveApp(FastAPI):
                 message["headers"] = [*message.get("headers", ()), rid_header]
             await send(message)
 
-        # a body message needs neither the id nor the status: a pushed stream sends each wake-up's chunk straight on
-        send_with_id.body_send = send  # type: ignore[attr-defined]
-
         try:
             await self._enter(scope, headers, receive, send_with_id)
         except Exception:

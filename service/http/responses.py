@@ -279,13 +279,7 @@ class SSEWriter:
         for item in items:
             if self.ended:
                 break
-            if item.__class__ is StreamToken and not item.last:  # the common event (most items), from pre-encoded parts
-                self._index += 1
-                top = b"null" if item.top_tokens is None else _json([token_object(t) for t in item.top_tokens])
-                token = _json(token_object(item.token))
-                word = b"" if item.word is None else self._word(item)  # most tokens complete no word
-                gathered.append(b'data:{"index":%d,"token":%b,"top_tokens":%b%b%b' % (self._index, token, top, word, _EVENT_END))
-            elif isinstance(item, CaughtUp):
+            if isinstance(item, CaughtUp):
                 if gathered:
                     chunks.append(b"".join(gathered))
                     gathered.clear()
@@ -295,12 +289,19 @@ class SSEWriter:
                 self.outcome = item.error.error_type
                 gathered.append(b"data:" + _json(errors.error_body(item.error.error_type, item.error.message)) + b"\n\n")
                 self._end(chunks)
-            else:  # the last token's event
+            else:
                 self._index += 1
-                gathered.append(b"data:" + _json(self._last_event(item)) + b"\n\n")
-                self.outcome = "success"
-                self.metrics.request_duration.observe(time.perf_counter() - self.job.t_arrival)
-                self._end(chunks)
+                if not item.last:  # the common event, from pre-encoded parts: the bytes orjson gives the whole dict
+                    top = b"null" if item.top_tokens is None else _json([token_object(t) for t in item.top_tokens])
+                    token = _json(token_object(item.token))
+                    word = b"" if item.word is None else self._word(item)  # most tokens complete no word
+                    event = (self._index, token, top, word, _EVENT_END)
+                    gathered.append(b'data:{"index":%d,"token":%b,"top_tokens":%b%b%b' % event)
+                else:
+                    gathered.append(b"data:" + _json(self._last_event(item)) + b"\n\n")
+                    self.outcome = "success"
+                    self.metrics.request_duration.observe(time.perf_counter() - self.job.t_arrival)
+                    self._end(chunks)
         return chunks
 
     def _end(self, chunks: list[bytes]) -> None:

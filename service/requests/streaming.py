@@ -87,7 +87,6 @@ class StreamReader:
         job, k = self.job, self.k
         u = job.units[k]
         last_unit = k == len(job.units) - 1
-        results = u.results
         for ev in events:
             if isinstance(ev, Failed):
                 out.append(ev)
@@ -96,20 +95,16 @@ class StreamReader:
             if isinstance(ev, Finished):
                 u.finished = ev
                 break
-            results.append(ev)
-            reason = ev.finish_reason
-            if ev.top_tokens is None and self._written is None:  # a token as it came: most of a stream's events
-                token = Token(ev.token_id, ev.text, ev.logprob, ev.special)
-                if self._position == 0:
-                    token = job.separated(token, k, 0)
-                self._position += 1
-                out.append(StreamToken(token, None, reason, last_unit and reason is not None, None if reason is None else k))
-                continue
+            u.results.append(ev)
             top = None
             if ev.top_tokens is not None:
-                prefix = [r.token_id for r in results[:-1]]
+                prefix = [r.token_id for r in u.results[:-1]]
                 top = top_tokens(job.engine, ev.top_tokens, prefix)
-            ready = [(step_token(ev), top, reason)] if self._written is None else self._written.push(step_token(ev), top, reason)
+            ready = (
+                [(step_token(ev), top, ev.finish_reason)]
+                if self._written is None
+                else self._written.push(step_token(ev), top, ev.finish_reason)
+            )
             for token, top, reason in ready:
                 if top is not None:
                     top = [job.separated(t, k, self._position) for t in top]
