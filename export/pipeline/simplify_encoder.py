@@ -118,7 +118,7 @@ def fused_rewrites(bundle_dir: Path, meta: dict, names: list[str], batches: list
         fused = fuse_projections_proven(bundle_dir, name, batches, pad_id, max_len, log)
         if fused is not None:
             record["fused_projections"][name] = fused
-        packed = pack_tokens_proven(bundle_dir, name, batches, meta, log)
+        packed = pack_tokens_proven(bundle_dir, name, batches, pad_id, max_len, int(meta["config"]["d_model"]), log)
         if packed is not None:
             record["packed_tokens"][name] = packed
     write_manifest(bundle_dir, meta)
@@ -141,26 +141,29 @@ def fuse_projections_proven(
     return {"qattention": fused, "nodes_before": len(before.graph.node), "nodes_after": len(after.graph.node)}
 
 
-def pack_tokens_proven(bundle_dir: Path, name: str, batches: list, meta: dict, log: Callable[[str], None]) -> dict | None:
+def pack_tokens_proven(
+    bundle_dir: Path, name: str, batches: list, pad_id: int, max_len: int, d_model: int, log: Callable[[str], None]
+) -> dict | None:
     """Encoder `name` with its per-token nodes on the real tokens (export/graphs/encoder_pack.py), written only when
     every real position of every output is bitwise the same on `batches` and each parity-corpus row's outputs are
     bitwise the same alone and in a padded batch of 32 (BuildError otherwise); its record, or None when it has no
     fused attention or is packed already."""
-    pad_id, max_len = int(meta["special_ids"]["pad"]), int(meta["max_source_len"])
     path = bundle_dir / name
     before = onnx.load(str(path))
     if not any(n.op_type in ATTENTION_OPS for n in before.graph.node) or any(INDEX in n.output for n in before.graph.node):
         return None
-    after, counts = pack_tokens(before, int(meta["config"]["d_model"]))
+    after, counts = pack_tokens(before, d_model)
     sources = json.loads((bundle_dir / PARITY_CORPUS).read_text())["source_ids"]
+    variant_rows: list[int] = []
 
     def batch_variant(candidate: Path) -> list[str]:
-        rows = batch_variant_rows(candidate, sources, pad_id, max_len)
-        return [f"{rows} rows batch-variant"] if rows else []
+        variant_rows.append(batch_variant_rows(candidate, sources, pad_id, max_len))
+        return [f"{variant_rows[0]} rows batch-variant"] if variant_rows[0] else []
 
     write_proven(path, after, batches, pad_id, max_len, "packed tokens differ", real_only=True, also=batch_variant)
     log(f"{name}: per-token nodes on real tokens only ({counts}), {len(before.graph.node)} -> {len(after.graph.node)} nodes")
-    return {**counts, "nodes_before": len(before.graph.node), "nodes_after": len(after.graph.node), "rows_not_batch_invariant": 0}
+    nodes = {"nodes_before": len(before.graph.node), "nodes_after": len(after.graph.node)}
+    return {**counts, **nodes, "rows_not_batch_invariant": variant_rows[0]}
 
 
 def write_proven(
