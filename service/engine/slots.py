@@ -134,6 +134,7 @@ class SlotBatch(DecodeBatch):
         self.n = 0  # rows the step runs on (== len(self.state.rows))
         self.n_live = 0
         self.cache: list = []
+        self.given: list | None = None  # the cache set given to the pool when the batch emptied (`_emptied`)
         self.bound = -1
 
     def _emptied(self) -> None:
