@@ -28,7 +28,7 @@ from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.http import errors, generation
-from service.http.logs import request_id_var
+from service.http.logs import log_line, request_id_var
 from service.http.openai import errors as openai_errors
 from service.http.openai import routes as openai
 from service.http.routes import explain, score
@@ -134,15 +134,6 @@ class AttnserveApp(FastAPI):
 
 def log_access(scope: Scope, status: int, t0: float) -> None:
     """The access-log line of a request that began at perf_counter() `t0`."""
-    access_log.info(
-        "%s %s %s",
-        scope["method"],
-        scope["path"],
-        status,
-        extra={
-            "method": scope["method"],
-            "path": scope["path"],
-            "status": status,
-            "duration_ms": round((time.perf_counter() - t0) * 1000, 2),
-        },
-    )
+    method, path = scope["method"], scope["path"]
+    fields = {"method": method, "path": path, "status": status, "duration_ms": round((time.perf_counter() - t0) * 1000, 2)}
+    log_line(access_log, logging.INFO, f"{method} {path} {status}", fields)
