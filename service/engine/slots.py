@@ -396,8 +396,12 @@ class SlotBatch(DecodeBatch):
         position, and the rows that finished leave."""
         if choice.reorder is not None:
             self.reorder(*choice.reorder)
-        self.ids_view[:] = choice.tokens  # the views of the step that just ran (`_bind`): n cannot change in between
-        self.positions_view += self.live_view  # in place: the bound buffers see it
+        if self.n == 1:  # batch 1: two scalar writes cost less than two array operations right after the step
+            self.ids_view[0] = choice.tokens[0]
+            self.positions_view[0, 0] += self.live_view[0, 0]
+        else:
+            self.ids_view[:] = choice.tokens  # the views of the step that just ran (`_bind`): n cannot change in between
+            self.positions_view += self.live_view  # in place: the bound buffers see it
         if choice.leaving:
             self.free(choice.leaving)
 

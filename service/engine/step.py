@@ -102,6 +102,15 @@ def _hold_back_eos(state: RowState, logits: np.ndarray, tokens: np.ndarray, toke
     too_early = [i for i, until in state.summary.min_new_until if steps < until and token_list[i] == eos_id]
     if not too_early:
         return token_list
+    if len(too_early) == 1 and logits.flags.writeable:  # one row (batch 1, or the one row still short): in its own row
+        i = too_early[0]
+        row = logits[i]
+        kept = row[eos_id]
+        row[eos_id] = -np.inf  # the step's own logits, put back at once: nothing reads them in between
+        token_list[i] = int(row.argmax())
+        row[eos_id] = kept
+        tokens[i] = token_list[i]
+        return token_list
     x = logits[too_early]  # a copy (fancy indexing); float32 widened to float64 would not change the argmax
     x[:, eos_id] = -np.inf
     tokens[too_early] = greedy_tokens(x)

@@ -274,6 +274,23 @@ def test_min_new_tokens_counts_from_each_rows_own_join_on_the_in_graph_argmax():
     assert all(g.finish_reason == "eos_token" for g in gens)
 
 
+def test_a_lone_row_held_from_the_end_token_leaves_the_step_s_logits_as_they_were():
+    """One row before its min_new_tokens whose argmax is the end token takes its best other token, as rows held back
+    together do; the step's logits (the decoder's output buffer, which other rows' processing reads) are put back
+    as they were, and read-only logits work too."""
+    logits = np.array([[0.5, 1.0, 0.25, 2.0, 1.5]], dtype=np.float32)
+    logits[0, EOS] = 9.0
+    for writeable in (True, False):
+        gen = new_generation([5], DecodingOptions(max_new_tokens=4, min_new_tokens=2), None, EOS, decode)
+        state = RowState(5)
+        state.take(np.zeros(0, dtype=np.int64), gen.rows)
+        given = logits.copy()
+        given.flags.writeable = writeable
+        choice = choose_tokens(state, given, greedy_tokens(given), EOS, decode)
+        assert choice.tokens.tolist() == [3] and gen.rows[0].token_ids == [3] and not choice.leaving
+        assert np.array_equal(given, logits)
+
+
 def test_a_whole_answer_decodes_its_text_once_and_a_streamed_one_every_token():
     model = toy_model(9, seed=3)
     calls = []
