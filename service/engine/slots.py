@@ -64,6 +64,7 @@ from service.engine.step import StepChoice
 V2_DISABLED_OPTIMIZERS = ["SkipLayerNormFusion"]
 CROSS_KEY_MULTIPLE = 4  # source axis rounded up to this (export/graphs/v2.py proves the invariance it buys)
 MIN_CAPACITY = 4
+KEEP_WIDER = 8  # source keys an emptied batch keeps beyond what the rows joining it need (`SlotBatch.add`)
 
 
 def padded_source_len(n: int) -> int:
@@ -305,8 +306,12 @@ class SlotBatch(DecodeBatch):
         free = [i for i, q in enumerate(self.rows) if q is None]
         extra = len(adding) - len(free)
         need_n = self.n + max(0, extra)
-        # an emptied batch narrows to its new rows' width, as a new batch would have it; running rows keep theirs
-        width = padded_source_len(max([self.width if self.n else 0] + [src.length for _, src in adding]))
+        width = padded_source_len(max(src.length for _, src in adding))
+        # running rows keep their width; an emptied batch keeps its own up to KEEP_WIDER keys wider than its new rows
+        # need, and narrows beyond: a wider one costs a step about 0.3 us a key at one row, narrowing about 140 us
+        # (new buffers and their binding), which at one client every request of another width would pay
+        if self.n or self.width - KEEP_WIDER <= width <= self.width:
+            width = max(width, self.width)
         if need_n > self.capacity or width != self.width:
             capacity = max(self.capacity, MIN_CAPACITY)
             while capacity < need_n:

@@ -22,7 +22,7 @@ from service.engine.engine import BATCH_KINDS, DecodingOptions, Engine
 from service.engine.processors import log_softmax
 from service.engine.scheduler import ScoreTicket
 from service.engine.scoring import ForcedBatch
-from service.engine.slots import ConcatSlotBatch, SlotBatch
+from service.engine.slots import KEEP_WIDER, ConcatSlotBatch, SlotBatch
 from service.engine.step import choose_tokens
 
 WORDS = ["attention", "hello", "a", "phonetics", "zebra", "characteristically", "it", "onnx", "runtime", "cat"]
@@ -192,8 +192,9 @@ def test_the_v1_adapter_keeps_its_buffers_on_the_host_whatever_the_device(engine
 
 def test_an_emptied_batch_keeps_its_binding_and_answers_as_a_new_one(engines):
     """A host batch whose last row left gives its cache to the pool and keeps the rest: rows that join it again at the
-    same row count and source width take that cache back and step without rebinding; a narrower source narrows it (as
-    a new batch would be); if another batch took its cache, it starts afresh. Every answer is a new batch's."""
+    same row count and source width take that cache back and step without rebinding, and so do rows whose source
+    needs up to KEEP_WIDER keys less; a source narrower still narrows it (as a new batch would be); if another batch
+    took its cache, it starts afresh. Every answer is a new batch's."""
     engine = engines["in_place"]
     options = DecodingOptions(max_new_tokens=12, logprobs=True)
 
@@ -203,7 +204,7 @@ def test_an_emptied_batch_keeps_its_binding_and_answers_as_a_new_one(engines):
             engine.step(batch)
         return gen.token_ids, gen.logprobs
 
-    fresh = {w: answer(engine.new_batch(), w) for w in ("hello", "zebra", "characteristically", "a")}
+    fresh = {w: answer(engine.new_batch(), w) for w in ("hello", "zebra", "characteristically", "abstractions", "a")}
     batch = engine.new_batch()
     binds = []
     bind = batch._bind
@@ -214,7 +215,9 @@ def test_an_emptied_batch_keeps_its_binding_and_answers_as_a_new_one(engines):
     assert answer(batch, "zebra") == fresh["zebra"]  # the same width (5 letters, padded to 8)
     assert binds == [1] and batch.width == width  # stepped without binding again
     assert answer(batch, "characteristically") == fresh["characteristically"]
-    assert batch.width > width
+    assert batch.width == 20 and binds == [1, 1]  # wider: new buffers, bound again
+    assert answer(batch, "abstractions") == fresh["abstractions"]  # 12 keys: within KEEP_WIDER of 20
+    assert batch.width == 20 and binds == [1, 1] and batch.width - KEEP_WIDER <= 12
     assert answer(batch, "a") == fresh["a"]
     assert batch.width == 4  # narrowed again, as a new batch's
     other = engine.new_batch()
