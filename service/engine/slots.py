@@ -141,9 +141,9 @@ class SlotBatch(DecodeBatch):
     def _emptied(self) -> None:
         """The last row left. A host batch gives its self-attention cache to the pool (the next batch, or this one,
         takes it) and keeps the rest: its other buffers and their binding. Rows joining it again take the cache
-        back and, when that set comes back at the same row count and source width, step without rebinding: a
-        binding is some 20 calls into ONNX Runtime and the buffers a dozen allocations, which at one client every
-        request would pay. A device batch lets everything go."""
+        back and, when that set comes back at the same row count and a source width it keeps (`add`: the same, or up
+        to KEEP_WIDER keys narrower), step without rebinding: a binding is some 20 calls into ONNX Runtime and the
+        buffers a dozen allocations, which at one client every request would pay. A device batch lets everything go."""
         if self.device != "cpu":
             self._reset()
             return
