@@ -61,11 +61,16 @@ class JsonLinesHandler(logging.StreamHandler):
         self.setFormatter(JsonFormatter())
 
     def write_line(self, line: str) -> None:
-        """A line already formatted, as `emit` writes one."""
+        """A line already formatted, as `emit` writes one, and as `emit` does, a failed write reported by
+        `handleError` (once, on stderr; the caller goes on)."""
         self.acquire()
         try:
             self.stream.write(line + self.terminator)
             self.flush()
+        except RecursionError:  # as StreamHandler.emit
+            raise
+        except Exception:  # noqa: BLE001 - logging's own rule for a handler that cannot write
+            self.handleError(logging.makeLogRecord({"msg": line}))
         finally:
             self.release()
 
@@ -99,15 +104,12 @@ def log_line(logger: logging.Logger, level: int, msg: str, fields: dict) -> None
     the event loop's CPU on a 2-core VM, the largest part of the front door's work (docs/BENCHMARKS.md, the serving
     tax). Wherever the configuration is another (a filter, a second handler, another formatter), logging writes it."""
     handler = direct_handler(logger, level)
-    if handler is not None:
-        created = time.time()
-        try:
-            name = logging.getLevelName(level).lower()
-            handler.write_line(handler.formatter.line(created, (created - int(created)) * 1000, name, logger.name, msg, fields))
-            return
-        except Exception:  # noqa: BLE001 - logging reports a failed write its own way (Handler.handleError)
-            pass
-    logger.log(level, msg, extra=fields)
+    if handler is None:
+        logger.log(level, msg, extra=fields)
+        return
+    created = time.time()
+    name = logging.getLevelName(level).lower()
+    handler.write_line(handler.formatter.line(created, (created - int(created)) * 1000, name, logger.name, msg, fields))
 
 
 def configure_logging(level: str = "info") -> None:

@@ -111,3 +111,23 @@ def test_a_filter_a_second_handler_or_a_level_still_decide(logged):
     assert direct_handler(access, logging.INFO) is None
     log_line(access, logging.INFO, "GET /health 200", fields)
     assert len(lines(logged, "attnserve.access")) == 1
+
+
+def test_a_stream_that_fails_is_reported_once_and_the_request_goes_on(logged, monkeypatch):
+    """A write that fails (here: the flush after it) is told as logging tells it, once (Handler.handleError), and the
+    line is not written a second time; log_line returns, so the request it closes is answered all the same."""
+    only_configure_loggings_handler()
+
+    class FlushFails(io.StringIO):
+        def flush(self):
+            raise OSError("disk full")
+
+    handler = logging.getLogger().handlers[0]
+    broken = FlushFails()
+    handler.setStream(broken)
+    reported: list[logging.LogRecord] = []
+    monkeypatch.setattr(handler, "handleError", reported.append)
+    access = logging.getLogger("attnserve.access")
+    log_line(access, logging.INFO, "GET /health 200", {"method": "GET", "path": "/health", "status": 200, "duration_ms": 0.5})
+    assert len(reported) == 1 and '"GET /health 200"' in reported[0].getMessage()
+    assert len(broken.getvalue().splitlines()) == 1
