@@ -146,6 +146,45 @@ def test_default_model_forced_length_beams_rank_alike_alone_and_batched(engine):
     assert any(min(len(h.token_ids) for h in u.hypotheses) < o.min_new_tokens for u, (_, o) in zip(unforced, forced))
 
 
+def test_default_model_batch_of_one_answers_as_fresh_and_as_batched(engine):
+    """The served variant (int8) at batch 1, where a one-row batch feeds its token by scalar writes, a lone row held
+    from the end token (min_new_tokens) takes its argmax in place, and a batch emptied by the word before keeps its
+    source width when the next word needs up to KEEP_WIDER keys less: greedy, seeded and forced-length greedy words,
+    each in a new batch, word after word through one kept batch, and all together in one batch, give bitwise the
+    same tokens and log-probabilities."""
+    from service.engine.slots import padded_source_len
+
+    assert engine.variant == engine.bundle.default_variant["cpu"] == "int8"
+    words = ["characteristically", "zebra", "blorptastical", "cat", "phonetics", "onnxruntime", "qwxv"]
+    kinds = [
+        DecodingOptions(max_new_tokens=16, logprobs=True),
+        DecodingOptions(max_new_tokens=16, logprobs=True, do_sample=True, temperature=0.9, top_p=0.95, seed=7),
+        DecodingOptions(max_new_tokens=16, min_new_tokens=14, logprobs=True),  # past its end: held from it
+    ]
+    jobs = [(w, o) for o in kinds for w in words]
+
+    def fresh(w, o):
+        engine.idle_batches.clear()  # a new batch, as wide as its word needs
+        return engine.generate([w], o, batch_size=1)[0]
+
+    new = [fresh(w, o) for w, o in jobs]
+    engine.idle_batches.clear()
+    kept, wider = [], 0
+    for w, o in jobs:  # one batch, emptied by each word and joined by the next
+        kept.append(engine.generate([w], o, batch_size=1)[0])
+        wider += engine.idle_batches[0].width > padded_source_len(len(engine.encode_text(w)))
+    assert wider >= len(kinds)  # some words ran in a batch wider than they need
+    together = engine.generate([w for w, _ in jobs], [o for _, o in jobs], batch_size=32)
+    for (w, o), a, b, c in zip(jobs, new, kept, together):
+        assert (b.token_ids, b.logprobs) == (a.token_ids, a.logprobs), (w, o)
+        assert (c.token_ids, c.logprobs) == (a.token_ids, a.logprobs), (w, o)
+    forced = [r for (_, o), r in zip(jobs, new) if o.min_new_tokens]
+    unforced = [fresh(w, kinds[0]) for w in words]
+    assert any(len(u.token_ids) < 14 for u in unforced) and all(len(r.token_ids) >= 14 for r in forced)
+    sampled = [r.token_ids for (_, o), r in zip(jobs, new) if o.do_sample]
+    assert sampled != [u.token_ids for u in unforced]  # the seeded words really sample
+
+
 def test_default_bundle_as_served_answers_300_words_under_load_as_alone():
     """What users get: the default bundle on its default CPU variant (int8) behind HTTP. 300 words
     (150 test-split words, 150 pseudo-words; `lexicon: false`, so the model answers) sent by 32
