@@ -25,12 +25,14 @@ COPY pyproject.toml README.md LICENSE ./
 RUN /opt/attnserve/bin/pip install --quiet ".[${FLAVOUR}]"
 # Only the service: training/ and export/ need torch and stay out of the image, and so do the
 # console scripts of the packages left out (they would only fail on import), and pip itself.
+# attnserve/ is the namespace: links to the stage folders, of which only service/ is here.
+COPY attnserve/ attnserve/
 COPY service/ service/
 RUN /opt/attnserve/bin/pip install --quiet --no-deps --force-reinstall . \
  && /opt/attnserve/bin/pip uninstall --quiet --yes pip setuptools \
  && site="$(/opt/attnserve/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
  && for script in /opt/attnserve/bin/attnserve-*; do \
-      pkg="$(sed -n '/^from /{s/^from \([A-Za-z_]*\).*/\1/p;q;}' "${script}")"; \
+      pkg="$(sed -n '/^from /{s/^from \([A-Za-z_.]*\) import.*/\1/p;q;}' "${script}" | tr . /)"; \
       [ -d "${site}/${pkg}" ] || rm "${script}"; \
     done
 
@@ -47,7 +49,7 @@ COPY training/ training/
 RUN test -f /bundle/model/bundle.json || { echo "BUNDLE_DIR=${BUNDLE_DIR} holds no bundle.json" >&2; exit 1; } \
  && if [ "${FLAVOUR}" = gpu ]; then \
       PYTHONPATH=/src /opt/attnserve/bin/python -c \
-        'import sys; from export.cli import main; sys.exit(main(sys.argv[1:]))' add-variant /bundle/model fp16 --provider cpu; \
+        'import sys; from attnserve.export.cli import main; sys.exit(main(sys.argv[1:]))' add-variant /bundle/model fp16 --provider cpu; \
     fi
 
 # ---- bundle: the bundle alone at the path the service image has it, for a Kubernetes init container that
@@ -66,6 +68,7 @@ WORKDIR /src
 COPY pyproject.toml README.md LICENSE ./
 RUN python3 -m venv /opt/attnserve-loadtest \
  && /opt/attnserve-loadtest/bin/pip install --quiet ".[loadtest]"
+COPY attnserve/ attnserve/
 COPY loadtest/ loadtest/
 RUN /opt/attnserve-loadtest/bin/pip install --quiet --no-deps --force-reinstall . \
  && rm -rf /src \

@@ -33,7 +33,7 @@ DEMO_PORT ?= 8000
 demo: $(BIN)/.installed-serve
 	@$(BIN)/attnserve-serve --port $(DEMO_PORT) & pid=$$!; \
 	trap 'kill -TERM $$pid 2>/dev/null; wait $$pid; exit 0' INT TERM; \
-	$(BIN)/python -m service.demo_request --url http://127.0.0.1:$(DEMO_PORT) --server-pid $$pid --text attention \
+	$(BIN)/python -m attnserve.service.demo_request --url http://127.0.0.1:$(DEMO_PORT) --server-pid $$pid --text attention \
 	  || { kill -TERM $$pid 2>/dev/null; wait $$pid; exit 1; }; \
 	echo "serving on http://127.0.0.1:$(DEMO_PORT) (demo page: /demo, API docs: /docs); Ctrl-C stops"; \
 	wait $$pid
@@ -61,7 +61,7 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports  # pyproject.toml's contracts: the layers of service/, no web framework below http/, benchmarks/ apart, no cycles
-	$(BIN)/pylint service export training loadtest benchmarks  # duplicate-code only, threshold in pyproject.toml's [tool.pylint]
+	$(BIN)/pylint service export training loadtest benchmarks attnserve/__init__.py  # duplicate-code only, threshold in pyproject.toml's [tool.pylint]
 
 test: setup
 	$(BIN)/python -m pytest -m "not system" -ra

@@ -17,14 +17,14 @@ import json
 import time
 from pathlib import Path
 
-import service.engine.beam as beam
-import service.engine.rows as rows_module
-import service.engine.slots as slots_module
-import service.engine.step as step_module
+import attnserve.service.engine.beam as beam
+import attnserve.service.engine.rows as rows_module
+import attnserve.service.engine.slots as slots_module
+import attnserve.service.engine.step as step_module
+from attnserve.service.engine.bundle import load_bundle
+from attnserve.service.engine.engine import DecodingOptions, Engine
 from benchmarks import beam_reference as reference
 from benchmarks.measure import cpu_model
-from service.engine.bundle import load_bundle
-from service.engine.engine import DecodingOptions, Engine
 
 ROOT = Path(__file__).resolve().parents[1]
 

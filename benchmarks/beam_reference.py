@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from service.engine.stopping import Hypothesis, StoppingCriteria, rank
+from attnserve.service.engine.stopping import Hypothesis, StoppingCriteria, rank
 
 
 @dataclass

@@ -16,13 +16,13 @@ import json
 import time
 from pathlib import Path
 
-import service.engine.engine as engine_module
-import service.engine.slots as slots_module
-import service.engine.step as step_module
+import attnserve.service.engine.engine as engine_module
+import attnserve.service.engine.slots as slots_module
+import attnserve.service.engine.step as step_module
+from attnserve.service.engine.bundle import load_bundle
+from attnserve.service.engine.engine import DecodingOptions, Engine
 from benchmarks.measure import cpu_model
 from benchmarks.step_python import timing
-from service.engine.bundle import load_bundle
-from service.engine.engine import DecodingOptions, Engine
 
 BUNDLE = Path(__file__).resolve().parents[1] / "models" / "g2p-en"
 WORDS = ["phonetics", "attention", "zebra", "characteristically", "onnx", "runtime", "hello", "cat"]

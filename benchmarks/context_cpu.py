@@ -44,7 +44,7 @@ def cpu_seconds(pid: int) -> float:
 def start(context: bool) -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = {**os.environ, "ATTNSERVE_CONTEXT": "true" if context else "false", "ATTNSERVE_LOG_LEVEL": "warning"}
-    cmd = ["taskset", "-c", "0", sys.executable, "-m", "service", str(ROOT / "models" / "g2p-en"), "--port", str(port)]
+    cmd = ["taskset", "-c", "0", sys.executable, "-m", "attnserve.service", str(ROOT / "models" / "g2p-en"), "--port", str(port)]
     proc = subprocess.Popen([*cmd, "--threads", "1"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     for _ in range(600):
@@ -71,8 +71,8 @@ def block(client: httpx.Client, pid: int, text: str, n: int) -> float:
 def in_process(rounds: int, n: int) -> dict:
     """The text layer alone: CPU seconds of `TextFrontEnd.admit` (read, look up, choose) per sentence, context
     asked for (on) or not (off) in the same process, A B A B; no HTTP, so far less noise than the servers'."""
-    from service.client import Generator
-    from service.requests.frontend import TextParams
+    from attnserve.service.client import Generator
+    from attnserve.service.requests.frontend import TextParams
 
     gen = Generator(ROOT / "models" / "g2p-en", threads=1)
     options = gen.options(token_text=False)
@@ -102,8 +102,8 @@ def stage_alone(repeats: int = 7, n: int = 2000) -> dict:
     features, its model and the reordering of its lexicon answers)."""
     import timeit
 
-    from service.text.context import ContextChooser, rank_by_context
-    from service.text.lexicon import LexiconAnswer
+    from attnserve.service.text.context import ContextChooser, rank_by_context
+    from attnserve.service.text.lexicon import LexiconAnswer
 
     chooser = ContextChooser.load(ROOT / "models" / "g2p-en" / "context.json.gz")
     words = WITHOUT.lower().split()

@@ -28,11 +28,11 @@ import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
-from export.bench import SIZES, machine_info, synthetic_run
-from service.engine.bundle import load_bundle
-from service.engine.engine import DecodingOptions, Engine
-from service.engine.names import ATTENTION_MASK, INPUT_IDS
-from service.engine.runtime import session_options
+from attnserve.export.bench import SIZES, machine_info, synthetic_run
+from attnserve.service.engine.bundle import load_bundle
+from attnserve.service.engine.engine import DecodingOptions, Engine
+from attnserve.service.engine.names import ATTENTION_MASK, INPUT_IDS
+from attnserve.service.engine.runtime import session_options
 
 # (batch, source length): one length for every row, or (shortest, longest) for lengths drawn between them, the
 # rows padded to the longest as the engine pads them.
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         enc_path = bundle_dir / engine.bundle.variants["int8"]["encoder"]
         translator = None
         if not args.no_ct2:
-            from export import ct2
+            from attnserve.export import ct2
 
             src_tok = Tokenizer.from_file(str(bundle_dir / "src_tokenizer.json"))
             tgt_tok = Tokenizer.from_file(str(bundle_dir / "tgt_tokenizer.json"))

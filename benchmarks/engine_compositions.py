@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from service.engine.engine import DecodingOptions, Engine
+from attnserve.service.engine.engine import DecodingOptions, Engine
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
@@ -20,7 +20,7 @@ LETTERS = "abcdefghijklmnopqrstuvwxyz"
 def invariance_words(n_test: int, n_pseudo: int, seed: int = 0) -> list[str]:
     """`n_test` CMUdict test-split words, then `n_pseudo` letter strings (1-16 letters) no dictionary
     has, both drawn deterministically from `seed`."""
-    from training.data import load_examples  # torch-free, but only the callers that want words need it
+    from attnserve.training.data import load_examples  # torch-free, but only the callers that want words need it
 
     rng = random.Random(seed)
     test = rng.sample(sorted({e.source for e in load_examples("cmudict", "test")}), n_test)

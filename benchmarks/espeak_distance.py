@@ -30,8 +30,8 @@ import sys
 import time
 from pathlib import Path
 
-from service.client import Generator
-from service.text.lexicon import Lexicon
+from attnserve.service.client import Generator
+from attnserve.service.text.lexicon import Lexicon
 
 ROOT = Path(__file__).resolve().parents[1]
 

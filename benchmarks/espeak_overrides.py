@@ -15,9 +15,9 @@ import json
 import random
 from pathlib import Path
 
+from attnserve.service.text.phone_input import PhoneInputError, read_ipa
+from attnserve.training.data import cmudict_path, parse_cmudict
 from benchmarks.measure import machine
-from service.text.phone_input import PhoneInputError, read_ipa
-from training.data import cmudict_path, parse_cmudict
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAGRAPH = (
@@ -57,8 +57,8 @@ def read_back(n: int, seed: int) -> dict:
 def answer_sizes(words: int) -> dict:
     from fastapi.testclient import TestClient
 
-    from service.http.app import create_app
-    from service.settings import Settings
+    from attnserve.service.http.app import create_app
+    from attnserve.service.settings import Settings
 
     text = PARAGRAPH * (words // 50)  # 50 words as read a paragraph (numbers spelt out)
     with TestClient(create_app(Settings(bundle=ROOT / "models" / "g2p-en"))) as client:

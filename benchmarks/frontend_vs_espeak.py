@@ -55,7 +55,7 @@ def start_server(tree: Path, bundle: Path) -> tuple[subprocess.Popen, int]:
     """A server of `tree`'s code pinned to the server core, once it answers /ready."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(tree), "ATTNSERVE_LOG_LEVEL": "warning"}
-    cmd = ["taskset", "-c", str(SERVER_CORE), sys.executable, "-m", "service", str(bundle), "--port", str(port), "--threads", "1"]
+    cmd = ["taskset", "-c", str(SERVER_CORE), sys.executable, "-m", "attnserve.service", str(bundle), "--port", str(port), "--threads", "1"]
     proc = subprocess.Popen(cmd, env=env, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(1200):
         if proc.poll() is not None:

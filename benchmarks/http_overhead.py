@@ -103,8 +103,8 @@ def portable_args(argv: list[str]) -> list[str]:
 
 def thread_cpu_s(pid: int) -> dict[str, float]:
     """CPU seconds by thread of a server: "event_loop" (the main thread, which runs uvicorn's loop), "engine"
-    (the scheduler's thread, named in the OS by service.engine.runtime.name_os_thread) and "other"."""
-    from service.engine.runtime import ENGINE_THREAD_OS_NAME
+    (the scheduler's thread, named in the OS by attnserve.service.engine.runtime.name_os_thread) and "other"."""
+    from attnserve.service.engine.runtime import ENGINE_THREAD_OS_NAME
 
     out = {"event_loop": 0.0, "engine": 0.0, "other": 0.0}
     for task in Path(f"/proc/{pid}/task").iterdir():
@@ -147,7 +147,7 @@ def serve(repo: Path, args: list[str], first_on_path: str | None = None, core: i
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cmd = (["taskset", "-c", str(core)] if core is not None else []) + [sys.executable, "-m", "service", *args]
+    cmd = (["taskset", "-c", str(core)] if core is not None else []) + [sys.executable, "-m", "attnserve.service", *args]
     cmd += ["--port", str(port)]
     env = os.environ | {"PYTHONPATH": str(repo) if first_on_path is None else first_on_path + os.pathsep + str(repo)}
     proc = subprocess.Popen(cmd, cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -306,7 +306,7 @@ def engine_cpu_per_step(bench_json: Path | None) -> dict:
 def mean_generated_tokens(words: list[str]) -> float:
     """Tokens per answer over `words`, the end token not counted, decoded in this process (the same greedy ids
     the server gives)."""
-    from service.client import Generator
+    from attnserve.service.client import Generator
 
     with Generator(ROOT / "models/g2p-en", threads=1) as g:
         lengths = [len(r.token_ids) for r in g.generate_many(words)]
@@ -335,7 +335,7 @@ def add_tax(tax: dict, engine: dict, mean_tokens: float) -> None:
 
 def in_process_latency(words: list[str], warmup: int = 20) -> dict:
     """(c): Generator.generate per word, one at a time, this process on core 0."""
-    from service.client import Generator
+    from attnserve.service.client import Generator
 
     affinity = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {0})  # the engine thread, started below, inherits it
@@ -394,7 +394,7 @@ def interleaved_c1(url: str, words: list[str], block: int = 25, warmup: int = 20
     """(c) side by side: blocks of `block` words in turn through `Generator.generate` in this process
     (its engine thread and the calling thread on core 0, as in the server) and through HTTP from a
     lean client on core 1 (/generate, then /generate_stream), so the machine's drift hits all alike."""
-    from service.client import Generator
+    from attnserve.service.client import Generator
 
     affinity = os.sched_getaffinity(0)
     times: dict[str, list[float]] = {"in_process": [], "/generate": [], "/generate_stream": []}

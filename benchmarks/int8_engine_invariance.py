@@ -16,12 +16,12 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from attnserve.export.graphs.variants import quantize_int8_dynamic
+from attnserve.export.pipeline.manifest import write_manifest
+from attnserve.service.engine.bundle import load_bundle
+from attnserve.service.engine.engine import DecodingOptions, Engine
 from benchmarks.engine_compositions import invariance_words, three_ways
 from benchmarks.measure import cpu_model
-from export.graphs.variants import quantize_int8_dynamic
-from export.pipeline.manifest import write_manifest
-from service.engine.bundle import load_bundle
-from service.engine.engine import DecodingOptions, Engine
 
 
 def differing(engine: Engine, items: list[list[int]], opts: list[DecodingOptions]) -> dict:

@@ -10,7 +10,7 @@ Every candidate is derived from the bundle's own fp32 graphs into a scratch copy
 - int8-row-exact-fp32-logits: the same with the logits projection kept in float32.
 
 For each: graph-level batch invariance (export/checks/invariance.py, max |difference| of a row alone vs in
-padded batches of 32), dev WER and greedy words differing from fp32 (through service.engine.engine), and
+padded batches of 32), dev WER and greedy words differing from fp32 (through attnserve.service.engine.engine), and
 the raw decoder step (session.run, 1 thread, P=8, S=10) at batch 1 and 32, candidates interleaved
 round by round, median wall and thread-CPU time; then greedy tokens/s through the engine at 1 and 2
 threads (export/checks/speed.py's bench_engine_speed, what the int8 gate measures: best of 3 interleaved
@@ -32,14 +32,14 @@ from pathlib import Path
 
 import numpy as np
 
+from attnserve.export.checks.invariance import ConcatSteps, batch_invariance, cpu_session
+from attnserve.export.checks.speed import bench_engine_speed
+from attnserve.export.graphs.variants import quantize_int8, quantize_int8_dynamic
+from attnserve.export.pipeline.manifest import write_manifest
+from attnserve.service.engine.bundle import load_bundle
+from attnserve.service.engine.engine import DecodingOptions, Engine
+from attnserve.training.evaluate import evaluate_engine
 from benchmarks.measure import cpu_model
-from export.checks.invariance import ConcatSteps, batch_invariance, cpu_session
-from export.checks.speed import bench_engine_speed
-from export.graphs.variants import quantize_int8, quantize_int8_dynamic
-from export.pipeline.manifest import write_manifest
-from service.engine.bundle import load_bundle
-from service.engine.engine import DecodingOptions, Engine
-from training.evaluate import evaluate_engine
 
 ENGINE_SPEED_CANDIDATES = ("fp32", "int8-dynamic", "int8-row", "int8-row-exact")
 

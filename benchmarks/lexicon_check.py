@@ -52,8 +52,8 @@ def bundle_lexicon(bundle: Path) -> Path:
 
 def score_in_process(bundle: Path, words: list[tuple[str, list[str]]], threads: int | None) -> list[list | str]:
     """Per word: [(target, total, score)], or the reason it was skipped."""
-    from service.client import Generator
-    from service.engine.engine import InputError
+    from attnserve.service.client import Generator
+    from attnserve.service.engine.engine import InputError
 
     out: list[list | str] = []
     with Generator(bundle, threads=threads) as gen:

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from service.engine.runtime import cpu_model  # one reading of the CPU for these scripts and attnserve-bench
+from attnserve.service.engine.runtime import cpu_model  # one reading of the CPU for these scripts and attnserve-bench
 
 
 def machine() -> dict:

@@ -24,11 +24,11 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from export.bench import SIZES, machine_info, synthetic_run
-from export.graphs.v2 import decoder_v2_model
-from export.pipeline.manifest import write_manifest
-from service.engine.bundle import load_bundle
-from service.engine.engine import DecodingOptions, Engine
+from attnserve.export.bench import SIZES, machine_info, synthetic_run
+from attnserve.export.graphs.v2 import decoder_v2_model
+from attnserve.export.pipeline.manifest import write_manifest
+from attnserve.service.engine.bundle import load_bundle
+from attnserve.service.engine.engine import DecodingOptions, Engine
 
 
 def quantize_block(w: np.ndarray, bits: int, block: int) -> tuple[np.ndarray, np.ndarray]:

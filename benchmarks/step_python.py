@@ -2,7 +2,7 @@
 
 One word, forced lengths (min_new_tokens = max_new_tokens), batch 1, one ONNX Runtime thread, the default
 model. The decoder's call (`Engine.run_decoder`), the encoder's, `Engine.run_step` and the token choice
-(`service.engine.step.choose_tokens`) are wrapped with timers; the best of `--runs` generations per length.
+(`attnserve.service.engine.step.choose_tokens`) are wrapped with timers; the best of `--runs` generations per length.
 
 - `ms_per_step_*` (32 tokens): the decoder call, the Python of run_step around it, token choice, and "rest"
   (the step's other bookkeeping, the generate loop and the request's set-up, spread over the 32 steps);
@@ -22,10 +22,10 @@ import json
 import time
 from pathlib import Path
 
-import service.engine.engine as engine_module
+import attnserve.service.engine.engine as engine_module
+from attnserve.service.engine.bundle import load_bundle
+from attnserve.service.engine.engine import DecodingOptions, Engine
 from benchmarks.measure import cpu_model
-from service.engine.bundle import load_bundle
-from service.engine.engine import DecodingOptions, Engine
 
 BUNDLE = Path(__file__).resolve().parents[1] / "models" / "g2p-en"
 

@@ -18,20 +18,20 @@ from types import SimpleNamespace
 
 import uvloop
 
-from service.http.openai import completions, shapes
+from attnserve.service.http.openai import completions, shapes
 
 try:  # the stream's module in this checkout; an earlier one kept it in completions
-    from service.http.openai.streaming import stream_answer
+    from attnserve.service.http.openai.streaming import stream_answer
 except ImportError:
     stream_answer = completions.stream_answer
-from service.http.responses import sse_events
+from attnserve.service.http.responses import sse_events
 
 try:  # a one-choice stream's body as this checkout writes it (the app's stack iterates `written`)
-    from service.http.openai.streaming import OneChoiceWriter
-    from service.http.responses import written
+    from attnserve.service.http.openai.streaming import OneChoiceWriter
+    from attnserve.service.http.responses import written
 except ImportError:
     OneChoiceWriter = None
-from service.requests.units import CAUGHT_UP, StreamToken, Token
+from attnserve.service.requests.units import CAUGHT_UP, StreamToken, Token
 
 TOKENS = [Token(10 + i, ("" if i == 0 else " ") + "AH0", -0.1 * i, False) for i in range(8)] + [Token(2, "", -0.01, True)]
 WAKES = [2, 2, 2, 3]  # tokens per wake-up

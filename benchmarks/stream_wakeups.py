@@ -30,14 +30,14 @@ from pathlib import Path
 
 import orjson
 
+from attnserve.service.http.app import create_app
+from attnserve.service.http.generation import push_stream
+from attnserve.service.http.logs import configure_logging
+from attnserve.service.http.responses import SSEWriter
+from attnserve.service.http.schemas import GenerateRequest
+from attnserve.service.settings import Settings
 from benchmarks.http_overhead import ROOT, pseudo_words
 from benchmarks.measure import machine, write_report
-from service.http.app import create_app
-from service.http.generation import push_stream
-from service.http.logs import configure_logging
-from service.http.responses import SSEWriter
-from service.http.schemas import GenerateRequest
-from service.settings import Settings
 
 ENGINE_THREAD = "attnserve-engine"  # service/engine/scheduler.py names it so
 

@@ -32,8 +32,8 @@ from benchmarks.measure import machine, signalled_totals, write_report
 
 SITECUSTOMIZE = """
 import os, signal, time
-import service.engine.engine as _engine
-import service.engine.slots as _slots
+import attnserve.service.engine.engine as _engine
+import attnserve.service.engine.slots as _slots
 _t = time.thread_time
 _totals = {"decoder_s": 0.0, "steps": 0, "step_rows": 0, "step_width": 0, "encoder_s": 0.0, "encoder_calls": 0,
            "encoder_words": 0, "join_s": 0.0}
@@ -98,9 +98,9 @@ def cold(repeats: int = 2000) -> dict:
     """log_softmax of a [4, V] step's logits after nothing, and after one decoder step at 4 rows (median, us)."""
     import numpy as np
 
-    from service.engine.bundle import load_bundle
-    from service.engine.engine import DecodingOptions, Engine
-    from service.engine.processors import log_softmax
+    from attnserve.service.engine.bundle import load_bundle
+    from attnserve.service.engine.engine import DecodingOptions, Engine
+    from attnserve.service.engine.processors import log_softmax
 
     engine = Engine(load_bundle(h.ROOT / "models" / "g2p-en"), threads=1)
     batch = engine.new_batch()

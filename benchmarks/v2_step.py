@@ -23,13 +23,13 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from attnserve.export.bench import synthetic_run
+from attnserve.export.checks.steps import StepRunner, v2_session
+from attnserve.export.pipeline.v2 import optimized_node_count
+from attnserve.service.engine.bundle import load_bundle
+from attnserve.service.engine.names import DECODER, ENCODER, LOGITS, NEXT_TOKEN, past_names, present_names
+from attnserve.service.engine.runtime import session_options
 from benchmarks.measure import call_times, machine
-from export.bench import synthetic_run
-from export.checks.steps import StepRunner, v2_session
-from export.pipeline.v2 import optimized_node_count
-from service.engine.bundle import load_bundle
-from service.engine.names import DECODER, ENCODER, LOGITS, NEXT_TOKEN, past_names, present_names
-from service.engine.runtime import session_options
 
 MAX_LEN = 136
 S = 8  # source positions (a word)

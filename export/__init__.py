@@ -17,10 +17,10 @@ imports export/. torch is imported only by the v1 writer, the PyTorch reference 
 `attnserve-gpu-check` and `verify` without a run need none.
 """
 
-from service.extras import command
+from attnserve.service.extras import command
 
 # the entry points: one line naming the extra when it is missing
-main = command("attnserve-export", "export.cli:main", "train", "cpu")
-bench_main = command("attnserve-bench", "export.bench:main", "train", "cpu")
+main = command("attnserve-export", "attnserve.export.cli:main", "train", "cpu")
+bench_main = command("attnserve-bench", "attnserve.export.bench:main", "train", "cpu")
 # no torch and no training extra: ONNX Runtime (either wheel) and onnx, which the gpu extra brings
-gpu_check_main = command("attnserve-gpu-check", "export.gpu_check.cli:main", "cpu")
+gpu_check_main = command("attnserve-gpu-check", "attnserve.export.gpu_check.cli:main", "cpu")

@@ -1,5 +1,5 @@
 import sys
 
-from export import main
+from attnserve.export import main
 
 sys.exit(main())

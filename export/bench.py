@@ -36,16 +36,16 @@ import numpy as np
 import onnxruntime
 from tokenizers import Tokenizer
 
-from export.graphs.format import OPSET, graph_io
-from export.pipeline.calibration import write_int8
-from export.pipeline.manifest import PARITY_CORPUS, TOKENIZERS, VARIANT_FILES, write_manifest
-from export.pipeline.simplify_encoder import simplify_bundle_encoders
-from export.pipeline.v2 import write_v2_variants
-from service.engine.bundle import V2_FORMAT_VERSION, load_bundle
-from service.engine.engine import DecodingOptions, Engine
-from service.engine.runtime import cpu_model
-from training.config import ModelConfig
-from training.tokenize import SPECIAL_TOKENS, build_tokenizer
+from attnserve.export.graphs.format import OPSET, graph_io
+from attnserve.export.pipeline.calibration import write_int8
+from attnserve.export.pipeline.manifest import PARITY_CORPUS, TOKENIZERS, VARIANT_FILES, write_manifest
+from attnserve.export.pipeline.simplify_encoder import simplify_bundle_encoders
+from attnserve.export.pipeline.v2 import write_v2_variants
+from attnserve.service.engine.bundle import V2_FORMAT_VERSION, load_bundle
+from attnserve.service.engine.engine import DecodingOptions, Engine
+from attnserve.service.engine.runtime import cpu_model
+from attnserve.training.config import ModelConfig
+from attnserve.training.tokenize import SPECIAL_TOKENS, build_tokenizer
 
 BACKENDS = ("torch-nocache", "torch-cache", "ort-fp32", "ort-int8", "ort-int8-v1", "ct2-fp32", "ct2-int8")
 # the bundle variant each ONNX Runtime backend runs: ort-int8 is the served int8 (the v2 fused decoder over an
@@ -100,8 +100,8 @@ def synthetic_run(work: Path, max_target_len: int = 128, size: SyntheticSize = S
     # torch and training only when the bench runs: attnserve-gpu-check imports this module without them
     import torch
 
-    from export.graphs.v1 import export_decoder, export_encoder
-    from training.model import Transformer
+    from attnserve.export.graphs.v1 import export_decoder, export_encoder
+    from attnserve.training.model import Transformer
 
     src_tok, tgt_tok = synthetic_tokenizers(size)
     cfg = ModelConfig(
@@ -208,7 +208,7 @@ def run_bench(
 def open_backends(model, bundle, backends: list[str], threads: int, work_dir: Path, spin: bool, beam: int):
     """Load every requested backend; returns `once(backend, ids, n) -> (wall s, cpu s, tokens produced)`, the
     backends this bundle can run (a trained bundle has no int8-v1) and the KV cache kind of each ORT backend."""
-    from training.decode import generate_ids  # torch: only when the bench runs, not for attnserve-gpu-check
+    from attnserve.training.decode import generate_ids  # torch: only when the bench runs, not for attnserve-gpu-check
 
     engines = {
         b: Engine(bundle, variant=ORT_VARIANTS[b], provider="cpu", threads=threads, spin=spin)
@@ -218,7 +218,7 @@ def open_backends(model, bundle, backends: list[str], threads: int, work_dir: Pa
     backends = [b for b in backends if not b.startswith("ort-") or b in engines]  # a trained bundle has no int8-v1
     ct2 = {}
     if any(b.startswith("ct2-") for b in backends):
-        from export import ct2 as ct2_mod  # torch and ctranslate2: only when a ct2 backend is asked for
+        from attnserve.export import ct2 as ct2_mod  # torch and ctranslate2: only when a ct2 backend is asked for
 
         src_tok = Tokenizer.from_file(str(bundle.src_tokenizer_path))
         tgt_tok = Tokenizer.from_file(str(bundle.tgt_tokenizer_path))
@@ -354,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     info = machine_info(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
         if args.run:
-            from training.run import load_model  # torch: only when the bench runs
+            from attnserve.training.run import load_model  # torch: only when the bench runs
 
             model, bundle_dir = load_model(args.run), args.bundle
             limit = model.cfg.max_target_len
@@ -420,5 +420,5 @@ def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-if __name__ == "__main__":  # python -m export.bench, as attnserve-bench
+if __name__ == "__main__":  # python -m attnserve.export.bench, as attnserve-bench
     sys.exit(main())

@@ -10,8 +10,8 @@ import json
 import sys
 from pathlib import Path
 
-from export.errors import BuildError
-from service.engine.bundle import BundleError
+from attnserve.export.errors import BuildError
+from attnserve.service.engine.bundle import BundleError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _build(args) -> int:
-    from export.pipeline.build import build  # torch, loaded by build alone
+    from attnserve.export.pipeline.build import build  # torch, loaded by build alone
 
     if args.parity_limit < 200:
         raise BuildError("--parity-limit must be at least 200 (the parity suite needs 200 inputs)")
@@ -117,14 +117,14 @@ def _build(args) -> int:
 
 
 def _add_lexicon(args) -> int:
-    from export.pipeline.lexicon import add_lexicon  # light: no onnx, no torch
+    from attnserve.export.pipeline.lexicon import add_lexicon  # light: no onnx, no torch
 
     add_lexicon(args.bundle, args.dataset, args.word_level_source, _log)
     return 0
 
 
 def _add_variant(args) -> int:
-    from export.pipeline.add_variant import add_variant  # onnx and ONNX Runtime, no torch
+    from attnserve.export.pipeline.add_variant import add_variant  # onnx and ONNX Runtime, no torch
 
     meta = add_variant(args.bundle, args.variant, args.provider, args.threads, _log)
     print(json.dumps({"default_variant": meta["default_variant"], "fp16": meta["variants"]["fp16"]}, indent=2))
@@ -132,14 +132,14 @@ def _add_variant(args) -> int:
 
 
 def _add_context(args) -> int:
-    from export.pipeline.context import add_context  # light: no onnx, no torch
+    from attnserve.export.pipeline.context import add_context  # light: no onnx, no torch
 
     add_context(args.bundle, args.run, _log)
     return 0
 
 
 def _requantize(args) -> int:
-    from export.pipeline.requantize import requantize  # onnx and ONNX Runtime, loaded by requantize alone
+    from attnserve.export.pipeline.requantize import requantize  # onnx and ONNX Runtime, loaded by requantize alone
 
     meta = requantize(args.bundle, args.eval_limit, args.threads, _log, args.dataset)
     print(json.dumps(meta["int8_gate"], indent=2))  # whether int8 is now the CPU default, and why
@@ -147,7 +147,7 @@ def _requantize(args) -> int:
 
 
 def _simplify_encoder(args) -> int:
-    from export.pipeline.simplify_encoder import simplify_bundle_encoders
+    from attnserve.export.pipeline.simplify_encoder import simplify_bundle_encoders
 
     record = simplify_bundle_encoders(args.bundle, _log, args.fused_attention)
     print(json.dumps({k: record[k] for k in ("files", "fused_attention") if k in record}, indent=2))
@@ -155,11 +155,11 @@ def _simplify_encoder(args) -> int:
 
 
 def _verify(args) -> int:
-    from export.checks.parity import run_parity  # ONNX Runtime; torch only with --run
+    from attnserve.export.checks.parity import run_parity  # ONNX Runtime; torch only with --run
 
     model = None
     if args.run:
-        from training.run import load_model  # torch: only with --run
+        from attnserve.training.run import load_model  # torch: only with --run
 
         model = load_model(args.run)
     report = run_parity(args.bundle, model=model, threads=args.threads, log=_log)

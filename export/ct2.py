@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
-from training.model import Transformer
+from attnserve.training.model import Transformer
 
 
 def _np(t) -> np.ndarray:

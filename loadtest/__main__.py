@@ -1,5 +1,5 @@
 import sys
 
-from loadtest import main
+from attnserve.loadtest import main
 
 sys.exit(main())

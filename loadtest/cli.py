@@ -16,12 +16,12 @@ from pathlib import Path
 import aiohttp
 from tqdm import tqdm
 
-from loadtest import report
-from loadtest.client import GenerationParams, open_session
-from loadtest.inputs import InputError, load_inputs
-from loadtest.runner import Level, Sender, Target, run_level
-from loadtest.samples import NoSamples, failed_levels, server_samples
-from loadtest.stats import ITL_FORMULA, SloError, parse_slo, summarize
+from attnserve.loadtest import report
+from attnserve.loadtest.client import GenerationParams, open_session
+from attnserve.loadtest.inputs import InputError, load_inputs
+from attnserve.loadtest.runner import Level, Sender, Target, run_level
+from attnserve.loadtest.samples import NoSamples, failed_levels, server_samples
+from attnserve.loadtest.stats import ITL_FORMULA, SloError, parse_slo, summarize
 
 EPILOG = f"""\
 Each level first sends its warm-up requests (not counted), then is measured

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 
 import aiohttp
 
-from loadtest.sse import StreamTally
+from attnserve.loadtest.sse import StreamTally
 
 # Error kinds, in report order.
 ERROR_KINDS = ("http_429", "http_503", "http_4xx", "http_5xx", "timeout", "connection", "stream")

@@ -1,4 +1,4 @@
-"""`python -m loadtest.compare RUN/results.json BASELINE/results.json`: ratios at each common level.
+"""`python -m attnserve.loadtest.compare RUN/results.json BASELINE/results.json`: ratios at each common level.
 
 The same table `attnserve-loadtest --baseline` prints at the end of a run, for
 two runs already on disk (tokens/s, requests/s, e2e p99 and TTFT p99 of the
@@ -13,11 +13,11 @@ import json
 import sys
 from pathlib import Path
 
-from loadtest import report
+from attnserve.loadtest import report
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m loadtest.compare", description=__doc__.split("\n\n")[1])
+    p = argparse.ArgumentParser(prog="python -m attnserve.loadtest.compare", description=__doc__.split("\n\n")[1])
     p.add_argument("run", type=Path, help="results.json of the run to compare")
     p.add_argument("baseline", type=Path, help="results.json of the baseline run")
     p.add_argument("--plot", type=Path, help="write a PNG of both runs' latency percentiles against throughput")
@@ -42,7 +42,7 @@ def plot(runs: list[tuple[str, dict]], path: Path) -> str:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        from service.extras import install_command
+        from attnserve.service.extras import install_command
 
         return f"plot skipped: matplotlib is not installed (the 'loadtest' extra: {install_command('loadtest')})"
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))

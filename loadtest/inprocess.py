@@ -1,11 +1,11 @@
-"""The same single-request figures without HTTP: `python -m loadtest.inprocess BUNDLE`.
+"""The same single-request figures without HTTP: `python -m attnserve.loadtest.inprocess BUNDLE`.
 
-Runs the server's own engine and scheduler in this process (`service.client.Generator`),
+Runs the server's own engine and scheduler in this process (`attnserve.service.client.Generator`),
 one request at a time over the same inputs, and times each token as it leaves
 the scheduler. Compared with `attnserve-loadtest URL --concurrency 1`, the
 difference of the p50s is what HTTP (routing, JSON, SSE, the client) adds:
 
-    python -m loadtest.inprocess BUNDLE --requests 300 --compare RUN/results.json
+    python -m attnserve.loadtest.inprocess BUNDLE --requests 300 --compare RUN/results.json
 
 Needs the serving dependencies (onnxruntime), not torch; the HTTP load tester
 itself never imports this module.
@@ -19,15 +19,15 @@ import sys
 import time
 from pathlib import Path
 
-from loadtest.client import RequestRecord
-from loadtest.inputs import InputError, load_inputs
-from loadtest.stats import ITL_FORMULA, summarize
+from attnserve.loadtest.client import RequestRecord
+from attnserve.loadtest.inputs import InputError, load_inputs
+from attnserve.loadtest.stats import ITL_FORMULA, summarize
 
 
 def measure(bundle: Path, inputs: list[str] | None, requests: int, warmup: int, max_new_tokens: int | None, threads: int) -> dict:
     """Greedy requests one after another; the summary has the shape of a load-test level's. `inputs` None: the
     bundle's samples, as its server's GET /samples offers them (what attnserve-loadtest sends without --input)."""
-    from service.client import Generator
+    from attnserve.service.client import Generator
 
     params = {} if max_new_tokens is None else {"max_new_tokens": max_new_tokens}
     records: list[RequestRecord] = []
@@ -64,7 +64,7 @@ def measure(bundle: Path, inputs: list[str] | None, requests: int, warmup: int, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m loadtest.inprocess", description=__doc__.split("\n\n")[1])
+    p = argparse.ArgumentParser(prog="python -m attnserve.loadtest.inprocess", description=__doc__.split("\n\n")[1])
     p.add_argument("bundle", type=Path)
     p.add_argument("--requests", type=int, default=200)
     p.add_argument("--warmup", type=int, default=10)
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as e:
         p.error(str(e))
     result |= {"bundle": str(args.bundle), "inputs": source, "threads": args.threads, "max_new_tokens": args.max_new_tokens}
-    result["command"] = ["python", "-m", "loadtest.inprocess", *(sys.argv[1:] if argv is None else argv)]
+    result["command"] = ["python", "-m", "attnserve.loadtest.inprocess", *(sys.argv[1:] if argv is None else argv)]
     s = result["summary"]
     print(f"in-process, one request at a time, {s['ok']} requests; {ITL_FORMULA}")
     for key in ("ttft_ms", "itl_ms", "e2e_ms"):

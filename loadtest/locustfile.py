@@ -24,8 +24,8 @@ from pathlib import Path
 
 from locust import HttpUser, constant, events, task
 
-from loadtest.inputs import load_inputs
-from loadtest.sse import StreamTally
+from attnserve.loadtest.inputs import load_inputs
+from attnserve.loadtest.sse import StreamTally
 
 _inputs: itertools.cycle | None = None
 

@@ -6,8 +6,8 @@ import csv
 import json
 from pathlib import Path
 
-from loadtest.client import ERROR_KIND_HELP, ERROR_KINDS
-from loadtest.stats import ITL_FORMULA
+from attnserve.loadtest.client import ERROR_KIND_HELP, ERROR_KINDS
+from attnserve.loadtest.stats import ITL_FORMULA
 
 LATENCIES = (("ttft_ms", "TTFT"), ("itl_ms", "ITL"), ("e2e_ms", "e2e"))
 STATS = ("mean", "p50", "p90", "p99")
@@ -157,7 +157,7 @@ def write_plots(out_dir: Path, levels: list[dict]) -> list[Path] | str:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        from service.extras import install_command
+        from attnserve.service.extras import install_command
 
         return f"plots skipped: matplotlib is not installed (the 'loadtest' extra: {install_command('loadtest')})"
     done = [lv for lv in levels if lv["summary"]["ok"]]

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import aiohttp
 import numpy as np
 
-from loadtest.client import GenerationParams, RequestRecord, generate_request, stream_request
-from loadtest.server_metrics import Scrape, scrape, server_figures
+from attnserve.loadtest.client import GenerationParams, RequestRecord, generate_request, stream_request
+from attnserve.loadtest.server_metrics import Scrape, scrape, server_figures
 
 
 @dataclass(frozen=True)

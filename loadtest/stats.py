@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from loadtest.client import ERROR_KINDS, RequestRecord
+from attnserve.loadtest.client import ERROR_KINDS, RequestRecord
 
 ITL_FORMULA = "ITL = (e2e - TTFT) / (output_tokens - 1), per request, first token excluded (genai-perf)"
 SLO_KEYS = ("ttft_ms", "itl_ms", "e2e_ms")

@@ -11,8 +11,8 @@ May import no torch, `training` or `export` (a serving install has none of them)
 starlette; no import cycles among the modules of any of its packages.
 """
 
-from service.extras import command
+from attnserve.service.extras import command
 
 # the entry points: one line naming the extra when ONNX Runtime is missing
-serve_main = command("attnserve-serve", "service.cli:serve_main", "cpu")
-generate_main = command("attnserve-generate", "service.cli:generate_main", "cpu")
+serve_main = command("attnserve-serve", "attnserve.service.cli:serve_main", "cpu")
+generate_main = command("attnserve-generate", "attnserve.service.cli:generate_main", "cpu")

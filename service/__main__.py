@@ -1,5 +1,5 @@
 import sys
 
-from service import serve_main
+from attnserve.service import serve_main
 
 sys.exit(serve_main())

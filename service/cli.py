@@ -73,7 +73,7 @@ def check_environment(allow_unknown: bool) -> str | None:
     `allow_unknown` they are named in a warning on stderr instead."""
     import os
 
-    from service.settings import unknown_environment
+    from attnserve.service.settings import unknown_environment
 
     problem = unknown_environment(os.environ)
     if problem and allow_unknown:
@@ -86,7 +86,7 @@ def add_setting_flags(p: argparse.ArgumentParser, names: tuple[str, ...] | None 
     """A flag per `Settings` field (`names`, default all but `exclude`), made from the field itself: its name
     (`max_batch_size` -> `--max-batch-size`), type, choices (a Literal) and description, so a knob is declared
     once, in service/settings.py. An unset flag is None: the environment or the default decides."""
-    from service.settings import Settings
+    from attnserve.service.settings import Settings
 
     for name, field in Settings.model_fields.items():
         if (names is not None and name not in names) or name in exclude:
@@ -117,7 +117,7 @@ FLAG_METAVARS = {"lexicon": "FILE.tsv", "bundle": "BUNDLE"}
 
 def parse_settings(argv: list[str] | None = None):
     """Settings from flags over `ATTNSERVE_*` over defaults; raises pydantic's ValidationError."""
-    from service.settings import Settings
+    from attnserve.service.settings import Settings
 
     args = build_parser().parse_args(argv)
     return Settings(**{k: v for k, v in vars(args).items() if v is not None and k != "allow_unknown_env"})
@@ -136,13 +136,13 @@ def serve_main(argv: list[str] | None = None) -> int:
 
 def serve(settings, engine=None, *, keepalive_s: float | None = None) -> int:
     """Load (unless given an engine), then run uvicorn until SIGTERM/SIGINT; the exit status."""
-    from service.engine.bundle import BundleError
-    from service.engine.engine import EngineError
-    from service.http.app import create_app
-    from service.http.logs import configure_logging
-    from service.http.state import SSE_KEEPALIVE_S, load_engine, load_lexicon, resolve_limits
-    from service.settings import ConfigError
-    from service.text.lexicon import LexiconError
+    from attnserve.service.engine.bundle import BundleError
+    from attnserve.service.engine.engine import EngineError
+    from attnserve.service.http.app import create_app
+    from attnserve.service.http.logs import configure_logging
+    from attnserve.service.http.state import SSE_KEEPALIVE_S, load_engine, load_lexicon, resolve_limits
+    from attnserve.service.settings import ConfigError
+    from attnserve.service.text.lexicon import LexiconError
 
     configure_logging(settings.log_level)
     try:
@@ -294,11 +294,11 @@ def generate_main(argv: list[str] | None = None) -> int:
     bundle each line is running text whose words' answers are joined by " | "."""
     args = generate_parser().parse_args(argv)
 
-    from service.client import Generator
-    from service.engine.bundle import BundleError
-    from service.engine.engine import EngineError, InputError
-    from service.settings import Settings
-    from service.text.lexicon import LexiconError
+    from attnserve.service.client import Generator
+    from attnserve.service.engine.bundle import BundleError
+    from attnserve.service.engine.engine import EngineError, InputError
+    from attnserve.service.settings import Settings
+    from attnserve.service.text.lexicon import LexiconError
 
     problem = check_environment(args.allow_unknown_env)
     if problem:
@@ -360,7 +360,7 @@ def write_scores(gen, lines: list[tuple[int, str]], out, *, progress: bool) -> i
     failed; prints the rate after start-up on stderr."""
     from tqdm import tqdm
 
-    from service.engine.engine import InputError
+    from attnserve.service.engine.engine import InputError
 
     failed = 0
     pairs: list[tuple[int, str, str]] = []
@@ -393,7 +393,7 @@ def write_scores(gen, lines: list[tuple[int, str]], out, *, progress: bool) -> i
 def own_pronunciations(args: argparse.Namespace) -> dict:
     """`generate_text_many`'s pronunciations keywords from --pronunciations FILE (a JSON object, or word<TAB>phones
     lines) and --pronunciations-alphabet; {} when none is given. InputError naming a line that is neither."""
-    from service.engine.engine import InputError
+    from attnserve.service.engine.engine import InputError
 
     if args.pronunciations is None:
         return {}
@@ -428,7 +428,7 @@ def write_answers(
     cannot read is named on stderr. Returns how many failed; prints the rate after start-up on stderr."""
     from tqdm import tqdm
 
-    from service.engine.engine import InputError
+    from attnserve.service.engine.engine import InputError
 
     ranked, failed = params["logprobs"], 0
     bar = tqdm(total=len(inputs), unit="line", disable=not progress or None, file=sys.stderr)

@@ -1,6 +1,6 @@
 """The in-process Python API: the server's engine and continuous batching, without HTTP.
 
-    from service.client import Generator
+    from attnserve.service.client import Generator
     with Generator("models/g2p-en") as g:
         g.generate("attention").text                   # 'AH0 T EH1 N SH AH0 N' (the model alone)
         [r.text for r in g.generate_many(words)]       # batched, in input order
@@ -36,20 +36,20 @@ from pathlib import Path
 
 import numpy as np
 
-from service.engine.bundle import load_bundle
-from service.engine.engine import DecodingOptions, Engine, GenerationResult, InputError, StepResult
-from service.engine.scheduler import Failed, Finished, Ticket
-from service.errors import InvalidRequest, ServiceError
-from service.requests.frontend import TextRequest
-from service.requests.samples import sample_inputs
-from service.requests.scoring import ScoredTarget, admit_scores
-from service.requests.stack import build_stack
-from service.requests.units import TextParams
-from service.requests.validation import Limits, check_names, decoding_options, validate
-from service.text.forms import DATE_ORDERS
-from service.text.lexicon import Lexicon
-from service.text.pronunciations import check_pronunciations
-from service.text.reader import WORD_SEPARATOR, Skipped
+from attnserve.service.engine.bundle import load_bundle
+from attnserve.service.engine.engine import DecodingOptions, Engine, GenerationResult, InputError, StepResult
+from attnserve.service.engine.scheduler import Failed, Finished, Ticket
+from attnserve.service.errors import InvalidRequest, ServiceError
+from attnserve.service.requests.frontend import TextRequest
+from attnserve.service.requests.samples import sample_inputs
+from attnserve.service.requests.scoring import ScoredTarget, admit_scores
+from attnserve.service.requests.stack import build_stack
+from attnserve.service.requests.units import TextParams
+from attnserve.service.requests.validation import Limits, check_names, decoding_options, validate
+from attnserve.service.text.forms import DATE_ORDERS
+from attnserve.service.text.lexicon import Lexicon
+from attnserve.service.text.pronunciations import check_pronunciations
+from attnserve.service.text.reader import WORD_SEPARATOR, Skipped
 
 OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(DecodingOptions))
 

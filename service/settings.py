@@ -18,8 +18,8 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from service.engine.runtime import available_cpus
-from service.text.reader import MAX_TEXT_CHARS, MAX_WORDS
+from attnserve.service.engine.runtime import available_cpus
+from attnserve.service.text.reader import MAX_TEXT_CHARS, MAX_WORDS
 
 DEFAULT_BUNDLE = Path("models/g2p-en")
 ENV_PREFIX = "ATTNSERVE_"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from service.engine.bundle import write_bundle_json
+from attnserve.service.engine.bundle import write_bundle_json
 
 TINY_TRAIN_SETTINGS = [
     "dataset=cmudict",
@@ -32,7 +32,7 @@ TINY_TRAIN_SETTINGS = [
 def tiny_run_dir(tmp_path_factory) -> Path:
     """A run directory (Contract 1) from `attnserve-train --preset tiny` on 4000 CMUdict words."""
     out = tmp_path_factory.mktemp("tiny") / "run"
-    cmd = [sys.executable, "-m", "training", "--preset", "tiny", "--out", str(out)]
+    cmd = [sys.executable, "-m", "attnserve.training", "--preset", "tiny", "--out", str(out)]
     for item in TINY_TRAIN_SETTINGS:
         cmd += ["--set", item]
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -46,7 +46,7 @@ def tiny_bundle_dir(tiny_run_dir, tmp_path_factory) -> Path:
 
     Treat it as read-only: copy it (shutil.copytree) before changing anything in it.
     """
-    from export.pipeline.build import build
+    from attnserve.export.pipeline.build import build
 
     out = tmp_path_factory.mktemp("tiny_bundle") / "g2p-tiny"
     build(tiny_run_dir, out, model_id="g2p-tiny", eval_limit=200, parity_limit=256, threads=1, log=lambda _msg: None)
@@ -78,9 +78,9 @@ def tiny_int8_bundle_dir(tiny_bundle_dir, tmp_path_factory) -> Path:
 def tiny_bundle_as_exported(tiny_run_dir, tiny_bundle_dir, tmp_path_factory) -> Path:
     """The tiny bundle with its encoders as the exporter writes them, shape plumbing and all, before `build`
     rewrites them (export/pipeline/simplify_encoder.py): what the rewrite's own tests start from."""
-    from export.pipeline.build import export_graphs, run_task
-    from export.pipeline.manifest import write_manifest
-    from training.run import load_model, load_run_tokenizers
+    from attnserve.export.pipeline.build import export_graphs, run_task
+    from attnserve.export.pipeline.manifest import write_manifest
+    from attnserve.training.run import load_model, load_run_tokenizers
 
     work = tmp_path_factory.mktemp("tiny_exported_graphs")
     src_tok, tgt_tok = load_run_tokenizers(tiny_run_dir)

@@ -5,7 +5,7 @@ each decoder step: a stand-in for a bigger model, so a test can act while a
 request is mid-generation (a disconnect, a second request, SIGTERM) without
 racing a tiny model that finishes in milliseconds. Outputs are unchanged.
 
-Run as a script, it serves a bundle through `service.cli.serve` with that
+Run as a script, it serves a bundle through `attnserve.service.cli.serve` with that
 engine (the SIGTERM test needs a real process):
     python tests/service_harness.py BUNDLE --port N --step-delay 0.02 [--max-batch-size 1 ...]
 """
@@ -28,8 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from service.engine.bundle import load_bundle  # noqa: E402
-from service.engine.engine import Engine  # noqa: E402
+from attnserve.service.engine.bundle import load_bundle  # noqa: E402
+from attnserve.service.engine.engine import Engine  # noqa: E402
 
 
 class PacedEngine(Engine):
@@ -102,8 +102,8 @@ class ServerThread:
 @contextlib.contextmanager
 def serving(bundle_dir: Path, step_delay_s: float = 0.0, keepalive_s: float = 15.0, **settings) -> Iterator[ServerThread]:
     """A server for one test (or module): real engine, real uvicorn, loopback only."""
-    from service.http.app import create_app
-    from service.settings import Settings
+    from attnserve.service.http.app import create_app
+    from attnserve.service.settings import Settings
 
     engine = load_engine(bundle_dir, step_delay_s, settings.get("variant", "auto"))
     app = create_app(Settings(bundle=bundle_dir, threads=1, **settings), engine, keepalive_s=keepalive_s)
@@ -165,8 +165,8 @@ def assert_generation_stopped(url: str, before: dict, route: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    from service.cli import serve
-    from service.settings import Settings
+    from attnserve.service.cli import serve
+    from attnserve.service.settings import Settings
 
     p = argparse.ArgumentParser()
     p.add_argument("bundle", type=Path)
@@ -191,7 +191,7 @@ if __name__ == "__main__":
 
 def read_one(gen, text: str, **params):
     """One line's TextResult from an in-process Generator (`gen.generate_text_many`), failing on an InputError."""
-    from service.client import InputError
+    from attnserve.service.client import InputError
 
     r = next(gen.generate_text_many([text], **params))
     assert not isinstance(r, InputError), r

@@ -75,7 +75,7 @@ def test_the_benchmarks_page_is_one_page_and_its_links_resolve():
 
 def test_a_script_runs_as_a_module_from_the_repository_root(tmp_path):
     """`python -m benchmarks.NAME` with nothing on PYTHONPATH: the package, its sibling modules and the stages
-    (http_floor -> http_overhead -> measure -> service.engine.runtime) import from the checkout."""
+    (http_floor -> http_overhead -> measure -> attnserve.service.engine.runtime) import from the checkout."""
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     code = (
         "import runpy, sys; sys.argv = ['http_floor', '--help']; runpy.run_module('benchmarks.http_floor', run_name='__main__')"

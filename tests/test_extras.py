@@ -56,7 +56,7 @@ def test_the_install_line_says_where_to_run_it_from_elsewhere(tmp_path):
 def test_python_dash_m_says_the_same():
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run(
-        [sys.executable, "-S", "-m", "loadtest", "--help"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-S", "-m", "attnserve.loadtest", "--help"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
     )
     assert out.returncode == 2 and "needs the 'loadtest' extra" in out.stderr and "Traceback" not in out.stderr
 

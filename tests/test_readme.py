@@ -64,7 +64,7 @@ def test_every_relative_link_in_the_readme_and_docs_resolves():
 
 
 def test_every_setting_is_in_the_settings_page():
-    from service.settings import Settings
+    from attnserve.service.settings import Settings
 
     page = (ROOT / "docs" / "SETTINGS.md").read_text()
     assert "docs/SETTINGS.md" in README

@@ -1,5 +1,5 @@
 import sys
 
-from training import train_main
+from attnserve.training import train_main
 
 sys.exit(train_main())

@@ -8,8 +8,8 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from service.engine.bundle import write_bundle_json
-from training.data import DataError
+from attnserve.service.engine.bundle import write_bundle_json
+from attnserve.training.data import DataError
 
 
 def _fail(msg: str) -> int:
@@ -45,7 +45,7 @@ def resolve_config(
     With `init_from` (a bundle), the bundle's architecture, tokenizers and task replace those keys;
     a key the YAML file or `--set` gives another value is refused, naming it.
     """
-    from training.config import PRESETS, ConfigError, TrainConfig
+    from attnserve.training.config import PRESETS, ConfigError, TrainConfig
 
     if resume_dir is not None:
         stored = resume_dir / "config.json"
@@ -67,7 +67,7 @@ def resolve_config(
     set_values = dict(item.split("=", 1) for item in overrides if "=" in item)
     init_from = init_from or set_values.get("init_from") or values.get("init_from") or None
     if init_from and resume_dir is None:
-        from training.warmstart import adopt_bundle
+        from attnserve.training.warmstart import adopt_bundle
 
         bad = [item for item in overrides if "=" not in item]
         if bad:
@@ -85,7 +85,7 @@ class _HelpConfig(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        from training.config import config_reference
+        from attnserve.training.config import config_reference
 
         print(config_reference(), end="")
         parser.exit()
@@ -94,10 +94,10 @@ class _HelpConfig(argparse.Action):
 def train_main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["context"]:  # the heteronym chooser, not a Transformer: its own recipe (training/context.py)
-        from training.context import main as context_main
+        from attnserve.training.context import main as context_main
 
         return context_main(argv[1:])
-    from training.config import PRESETS, ConfigError
+    from attnserve.training.config import PRESETS, ConfigError
 
     p = argparse.ArgumentParser(
         prog="attnserve-train",
@@ -121,7 +121,7 @@ def train_main(argv: list[str] | None = None) -> int:
         if args.init_from is not None and args.resume:
             raise ConfigError("--init-from starts a new run; --resume continues one (its config.json records the bundle)")
         cfg = resolve_config(args.preset, args.config, args.overrides, args.out if args.resume else None, args.init_from)
-        from training.train import train  # torch: only once the config is known to be good
+        from attnserve.training.train import train  # torch: only once the config is known to be good
 
         train(cfg, args.out, resume=args.resume)
     except (ConfigError, DataError, ValueError) as e:
@@ -157,7 +157,7 @@ def eval_main(argv: list[str] | None = None) -> int:
         help="bundle only: write the headline figures into bundle.json's eval[SPLIT] (what /info and the card cite)",
     )
     args = p.parse_args(argv)
-    from service.engine.bundle import BundleError  # what evaluating a bundle raises for a bad bundle or variant
+    from attnserve.service.engine.bundle import BundleError  # what evaluating a bundle raises for a bad bundle or variant
 
     if args.record and not (args.path / "bundle.json").is_file():
         return _fail(f"--record needs a bundle directory; {args.path} has no bundle.json")
@@ -166,7 +166,7 @@ def eval_main(argv: list[str] | None = None) -> int:
             import torch
 
             torch.set_num_threads(args.threads)
-        from training.evaluate import evaluate_path
+        from attnserve.training.evaluate import evaluate_path
 
         if args.num_beams < 1:
             raise ValueError(f"--num-beams must be >= 1, got {args.num_beams}")

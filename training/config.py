@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import MISSING, asdict, dataclass, fields
 
-from training.tokenize import AUTO, BOS_ID, EOS_ID, KINDS, PAD_ID, UNK_ID
+from attnserve.training.tokenize import AUTO, BOS_ID, EOS_ID, KINDS, PAD_ID, UNK_ID
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ wordid_cmudict.tsv` (written by `write_label_map`, checked by hand where two wor
 pronunciation). The homographs covered are those with two or more different stress-free CMUdict
 pronunciations.
 
-Model: per homograph, a logistic regression over `service.text.context.context_features` (the serving side's
+Model: per homograph, a logistic regression over `attnserve.service.text.context.context_features` (the serving side's
 own extractor, so training and serving see the same features), with one more input, the score of a shared
 verb-or-noun model fitted on every homograph's sentences at once (`cfg.shared`; cross-fitted, so each
 homograph learns how far to trust it on sentences the shared model has not seen).
@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from service.text.context import CONTEXT_FILE, FORMAT, context_features
+from attnserve.service.text.context import CONTEXT_FILE, FORMAT, context_features
 
 DATA_DIR = Path(__file__).resolve().parent / "wikipedia_homographs"
 LABEL_MAP = DATA_DIR / "wordid_cmudict.tsv"
@@ -174,7 +174,7 @@ def label_map(dictionary: dict[str, list[str]], wordids_tsv: Path) -> list[dict]
 
 
 def write_label_map(path: Path = LABEL_MAP) -> list[dict]:
-    from training.data import load_dictionary
+    from attnserve.training.data import load_dictionary
 
     rows = label_map(load_dictionary("cmudict"), DATA_DIR / "data" / "wordids.tsv")
     with path.open("w", encoding="utf-8", newline="") as f:

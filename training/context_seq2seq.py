@@ -5,7 +5,7 @@ The issue's approach (a): a window of the sentence with the homograph marked (".
 tenths of the train split that the linear model is fitted on; each held-out sentence's candidates (the
 homograph's classes) are scored by teacher-forced log-probability, and the most probable is its answer.
 
-    python -m training.context_seq2seq --out runs/context-seq2seq [--steps 3000]
+    python -m attnserve.training.context_seq2seq --out runs/context-seq2seq [--steps 3000]
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from training.context import ContextConfig, classes_of, no_stress, read_label_map, read_sentences, split_held_out
+from attnserve.training.context import ContextConfig, classes_of, no_stress, read_label_map, read_sentences, split_held_out
 
 WINDOW_CHARS = 32  # characters either side of the homograph
 
@@ -53,15 +53,15 @@ def main(argv: list[str] | None = None) -> int:
             "eval_limit=200",
             f"threads={args.threads}",
         ]
-        cmd = [sys.executable, "-m", "training", "--preset", "tiny", "--out", str(run)]
+        cmd = [sys.executable, "-m", "attnserve.training", "--preset", "tiny", "--out", str(run)]
         for s in settings:
             cmd += ["--set", s]
         subprocess.run(cmd, check=True)
 
     import torch
 
-    from training.run import load_model, load_run_tokenizers
-    from training.tokenize import BOS_ID, EOS_ID, PAD_ID, encode
+    from attnserve.training.run import load_model, load_run_tokenizers
+    from attnserve.training.tokenize import BOS_ID, EOS_ID, PAD_ID, encode
 
     model = load_model(run).eval()
     src_tok, tgt_tok = load_run_tokenizers(run)

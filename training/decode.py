@@ -25,13 +25,13 @@ import torch
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from service.engine.options import DecodingOptions
-from service.engine.rows import Generation, RowState, new_generation
-from service.engine.step import choose_tokens
-from training.data import Example
-from training.metrics import task_metrics
-from training.model import Transformer, decoder_self_bias
-from training.tokenize import BOS_ID, EOS_ID, PAD_ID, UNK_ID, decode, encode, tokens
+from attnserve.service.engine.options import DecodingOptions
+from attnserve.service.engine.rows import Generation, RowState, new_generation
+from attnserve.service.engine.step import choose_tokens
+from attnserve.training.data import Example
+from attnserve.training.metrics import task_metrics
+from attnserve.training.model import Transformer, decoder_self_bias
+from attnserve.training.tokenize import BOS_ID, EOS_ID, PAD_ID, UNK_ID, decode, encode, tokens
 
 
 @torch.no_grad()

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from training.lock import RunLock, RunLocked
+from attnserve.training.lock import RunLock, RunLocked
 
 
 def dist_setup() -> tuple[int, int, torch.device]:

@@ -6,8 +6,8 @@ import json
 import time
 from pathlib import Path
 
-from training.data import load_examples
-from training.metrics import task_metrics
+from attnserve.training.data import load_examples
+from attnserve.training.metrics import task_metrics
 
 
 def evaluate_path(
@@ -29,9 +29,9 @@ def evaluate_path(
 
 
 def evaluate_run(run_dir: Path, split: str, limit: int | None, dataset: str | None, batch_size: int) -> dict:
-    from training.decode import decode_examples
-    from training.run import load_model, load_run_tokenizers
-    from training.tokenize import tokens
+    from attnserve.training.decode import decode_examples
+    from attnserve.training.run import load_model, load_run_tokenizers
+    from attnserve.training.tokenize import tokens
 
     if not (run_dir / "config.json").is_file():
         raise FileNotFoundError(f"{run_dir} has no config.json (is it a run directory?)")
@@ -60,8 +60,8 @@ def evaluate_bundle(
 ) -> dict:
     """Greedy decoding (or beam search of width num_beams > 1, scoring its best hypothesis) through
     the service's ONNX engine: what users get. The model alone: no lexicon is consulted."""
-    from service.engine.bundle import load_bundle
-    from service.engine.engine import Engine
+    from attnserve.service.engine.bundle import load_bundle
+    from attnserve.service.engine.engine import Engine
 
     bundle = load_bundle(bundle_dir)
     engine = Engine(bundle, variant=variant, threads=threads)
@@ -98,7 +98,7 @@ def evaluate_engine(
 ) -> dict:
     """Task metrics of greedy (num_beams 1) or beam-search outputs from an ONNX engine (continuous
     batching, sources truncated to the model's limit as training's evaluation does)."""
-    from service.engine.engine import DecodingOptions
+    from attnserve.service.engine.engine import DecodingOptions
 
     examples = load_examples(dataset, split, strip_stress, limit)
     sources = [e.source for e in examples]

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from training.config import ConfigError
+from attnserve.training.config import ConfigError
 
 LOCK_NAME = "train.lock"
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from rapidfuzz.distance import Levenshtein
 
-from training.data import strip_stress
+from attnserve.training.data import strip_stress
 
 
 def _per_word(hyp: str, refs: list[str]) -> tuple[bool, int, int]:

@@ -20,7 +20,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from training.config import ModelConfig
+from attnserve.training.config import ModelConfig
 
 NEG_INF = -1e9
 

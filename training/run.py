@@ -11,8 +11,8 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
-from training.config import ModelConfig
-from training.model import Transformer
+from attnserve.training.config import ModelConfig
+from attnserve.training.model import Transformer
 
 
 def load_run_tokenizers(run_dir: Path) -> tuple[Tokenizer, Tokenizer]:

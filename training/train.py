@@ -35,13 +35,13 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from training.config import ConfigError, ModelConfig, TrainConfig
-from training.data import Example, token_batches
-from training.decode import collate, evaluate_model
-from training.distributed import StopSignal, all_ranks_halt, dist_setup, rng_state, run_lock, set_rng_state
-from training.model import Transformer
-from training.run import load_run_tokenizers
-from training.tokenize import (
+from attnserve.training.config import ConfigError, ModelConfig, TrainConfig
+from attnserve.training.data import Example, token_batches
+from attnserve.training.decode import collate, evaluate_model
+from attnserve.training.distributed import StopSignal, all_ranks_halt, dist_setup, rng_state, run_lock, set_rng_state
+from attnserve.training.model import Transformer
+from attnserve.training.run import load_run_tokenizers
+from attnserve.training.tokenize import (
     UNK_ID,
     bpe_target_warning,
     build_tokenizer,
@@ -49,7 +49,7 @@ from training.tokenize import (
     unknown_fraction,
     unknown_tokens_warning,
 )
-from training.warmstart import bundle_state_dict, bundle_tokenizers, dev_examples, training_examples
+from attnserve.training.warmstart import bundle_state_dict, bundle_tokenizers, dev_examples, training_examples
 
 
 class StopRequested(KeyboardInterrupt):

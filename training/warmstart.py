@@ -20,9 +20,9 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from training.config import Architecture, ConfigError
-from training.data import DataError, Example, load_dictionary, load_examples, load_numbered_pairs
-from training.tokenize import UNK_ID
+from attnserve.training.config import Architecture, ConfigError
+from attnserve.training.data import DataError, Example, load_dictionary, load_examples, load_numbered_pairs
+from attnserve.training.tokenize import UNK_ID
 
 # Architecture keys a bundle fixes (dropout is a training choice, not the network's shape).
 ARCHITECTURE_KEYS = tuple(k for k in Architecture.__dataclass_fields__ if k != "dropout")
@@ -96,7 +96,7 @@ def adopt_bundle(values: dict, explicit: set[str], bundle_dir: str | Path) -> di
 def _normalised(value, like):
     """A --set value is a string until TrainConfig converts it: compare it as the bundle's type."""
     if isinstance(value, str) and not isinstance(like, str):
-        from training.config import _coerce
+        from attnserve.training.config import _coerce
 
         try:
             return _coerce("", value, like)
@@ -109,7 +109,7 @@ def bundle_state_dict(bundle_dir: str | Path) -> tuple[dict, dict]:
     """(model config, state_dict of torch tensors) read from the bundle's fp32 graphs."""
     import torch
 
-    from training.weights import WeightsError, load_bundle_weights
+    from attnserve.training.weights import WeightsError, load_bundle_weights
 
     try:
         config, state = load_bundle_weights(bundle_dir)
@@ -128,7 +128,7 @@ def unknown_symbols(tok: Tokenizer, text: str) -> list[str]:
 def finetune_examples(path: str | Path, src_tok: Tokenizer, tgt_tok: Tokenizer, strip_stress_marks: bool) -> list[Example]:
     """Every pair of the user's file as a training example (no hash split), each checked against the
     bundle's vocabularies; an unknown source character or target symbol is a DataError naming FILE:LINE."""
-    from training.data import strip_stress
+    from attnserve.training.data import strip_stress
 
     path = Path(path)
     examples: dict[str, Example] = {}

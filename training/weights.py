@@ -1,7 +1,7 @@
 """A bundle's trainable weights, read back from its own fp32 v1 graphs (no torch here).
 
 `load_bundle_weights(bundle_dir)` returns the model config (bundle.json `config`) and a
-state_dict keyed by `training.model.Transformer`'s parameter names, as numpy arrays, so a
+state_dict keyed by `attnserve.training.model.Transformer`'s parameter names, as numpy arrays, so a
 trainer can start from a shipped bundle (`attnserve-train --init-from`) and a graph
 rewriter can rebuild other graphs from the same weights.
 

@@ -33,7 +33,7 @@ for name in ("onnxruntime", "onnx", "numpy", "tokenizers", "fastapi", "uvicorn",
     except Exception as e:  # torch is optional: its absence only skips the PyTorch bench column
         print(f"{name:18s} MISSING ({type(e).__name__}: {e})")
 PY
-timeout 600 "$PYTHON" -m export.gpu_check --provider cuda --bundle "$BUNDLE" --out "$REPORTS"
+timeout 600 "$PYTHON" -m attnserve.export.gpu_check --provider cuda --bundle "$BUNDLE" --out "$REPORTS"
 rc=$?
 echo "---- $REPORTS/report.md (exit status $rc)"
 cat "$REPORTS/report.md" 2>/dev/null || echo "no report.md written"

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from service.engine.engine import DecodingOptions
-from training.data import DataError, load_examples
+from attnserve.service.engine.engine import DecodingOptions
+from attnserve.training.data import DataError, load_examples
 
 MIN_CORPUS = 200
 TF_STEPS = 8  # teacher-forced positions per parity input (at most the model's max_target_len)
@@ -59,7 +59,7 @@ def reference_outputs(model, ids: list[list[int]], length_bound=None) -> dict:
     # torch only where the reference is computed: checks that read a recorded corpus run without it
     import torch
 
-    from training.decode import generate, generate_ids
+    from attnserve.training.decode import generate, generate_ids
 
     n_max = model.cfg.max_target_len
     threads = torch.get_num_threads()

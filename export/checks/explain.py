@@ -9,10 +9,10 @@ import numpy as np
 import onnxruntime as ort
 import torch
 
-from export.graphs.v1 import DecoderGraph, example_inputs
-from service.engine.names import decoder_io
-from service.engine.runtime import session_options
-from training.model import Transformer
+from attnserve.export.graphs.v1 import DecoderGraph, example_inputs
+from attnserve.service.engine.names import decoder_io
+from attnserve.service.engine.runtime import session_options
+from attnserve.training.model import Transformer
 
 ATTENTION_TOLERANCE = 1e-4  # max |ONNX - PyTorch| of any attention weight, and of any row sum - 1
 

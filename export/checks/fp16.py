@@ -11,10 +11,10 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from export.graphs.format import graph_io
-from service.engine.bundle import load_bundle
-from service.engine.engine import DecodingOptions, Engine
-from service.engine.names import (
+from attnserve.export.graphs.format import graph_io
+from attnserve.service.engine.bundle import load_bundle
+from attnserve.service.engine.engine import DecodingOptions, Engine
+from attnserve.service.engine.names import (
     ATTENTION_MASK,
     DECODER,
     DECODER_ATTENTION_MASK,
@@ -27,7 +27,7 @@ from service.engine.names import (
     past_names,
     present_names,
 )
-from service.engine.runtime import session_options
+from attnserve.service.engine.runtime import session_options
 
 FP16_MIN_AGREEMENT_PCT = 99.0
 # A greedy difference is a near-tie when, at the first step where the fp16 ids leave the fp32 reference, the

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from export.checks.corpus import TF_BATCH, padded, source_spread, teacher_forced_torch
-from service.engine.engine import Engine
-from service.engine.names import (
+from attnserve.export.checks.corpus import TF_BATCH, padded, source_spread, teacher_forced_torch
+from attnserve.service.engine.engine import Engine
+from attnserve.service.engine.names import (
     ATTENTION_MASK,
     DECODER,
     DECODER_ATTENTION_MASK,
@@ -141,7 +141,7 @@ def graph_parity(engine: Engine, model=None) -> dict:
     # torch and the traced graphs only with the run: a bundle alone is checked without them
     import torch
 
-    from export.graphs.v1 import DecoderGraph, EncoderGraph
+    from attnserve.export.graphs.v1 import DecoderGraph, EncoderGraph
 
     enc_diff = logit_diff = present_diff = 0.0
     problems = []

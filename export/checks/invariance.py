@@ -26,8 +26,8 @@ from typing import Protocol
 import numpy as np
 import onnxruntime as ort
 
-from export.checks.steps import StepRunner, pad_cross, v2_session
-from service.engine.names import (
+from attnserve.export.checks.steps import StepRunner, pad_cross, v2_session
+from attnserve.service.engine.names import (
     ATTENTION_MASK,
     DECODER,
     DECODER_ATTENTION_MASK,
@@ -42,8 +42,8 @@ from service.engine.names import (
     past_names,
     present_names,
 )
-from service.engine.runtime import session_options
-from service.engine.slots import padded_source_len
+from attnserve.service.engine.runtime import session_options
+from attnserve.service.engine.slots import padded_source_len
 
 MAX_PAST = 12  # v1: past lengths drawn from 0..MAX_PAST
 EXTRA_SOURCE_PAD = 3  # v1: batched rows are padded this much beyond the longest source

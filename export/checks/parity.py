@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from export.checks.corpus import (
+from attnserve.export.checks.corpus import (
     BEAM_WIDTH,
     MIN_CORPUS,
     SAMPLING_CASES,
@@ -37,10 +37,10 @@ from export.checks.corpus import (
     reference_outputs,
     sampling_options,
 )
-from export.checks.graph_parity import TOL_FP32, cached_vs_full, graph_parity, teacher_forced_parity
-from export.checks.variant_parity import TOL_FP16, fp16_check, int8_agreement, v2_parity
-from service.engine.bundle import load_bundle
-from service.engine.engine import DecodingOptions, Engine
+from attnserve.export.checks.graph_parity import TOL_FP32, cached_vs_full, graph_parity, teacher_forced_parity
+from attnserve.export.checks.variant_parity import TOL_FP16, fp16_check, int8_agreement, v2_parity
+from attnserve.service.engine.bundle import load_bundle
+from attnserve.service.engine.engine import DecodingOptions, Engine
 
 MIN_MEAN_LEN = 5.0
 MIN_DISTINCT = 100

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import time
 
-from export.checks.corpus import default_corpus, source_ids
-from service.engine.engine import DecodingOptions, Engine
+from attnserve.export.checks.corpus import default_corpus, source_ids
+from attnserve.service.engine.engine import DecodingOptions, Engine
 
 
 def bench_engine_speed(engines: dict[str, Engine], dataset: str | None, strip_stress: bool, rounds: int = 3) -> dict:

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from service.engine.names import (
+from attnserve.service.engine.names import (
     ATTENTION_MASK,
     DECODER,
     ENCODER,
@@ -27,8 +27,8 @@ from service.engine.names import (
     past_names,
     present_names,
 )
-from service.engine.runtime import session_options
-from service.engine.slots import V2_DISABLED_OPTIMIZERS, padded_source_len
+from attnserve.service.engine.runtime import session_options
+from attnserve.service.engine.slots import V2_DISABLED_OPTIMIZERS, padded_source_len
 
 NEG_INF = -1e9
 

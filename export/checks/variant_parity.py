@@ -8,11 +8,11 @@ import json
 
 import numpy as np
 
-from export.checks.corpus import beam_options, sampling_options
-from export.checks.graph_parity import PAST_LENGTHS, SHAPES, graph_inputs
-from export.checks.steps import StepRunner, encode_alone, v2_session
-from service.engine.engine import DecodingOptions, Engine
-from service.engine.names import (
+from attnserve.export.checks.corpus import beam_options, sampling_options
+from attnserve.export.checks.graph_parity import PAST_LENGTHS, SHAPES, graph_inputs
+from attnserve.export.checks.steps import StepRunner, encode_alone, v2_session
+from attnserve.service.engine.engine import DecodingOptions, Engine
+from attnserve.service.engine.names import (
     ATTENTION_MASK,
     DECODER,
     DECODER_ATTENTION_MASK,

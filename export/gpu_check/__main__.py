@@ -1,9 +1,9 @@
-"""`python -m export.gpu_check`: attnserve-gpu-check without its console script (deploy/gpu/device_check.sh)."""
+"""`python -m attnserve.export.gpu_check`: attnserve-gpu-check without its console script (deploy/gpu/device_check.sh)."""
 
 import os
 import sys
 
-from export.gpu_check.cli import main
+from attnserve.export.gpu_check.cli import main
 
 code = main()
 sys.stdout.flush()

@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from export.gpu_check.verify import open_engine
+from attnserve.export.gpu_check.verify import open_engine
 
 BATCHES = (1, 32, 128)
 
@@ -17,9 +17,9 @@ LENGTHS = (8, 32, 128)
 
 def step_bench(ctx: dict) -> dict:
     # imported in the step: an install that cannot import it fails this step, recorded, not the whole report
-    from export.bench import time_cell
-    from service.engine.bundle import load_bundle
-    from service.engine.engine import DecodingOptions
+    from attnserve.export.bench import time_cell
+    from attnserve.service.engine.bundle import load_bundle
+    from attnserve.service.engine.engine import DecodingOptions
 
     bundle = load_bundle(ctx.get("bundle_copy") or ctx["bundle"])
     limit = bundle.max_target_len
@@ -50,7 +50,7 @@ def step_bench(ctx: dict) -> dict:
         c, t = time.process_time(), time.perf_counter()
         if backend == "torch-cache":
             # torch is optional on a GPU host: without it the PyTorch column is skipped, not the step
-            from training.decode import generate_ids
+            from attnserve.training.decode import generate_ids
 
             produced = sum(len(x) for x in generate_ids(torch_model, ids, opts, use_cache=True))
             sync_torch()
@@ -99,10 +99,10 @@ def torch_reference(bundle, provider: str):
     except ImportError:
         return None, "torch not importable: PyTorch column skipped"
     try:  # PyTorch's decode loop lives with training, whose metrics need the train extra (rapidfuzz and the rest)
-        from training.config import ModelConfig
-        from training.decode import generate_ids  # noqa: F401  (imported here so a missing module skips the column)
-        from training.model import Transformer
-        from training.weights import load_bundle_weights
+        from attnserve.training.config import ModelConfig
+        from attnserve.training.decode import generate_ids  # noqa: F401  (imported here so a missing module skips the column)
+        from attnserve.training.model import Transformer
+        from attnserve.training.weights import load_bundle_weights
     except ImportError as e:
         return None, f"PyTorch column skipped: training's decode loop needs {e.name or e} (the train extra)"
 

@@ -13,11 +13,11 @@ import time
 import traceback
 from pathlib import Path
 
-from export.gpu_check.bench import BATCHES, LENGTHS, step_bench
-from export.gpu_check.machine import loaded_libraries, step_machine
-from export.gpu_check.report import markdown
-from export.gpu_check.serve import SERVE_WORDS, step_serve
-from export.gpu_check.verify import step_variant, step_verify
+from attnserve.export.gpu_check.bench import BATCHES, LENGTHS, step_bench
+from attnserve.export.gpu_check.machine import loaded_libraries, step_machine
+from attnserve.export.gpu_check.report import markdown
+from attnserve.export.gpu_check.serve import SERVE_WORDS, step_serve
+from attnserve.export.gpu_check.verify import step_variant, step_verify
 
 STEPS = ("machine", "variant", "verify", "bench", "serve")
 # seconds each step may take: on a GPU host (device time is short) and on a CPU (CI's shared 2-core machines)

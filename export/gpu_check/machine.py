@@ -15,7 +15,7 @@ def step_machine(ctx: dict) -> dict:
     # imported in the step: an install that cannot import it fails this step, recorded, not the whole report
     import onnxruntime as ort
 
-    from service.engine.runtime import cpu_model, gpu_present, nvidia_library_dirs, preload_cuda
+    from attnserve.service.engine.runtime import cpu_model, gpu_present, nvidia_library_dirs, preload_cuda
 
     info: dict = {
         "cpu": cpu_model(),

@@ -76,7 +76,7 @@ def step_serve(ctx: dict) -> dict:
     bundle = ctx.get("bundle_copy") or ctx["bundle"]
     port = free_port()
     variant = "fp16" if ctx["provider"] == "cuda" else "auto"
-    cmd = [sys.executable, "-m", "service", str(bundle), "--host", "127.0.0.1", "--port", str(port)]
+    cmd = [sys.executable, "-m", "attnserve.service", str(bundle), "--host", "127.0.0.1", "--port", str(port)]
     cmd += ["--provider", ctx["provider"], "--variant", variant, "--max-batch-size", "64"]
     log_path = ctx["out"] / "serve.log"
     url = f"http://127.0.0.1:{port}"

@@ -12,7 +12,7 @@ import numpy as np
 
 def step_variant(ctx: dict) -> dict:
     # imported in the step: an install that cannot import it fails this step, recorded, not the whole report
-    from export.pipeline.add_variant import FILES, add_variant
+    from attnserve.export.pipeline.add_variant import FILES, add_variant
 
     copy = ctx["work"] / "bundle"
     if copy.exists():
@@ -35,8 +35,8 @@ def step_variant(ctx: dict) -> dict:
 def open_engine(bundle, variant: str, provider: str, threads: int | None):
     """The engine of `variant`; one that cannot run here falls back to its v1 variant (reported, not a failure)."""
     # imported in the step: an install that cannot import it fails this step, recorded, not the whole report
-    from service.engine.bundle import BundleError
-    from service.engine.engine import Engine
+    from attnserve.service.engine.bundle import BundleError
+    from attnserve.service.engine.engine import Engine
 
     try:
         return Engine(bundle, variant=variant, provider=provider, threads=threads), None
@@ -54,8 +54,8 @@ def variants_to_check(ctx: dict) -> list[str]:
 
 def step_verify(ctx: dict) -> dict:
     # imported in the step: an install that cannot import it fails this step, recorded, not the whole report
-    from export.checks.fp16 import agreement
-    from service.engine.bundle import load_bundle
+    from attnserve.export.checks.fp16 import agreement
+    from attnserve.service.engine.bundle import load_bundle
 
     bundle = load_bundle(ctx.get("bundle_copy") or ctx["bundle"])
     corpus = json.loads((bundle.dir / bundle.meta.get("parity_corpus", "parity_corpus.json")).read_text())
@@ -117,9 +117,9 @@ def invariance(engine, corpus: dict) -> dict:
     continuous batches (rows joining as others leave, different source and past lengths in one step).
     For each kind: how many inputs differ from their answer alone, and by how much (beam scores)."""
     # imported in the step: an install that cannot import it fails this step, recorded, not the whole report
-    from export.checks.corpus import beam_options, sampling_options
-    from export.checks.parity import TOL_SCORE
-    from service.engine.engine import DecodingOptions
+    from attnserve.export.checks.corpus import beam_options, sampling_options
+    from attnserve.export.checks.parity import TOL_SCORE
+    from attnserve.service.engine.engine import DecodingOptions
 
     ids, n = corpus["source_ids"], engine.max_target_len
     # a v2 variant is bitwise the same in any batch; v1 float32's beam scores may move in the last bits
@@ -166,7 +166,7 @@ def residency(engine, sources: list[list[int]]) -> dict:
     self-attention cache and cross-attention K/V must be device memory (OrtValues on the GPU), so a step moves
     only ids and positions in, and logits / next_token out. On the CPU everything is host memory by design."""
     # imported in the step: an install that cannot import it fails this step, recorded, not the whole report
-    from service.engine.engine import DecodingOptions
+    from attnserve.service.engine.engine import DecodingOptions
 
     batch = engine.new_batch()
     engine.join(batch, [(s, DecodingOptions(max_new_tokens=4, min_new_tokens=4)) for s in sources])

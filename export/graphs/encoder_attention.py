@@ -17,8 +17,8 @@ from __future__ import annotations
 import onnx
 from onnx import helper
 
-from export.errors import BuildError
-from export.graphs.encoder_simplify import remove_dead
+from attnserve.export.errors import BuildError
+from attnserve.export.graphs.encoder_simplify import remove_dead
 
 MASK = "encoder/key_padding_mask"
 PROJECTIONS = ("q_proj", "k_proj", "v_proj")

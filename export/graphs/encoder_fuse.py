@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from export.graphs.encoder_simplify import remove_dead
+from attnserve.export.graphs.encoder_simplify import remove_dead
 
 GEMM = "MatMulIntegerToFloat"
 # MultiHeadAttention's attributes QAttention reads the same way (mask_filter_value: the bias a masked key gets).

@@ -27,7 +27,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from export.graphs.encoder_simplify import node_attribute
+from attnserve.export.graphs.encoder_simplify import node_attribute
 
 ATTENTION_MASK = "attention_mask"
 PREFIX = "encoder/pack/"

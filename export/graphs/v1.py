@@ -25,8 +25,8 @@ from onnx import external_data_helper, numpy_helper
 from torch import Tensor, nn
 
 # the opset, the IR version and the io record live in export/graphs/format.py, which a machine without torch imports
-from export.graphs.format import MAX_IR_VERSION, OPSET
-from service.engine.names import (
+from attnserve.export.graphs.format import MAX_IR_VERSION, OPSET
+from attnserve.service.engine.names import (
     ATTENTION_MASK,
     DECODER,
     DECODER_ATTENTION_MASK,
@@ -42,7 +42,7 @@ from service.engine.names import (
     past_names,
     present_names,
 )
-from training.model import Transformer, decoder_self_bias
+from attnserve.training.model import Transformer, decoder_self_bias
 
 
 class EncoderGraph(nn.Module):

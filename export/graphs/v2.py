@@ -44,9 +44,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from export.graphs.format import MAX_IR_VERSION, OPSET
-from service.engine.names import DECODER as SELF
-from service.engine.names import (
+from attnserve.export.graphs.format import MAX_IR_VERSION, OPSET
+from attnserve.service.engine.names import DECODER as SELF
+from attnserve.service.engine.names import (
     ENCODER,
     ENCODER_ATTENTION_BIAS,
     INPUT_IDS,
@@ -59,7 +59,7 @@ from service.engine.names import (
     past_names,
     present_names,
 )
-from service.engine.slots import V2_DISABLED_OPTIMIZERS
+from attnserve.service.engine.slots import V2_DISABLED_OPTIMIZERS
 
 MS_DOMAIN = "com.microsoft"
 DISABLED_OPTIMIZERS = V2_DISABLED_OPTIMIZERS  # keep Add + LayerNormalization (see the module docstring)
@@ -249,7 +249,7 @@ class _DecoderV2Graph(_Graph):
 
 def decoder_v2_model(config: dict, state: dict[str, np.ndarray], next_token: bool = True) -> onnx.ModelProto:
     """The v2 float32 decoder of the model `config` (bundle.json `config`) with weights `state`
-    (numpy arrays under training/model.py's parameter names); io in `service.engine.names.decoder_v2_io`."""
+    (numpy arrays under training/model.py's parameter names); io in `attnserve.service.engine.names.decoder_v2_io`."""
     g = _DecoderV2Graph(config, state)
     x = g.embedding()  # [B, 1, D]
     for i in range(g.n_layers):

@@ -24,8 +24,8 @@ from onnx import helper, numpy_helper
 from onnxruntime.quantization import QuantType, quantize_dynamic
 from onnxruntime.transformers.float16 import convert_float_to_float16
 
-from export.graphs.format import MAX_IR_VERSION
-from service.engine.runtime import session_options
+from attnserve.export.graphs.format import MAX_IR_VERSION
+from attnserve.service.engine.runtime import session_options
 
 FP32_BOUNDARY = ("encoder_attention_bias", "logits")  # stay float32 in the fp16 graphs
 FP16_KEEP_FP32_OPS = ["LayerNormalization", "Softmax"]

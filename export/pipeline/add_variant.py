@@ -27,18 +27,18 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from export.checks.fp16 import agreement, cuda_parity, graph_structure
-from export.checks.variant_parity import fp16_v2_check, v2_parity
-from export.errors import BuildError
-from export.graphs.format import graph_io
-from export.graphs.v2 import write_decoder_v2
-from export.graphs.variants import convert_fp16
-from export.pipeline.manifest import PARITY_CORPUS, write_manifest
-from export.pipeline.v2 import V2_FALLBACK
-from service.engine.bundle import V2_FORMAT_VERSION, BundleError, load_bundle
-from service.engine.engine import DecodingOptions, Engine
-from service.engine.runtime import gpu_present
-from training.weights import load_bundle_weights
+from attnserve.export.checks.fp16 import agreement, cuda_parity, graph_structure
+from attnserve.export.checks.variant_parity import fp16_v2_check, v2_parity
+from attnserve.export.errors import BuildError
+from attnserve.export.graphs.format import graph_io
+from attnserve.export.graphs.v2 import write_decoder_v2
+from attnserve.export.graphs.variants import convert_fp16
+from attnserve.export.pipeline.manifest import PARITY_CORPUS, write_manifest
+from attnserve.export.pipeline.v2 import V2_FALLBACK
+from attnserve.service.engine.bundle import V2_FORMAT_VERSION, BundleError, load_bundle
+from attnserve.service.engine.engine import DecodingOptions, Engine
+from attnserve.service.engine.runtime import gpu_present
+from attnserve.training.weights import load_bundle_weights
 
 VARIANT = "fp16"
 FILES = {"decoder": "decoder.v2.fp16.onnx"}  # written here; the encoder is the fp32 variant's

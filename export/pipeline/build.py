@@ -24,24 +24,31 @@ import onnx
 import onnxruntime
 import torch
 
-from export.checks.corpus import default_corpus, make_parity_corpus
-from export.checks.parity import run_parity
-from export.checks.variant_parity import fp16_check
-from export.errors import BuildError
-from export.graphs.format import OPSET, graph_io
-from export.graphs.v1 import export_decoder, export_encoder
-from export.graphs.variants import FP16_KEEP_FP32_OPS, FP32_BOUNDARY, INT8_QUANTIZATION, convert_fp16
-from export.pipeline.calibration import training_pairs, write_int8
-from export.pipeline.context import run_has_context, write_context
-from export.pipeline.explain import add_explain_sharing_weights
-from export.pipeline.int8_gate import int8_gate
-from export.pipeline.lexicon import with_fields_after, write_lexicon
-from export.pipeline.manifest import BUNDLE_JSON, PARITY_CORPUS, TOKENIZERS, VARIANT_FILES, update_manifest, write_manifest
-from export.pipeline.simplify_encoder import simplify_bundle_encoders
-from export.pipeline.v2 import add_v2_to_bundle
-from service.engine.bundle import FORMAT_VERSION, bounded_length, load_bundle
-from training.data import load_examples
-from training.run import load_model, load_run_tokenizers
+from attnserve.export.checks.corpus import default_corpus, make_parity_corpus
+from attnserve.export.checks.parity import run_parity
+from attnserve.export.checks.variant_parity import fp16_check
+from attnserve.export.errors import BuildError
+from attnserve.export.graphs.format import OPSET, graph_io
+from attnserve.export.graphs.v1 import export_decoder, export_encoder
+from attnserve.export.graphs.variants import FP16_KEEP_FP32_OPS, FP32_BOUNDARY, INT8_QUANTIZATION, convert_fp16
+from attnserve.export.pipeline.calibration import training_pairs, write_int8
+from attnserve.export.pipeline.context import run_has_context, write_context
+from attnserve.export.pipeline.explain import add_explain_sharing_weights
+from attnserve.export.pipeline.int8_gate import int8_gate
+from attnserve.export.pipeline.lexicon import with_fields_after, write_lexicon
+from attnserve.export.pipeline.manifest import (
+    BUNDLE_JSON,
+    PARITY_CORPUS,
+    TOKENIZERS,
+    VARIANT_FILES,
+    update_manifest,
+    write_manifest,
+)
+from attnserve.export.pipeline.simplify_encoder import simplify_bundle_encoders
+from attnserve.export.pipeline.v2 import add_v2_to_bundle
+from attnserve.service.engine.bundle import FORMAT_VERSION, bounded_length, load_bundle
+from attnserve.training.data import load_examples
+from attnserve.training.run import load_model, load_run_tokenizers
 
 LENGTH_MARGIN = 3  # tokens beyond the longest training target of the same source length
 

@@ -17,11 +17,11 @@ import onnx
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from export.checks.invariance import cpu_session, cross_feeds, decoder_feeds, self_attention_inputs
-from export.checks.steps import StepRunner, encode_alone, v2_session
-from export.graphs.variants import calibrate_amax, quantize_int8, quantized_inputs
-from service.engine.names import ATTENTION_MASK, INPUT_IDS
-from training.data import load_examples
+from attnserve.export.checks.invariance import cpu_session, cross_feeds, decoder_feeds, self_attention_inputs
+from attnserve.export.checks.steps import StepRunner, encode_alone, v2_session
+from attnserve.export.graphs.variants import calibrate_amax, quantize_int8, quantized_inputs
+from attnserve.service.engine.names import ATTENTION_MASK, INPUT_IDS
+from attnserve.training.data import load_examples
 
 CALIBRATION_PAIRS = 1000  # training-split pairs, spread evenly over the split
 

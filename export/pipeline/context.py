@@ -15,10 +15,10 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from export.pipeline.lexicon import with_fields_after
-from service.engine.bundle import load_bundle, sha256_file, write_bundle_json
-from service.text.context import CONTEXT_FILE, ContextChooser
-from service.text.lexicon import read_lexicon_file
+from attnserve.export.pipeline.lexicon import with_fields_after
+from attnserve.service.engine.bundle import load_bundle, sha256_file, write_bundle_json
+from attnserve.service.text.context import CONTEXT_FILE, ContextChooser
+from attnserve.service.text.lexicon import read_lexicon_file
 
 
 def run_has_context(run_dir: Path) -> bool:

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from export.checks.explain import attention_parity
-from export.errors import BuildError
-from export.graphs.format import graph_io
-from export.graphs.v1 import export_decoder, share_initializers
-from export.pipeline.manifest import VARIANT_FILES
-from service.engine.names import cross_attention_names
-from training.model import Transformer
+from attnserve.export.checks.explain import attention_parity
+from attnserve.export.errors import BuildError
+from attnserve.export.graphs.format import graph_io
+from attnserve.export.graphs.v1 import export_decoder, share_initializers
+from attnserve.export.pipeline.manifest import VARIANT_FILES
+from attnserve.service.engine.names import cross_attention_names
+from attnserve.training.model import Transformer
 
 SHARED_DECODER_WEIGHTS = "decoder.onnx.data"  # external data of decoder.onnx and decoder.explain.onnx
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from export.checks.invariance import InPlaceSteps, batch_invariance
-from export.checks.speed import bench_engine_speed
-from export.errors import BuildError
-from export.pipeline.manifest import PARITY_CORPUS
-from service.engine.bundle import load_bundle
-from service.engine.engine import Engine
-from training.evaluate import evaluate_engine
+from attnserve.export.checks.invariance import InPlaceSteps, batch_invariance
+from attnserve.export.checks.speed import bench_engine_speed
+from attnserve.export.errors import BuildError
+from attnserve.export.pipeline.manifest import PARITY_CORPUS
+from attnserve.service.engine.bundle import load_bundle
+from attnserve.service.engine.engine import Engine
+from attnserve.training.evaluate import evaluate_engine
 
 INT8_MAX_WER_LOSS = 0.5  # percentage points of dev WER int8 may lose against fp32
 INT8_MIN_SPEEDUP = 1.05  # and it must be at least this much faster, at batch 1 and at batch 32

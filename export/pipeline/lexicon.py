@@ -19,9 +19,9 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from service.engine.bundle import load_bundle, sha256_file, write_bundle_json
-from service.text.lexicon import LEXICON_FILE, write_lexicon_file
-from training.data import load_dictionary
+from attnserve.service.engine.bundle import load_bundle, sha256_file, write_bundle_json
+from attnserve.service.text.lexicon import LEXICON_FILE, write_lexicon_file
+from attnserve.training.data import load_dictionary
 
 BUNDLE_JSON = "bundle.json"
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from export.graphs.format import external_data_files
-from service.engine.bundle import sha256_file, write_bundle_json
+from attnserve.export.graphs.format import external_data_files
+from attnserve.service.engine.bundle import sha256_file, write_bundle_json
 
 BUNDLE_JSON = "bundle.json"
 PARITY_CORPUS = "parity_corpus.json"

@@ -9,16 +9,16 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from export.checks.variant_parity import v2_parity
-from export.errors import BuildError
-from export.pipeline.calibration import training_pairs, write_int8
-from export.pipeline.int8_gate import int8_gate
-from export.pipeline.manifest import BUNDLE_JSON, PARITY_CORPUS, VARIANT_FILES, update_manifest, write_manifest
-from export.pipeline.simplify_encoder import simplify_bundle_encoders
-from export.pipeline.v2 import add_v2_to_bundle
-from service.engine.bundle import load_bundle
-from service.engine.engine import Engine
-from training.weights import load_bundle_weights
+from attnserve.export.checks.variant_parity import v2_parity
+from attnserve.export.errors import BuildError
+from attnserve.export.pipeline.calibration import training_pairs, write_int8
+from attnserve.export.pipeline.int8_gate import int8_gate
+from attnserve.export.pipeline.manifest import BUNDLE_JSON, PARITY_CORPUS, VARIANT_FILES, update_manifest, write_manifest
+from attnserve.export.pipeline.simplify_encoder import simplify_bundle_encoders
+from attnserve.export.pipeline.v2 import add_v2_to_bundle
+from attnserve.service.engine.bundle import load_bundle
+from attnserve.service.engine.engine import Engine
+from attnserve.training.weights import load_bundle_weights
 
 
 def requantize(

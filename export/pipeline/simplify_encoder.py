@@ -32,13 +32,13 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from export.errors import BuildError
-from export.graphs.encoder_attention import fuse_self_attention
-from export.graphs.encoder_fuse import fuse_qkv_attention
-from export.graphs.encoder_pack import ATTENTION_OPS, INDEX, pack_tokens
-from export.graphs.encoder_simplify import op_counts, simplify_encoder
-from export.pipeline.manifest import BUNDLE_JSON, PARITY_CORPUS, external_data_files, write_manifest
-from service.engine.names import ENCODER_ATTENTION_BIAS
+from attnserve.export.errors import BuildError
+from attnserve.export.graphs.encoder_attention import fuse_self_attention
+from attnserve.export.graphs.encoder_fuse import fuse_qkv_attention
+from attnserve.export.graphs.encoder_pack import ATTENTION_OPS, INDEX, pack_tokens
+from attnserve.export.graphs.encoder_simplify import op_counts, simplify_encoder
+from attnserve.export.pipeline.manifest import BUNDLE_JSON, PARITY_CORPUS, external_data_files, write_manifest
+from attnserve.service.engine.names import ENCODER_ATTENTION_BIAS
 
 BATCHES = (1, 4, 32)
 MIN_AGREEMENT_PCT = 99.9
@@ -65,7 +65,7 @@ REWRITE = (
 def simplify_bundle_encoders(bundle_dir: Path, log: Callable[[str], None] = print, fused_attention: bool = False) -> dict:
     """Rewrite each distinct encoder file of the bundle at `bundle_dir` in place; returns bundle.json's
     `encoder_graph` record. Raises BuildError (nothing written) when any output differs."""
-    from service.engine.bundle import load_bundle
+    from attnserve.service.engine.bundle import load_bundle
 
     bundle_dir = Path(bundle_dir)
     meta = load_bundle(bundle_dir).meta  # every hash checked before anything is rewritten
@@ -234,7 +234,7 @@ def compare_outputs(
     of the source axis, the last of `encoder_attention_bias` and the third of the cross K/V, not compared)."""
     import onnxruntime as ort
 
-    from service.engine.runtime import session_options
+    from attnserve.service.engine.runtime import session_options
 
     sessions = [ort.InferenceSession(str(p), session_options(threads), providers=["CPUExecutionProvider"]) for p in (old, new)]
     names = [o.name for o in sessions[0].get_outputs()]
@@ -299,7 +299,7 @@ def batch_variant_rows(path: Path, sources: list[list[int]], pad_id: int, max_le
     """How many rows' valid outputs differ in any bit between the row alone and in a padded batch of 32."""
     import onnxruntime as ort
 
-    from service.engine.runtime import session_options
+    from attnserve.service.engine.runtime import session_options
 
     session = ort.InferenceSession(str(path), session_options(1), providers=["CPUExecutionProvider"])
     differing = 0
@@ -317,8 +317,8 @@ def batch_variant_rows(path: Path, sources: list[list[int]], pad_id: int, max_le
 
 def greedy_agreement(old: Path, new: Path, variant: str, sources: list[list[int]]) -> float:
     """Percentage of sources whose greedy answer from variant `variant` is the same in both bundles."""
-    from service.engine.bundle import load_bundle
-    from service.engine.engine import DecodingOptions, Engine
+    from attnserve.service.engine.bundle import load_bundle
+    from attnserve.service.engine.engine import DecodingOptions, Engine
 
     answers = []
     for bundle_dir in (old, new):

@@ -11,13 +11,13 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from export.graphs.encoder_simplify import op_counts
-from export.graphs.format import graph_io
-from export.graphs.v2 import DISABLED_OPTIMIZERS, write_decoder_v2
-from export.graphs.variants import convert_fp16, quantize_int8
-from export.pipeline.calibration import calibrated_amax_v2
-from service.engine.bundle import V2_FORMAT_VERSION
-from service.engine.runtime import session_options
+from attnserve.export.graphs.encoder_simplify import op_counts
+from attnserve.export.graphs.format import graph_io
+from attnserve.export.graphs.v2 import DISABLED_OPTIMIZERS, write_decoder_v2
+from attnserve.export.graphs.variants import convert_fp16, quantize_int8
+from attnserve.export.pipeline.calibration import calibrated_amax_v2
+from attnserve.service.engine.bundle import V2_FORMAT_VERSION
+from attnserve.service.engine.runtime import session_options
 
 V2_INT8_QUANTIZATION = (
     "int8 static: activations quantized with fixed scales (max |x| of each activation over training-split pairs, read "

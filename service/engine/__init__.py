@@ -13,6 +13,6 @@ Owns:
   explain engine (explain.py).
 
 Token ids and tensors only: no text rules, no wire formats. It may import numpy, onnxruntime, tokenizers and the
-top-level leaves of `service` (errors, metrics, version), and nothing from `service.settings`, `service.text` or
-`service.http` (nor fastapi or starlette).
+top-level leaves of `attnserve.service` (errors, metrics, version), and nothing from `attnserve.service.settings`,
+`attnserve.service.text` or `attnserve.service.http` (nor fastapi or starlette).
 """

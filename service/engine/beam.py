@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from service.engine.stopping import Hypothesis, StoppingCriteria, rank
+from attnserve.service.engine.stopping import Hypothesis, StoppingCriteria, rank
 
 
 class BeamSearch:

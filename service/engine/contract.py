@@ -35,9 +35,9 @@ from dataclasses import dataclass
 import numpy as np
 import onnxruntime as ort
 
-from service.engine.rows import Generation, Row, RowState
-from service.engine.runtime import OrtValues, StepCalls
-from service.engine.step import StepChoice
+from attnserve.service.engine.rows import Generation, Row, RowState
+from attnserve.service.engine.runtime import OrtValues, StepCalls
+from attnserve.service.engine.step import StepChoice
 
 POOLED_BUFFER_SETS = 1  # self-attention buffer sets an engine keeps from emptied batches
 

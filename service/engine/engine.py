@@ -39,9 +39,9 @@ import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
-from service.engine.bundle import BundleError, LoadedBundle
-from service.engine.contract import BufferPool, CacheLayout, DecodeBatch, DecoderSpec, EncodedSource, KernelsMissing
-from service.engine.names import (
+from attnserve.service.engine.bundle import BundleError, LoadedBundle
+from attnserve.service.engine.contract import BufferPool, CacheLayout, DecodeBatch, DecoderSpec, EncodedSource, KernelsMissing
+from attnserve.service.engine.names import (
     ATTENTION_MASK,
     DECODER,
     ENCODER,
@@ -52,9 +52,9 @@ from service.engine.names import (
     past_names,
     present_names,
 )
-from service.engine.options import DecodingOptions, InputError
-from service.engine.rows import Generation, new_generation
-from service.engine.runtime import (
+from attnserve.service.engine.options import DecodingOptions, InputError
+from attnserve.service.engine.rows import Generation, new_generation
+from attnserve.service.engine.runtime import (
     OrtValues,
     StepCalls,
     available_cpus,
@@ -63,9 +63,9 @@ from service.engine.runtime import (
     providers,
     session_options,
 )
-from service.engine.slots import ConcatSlotBatch, SlotBatch
-from service.engine.step import StepResult, choose_tokens
-from service.engine.stopping import Hypothesis
+from attnserve.service.engine.slots import ConcatSlotBatch, SlotBatch
+from attnserve.service.engine.step import StepResult, choose_tokens
+from attnserve.service.engine.stopping import Hypothesis
 
 log = logging.getLogger("attnserve.engine")
 

@@ -45,9 +45,9 @@ from dataclasses import dataclass
 import numpy as np
 import onnxruntime as ort
 
-from service.engine.bundle import BundleError, LoadedBundle
-from service.engine.engine import DecodingOptions, Engine
-from service.engine.names import (
+from attnserve.service.engine.bundle import BundleError, LoadedBundle
+from attnserve.service.engine.engine import DecodingOptions, Engine
+from attnserve.service.engine.names import (
     ATTENTION_MASK,
     DECODER,
     DECODER_ATTENTION_MASK,
@@ -59,11 +59,11 @@ from service.engine.names import (
     past_names,
     present_names,
 )
-from service.engine.rows import RowState, new_generation
-from service.engine.runtime import providers, session_options
-from service.engine.slots import V2_DISABLED_OPTIMIZERS, RowStep
-from service.engine.step import choose_tokens
-from service.errors import retry_after_s
+from attnserve.service.engine.rows import RowState, new_generation
+from attnserve.service.engine.runtime import providers, session_options
+from attnserve.service.engine.slots import V2_DISABLED_OPTIMIZERS, RowStep
+from attnserve.service.engine.step import choose_tokens
+from attnserve.service.errors import retry_after_s
 
 
 # ---- the explain decode ---------------------------------------------------------------------------

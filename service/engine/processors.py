@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from service.engine.rows import RowParams
+from attnserve.service.engine.rows import RowParams
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from service.engine.beam import BeamSearch
-from service.engine.options import DecodingOptions, request_seed, row_generator
-from service.engine.stopping import Hypothesis, StoppingCriteria, length_limit
+from attnserve.service.engine.beam import BeamSearch
+from attnserve.service.engine.options import DecodingOptions, request_seed, row_generator
+from attnserve.service.engine.stopping import Hypothesis, StoppingCriteria, length_limit
 
 # Modes of a row: how its token is chosen.
 GREEDY, SAMPLE, BEAM = 0, 1, 2

@@ -38,13 +38,13 @@ import logging
 import threading
 import time
 
-from service.engine.engine import DecodingOptions, Engine, Generation, InputError, StepResult
-from service.engine.runtime import ENGINE_THREAD_OS_NAME, name_os_thread
-from service.engine.scoring import ForcedBatch
-from service.engine.tickets import Failed, Finished, ScoreTicket, TextShare, Ticket
-from service.engine.waiting import pick_call
-from service.errors import InvalidRequest, Overloaded, TimedOut, Unavailable, retry_after_s
-from service.metrics import ServiceMetrics, StepObservations, observe_counted
+from attnserve.service.engine.engine import DecodingOptions, Engine, Generation, InputError, StepResult
+from attnserve.service.engine.runtime import ENGINE_THREAD_OS_NAME, name_os_thread
+from attnserve.service.engine.scoring import ForcedBatch
+from attnserve.service.engine.tickets import Failed, Finished, ScoreTicket, TextShare, Ticket
+from attnserve.service.engine.waiting import pick_call
+from attnserve.service.errors import InvalidRequest, Overloaded, TimedOut, Unavailable, retry_after_s
+from attnserve.service.metrics import ServiceMetrics, StepObservations, observe_counted
 
 # the tickets and their events live in service/engine/tickets.py; named here too, where the owners import them
 __all__ = ["Failed", "Finished", "Scheduler", "ScoreTicket", "TextShare", "Ticket", "check_rows"]

@@ -29,10 +29,10 @@ from typing import Protocol
 
 import numpy as np
 
-from service.engine.engine import Engine
-from service.engine.options import DecodingOptions
-from service.engine.processors import log_softmax, top_tokens
-from service.engine.rows import Generation, Row
+from attnserve.service.engine.engine import Engine
+from attnserve.service.engine.options import DecodingOptions
+from attnserve.service.engine.processors import log_softmax, top_tokens
+from attnserve.service.engine.rows import Generation, Row
 
 
 @dataclass

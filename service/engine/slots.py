@@ -37,9 +37,9 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from service.engine.bundle import BundleError
-from service.engine.contract import BufferPool, DecodeBatch, DecoderSpec, EncodedSource, KernelsMissing
-from service.engine.names import (
+from attnserve.service.engine.bundle import BundleError
+from attnserve.service.engine.contract import BufferPool, DecodeBatch, DecoderSpec, EncodedSource, KernelsMissing
+from attnserve.service.engine.names import (
     DECODER,
     DECODER_ATTENTION_MASK,
     ENCODER,
@@ -55,9 +55,9 @@ from service.engine.names import (
     past_names,
     present_names,
 )
-from service.engine.rows import Generation, Row, RowState
-from service.engine.runtime import StepCalls
-from service.engine.step import StepChoice
+from attnserve.service.engine.rows import Generation, Row, RowState
+from attnserve.service.engine.runtime import StepCalls
+from attnserve.service.engine.step import StepChoice
 
 # ONNX Runtime would fuse the v2 graph's Add + LayerNormalization into SkipLayerNormalization, whose CPU kernel
 # measured slower: sessions of a v2 decoder are made without that fusion

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from service.engine.beam import place_beams, update_searches
-from service.engine.processors import draw_uniforms, greedy_tokens, log_softmax, process_logits, sample_rows, top_tokens
-from service.engine.rows import GREEDY, SAMPLE, Generation, Row, RowState
-from service.engine.stopping import rank
+from attnserve.service.engine.beam import place_beams, update_searches
+from attnserve.service.engine.processors import draw_uniforms, greedy_tokens, log_softmax, process_logits, sample_rows, top_tokens
+from attnserve.service.engine.rows import GREEDY, SAMPLE, Generation, Row, RowState
+from attnserve.service.engine.stopping import rank
 
 FEW_ROWS = 4  # up to this many rows, per-row scalar reads cost less than one vectorised gather
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from service.engine.options import DecodingOptions
+from attnserve.service.engine.options import DecodingOptions
 
 
 @dataclass

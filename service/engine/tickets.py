@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from service.engine.engine import DecodingOptions, Generation
-from service.engine.scoring import FORCED_OPTIONS, TargetScore
-from service.errors import ServiceError
+from attnserve.service.engine.engine import DecodingOptions, Generation
+from attnserve.service.engine.scoring import FORCED_OPTIONS, TargetScore
+from attnserve.service.errors import ServiceError
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import collections
 
-from service.engine.tickets import Ticket
+from attnserve.service.engine.tickets import Ticket
 
 # how many tickets past the queue's head an encoder call chooses from by length, in calls' worth
 CALL_WINDOW = 2

@@ -38,17 +38,17 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 
-from service.engine.engine import Engine
-from service.http import errors, generation
-from service.http.middleware import GENERATION_ROUTES, AttnserveApp
-from service.http.openai import routes as openai
-from service.http.routes import docs, explain, health, samples, score
-from service.http.schemas import StreamResponse
-from service.http.state import SSE_KEEPALIVE_S, Service, load_engine, load_lexicon, warm_up
-from service.settings import Settings
-from service.text import lexicon_watch
-from service.text.lexicon import Lexicon
-from service.version import version
+from attnserve.service.engine.engine import Engine
+from attnserve.service.http import errors, generation
+from attnserve.service.http.middleware import GENERATION_ROUTES, AttnserveApp
+from attnserve.service.http.openai import routes as openai
+from attnserve.service.http.routes import docs, explain, health, samples, score
+from attnserve.service.http.schemas import StreamResponse
+from attnserve.service.http.state import SSE_KEEPALIVE_S, Service, load_engine, load_lexicon, warm_up
+from attnserve.service.settings import Settings
+from attnserve.service.text import lexicon_watch
+from attnserve.service.text.lexicon import Lexicon
+from attnserve.service.version import version
 
 # net allocations between young-generation collections (Python's default 700): above what a full batch's requests and
 # a deep queue hold at once (benchmarks/gc_cost.py counts the collections under load)
@@ -112,7 +112,7 @@ def create_app(
         docs_url=None,  # FastAPI's pages load their assets from a CDN: service/http/routes/docs.py serves its own
         redoc_url=None,
     )
-    app.state.service = None  # set by the lifespan; routes get it through service.http.dependencies.get_service
+    app.state.service = None  # set by the lifespan; routes get it through attnserve.service.http.dependencies.get_service
     app.state.settings = settings
 
     app.router.routes.extend(generation.TGI_ROUTES)

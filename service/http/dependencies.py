@@ -12,8 +12,8 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from service.http import errors
-from service.http.state import Service
+from attnserve.service.http import errors
+from attnserve.service.http.state import Service
 
 BEARER = HTTPBearer(auto_error=False, description="Required when the server has an API key (ATTNSERVE_API_KEY).")
 

@@ -1,6 +1,6 @@
 """One error shape for every route: `{"error": "...", "error_type": "..."}` (ARCHITECTURE.md), and the status codes.
 
-The engine and the text layer refuse or end a request with a `service.errors.ServiceError`;
+The engine and the text layer refuse or end a request with a `attnserve.service.errors.ServiceError`;
 `api_error` is the one place its `error_type` becomes a status code (and an overloaded
 refusal its Retry-After header).
 
@@ -25,7 +25,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Message, Receive
 
-from service.errors import Draining, Overloaded, ServiceError, TimedOut, Unavailable
+from attnserve.service.errors import Draining, Overloaded, ServiceError, TimedOut, Unavailable
 
 log = logging.getLogger("attnserve.service")
 
@@ -34,7 +34,8 @@ MAX_BODY_BYTES = 256 * 1024  # a G2P word is ~20 bytes; a generous ceiling for a
 
 class APIError(Exception):
     """An error answered to the client as `{"error", "error_type"}` with `status`. `field`: the part of the request
-    at fault (`service.errors.InvalidRequest.field`), which OpenAI's shape names as `param`; not in this shape's body."""
+    at fault (`attnserve.service.errors.InvalidRequest.field`), which OpenAI's shape names as `param`; not in this
+    shape's body."""
 
     def __init__(
         self, status: int, error_type: str, message: str, headers: dict[str, str] | None = None, field: str | None = None

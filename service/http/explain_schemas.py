@@ -9,8 +9,8 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, Field
 
-from service.engine.engine import Engine
-from service.engine.explain import Explanation
+from attnserve.service.engine.engine import Engine
+from attnserve.service.engine.explain import Explanation
 
 FinishReason = Literal["length", "eos_token", "stop_sequence"]  # TGI's finish reasons (schemas.py's details use them too)
 

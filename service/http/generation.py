@@ -48,13 +48,18 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
-from service.engine.tickets import Ticket
-from service.errors import ServiceError
-from service.http import errors
-from service.http.dependencies import GENERATION_GUARDS, bearer_token, check_api_key, check_not_draining, service_of
-from service.http.openai import routes as openai
-from service.http.openai.schemas import ChatCompletionRequest, ChatCompletionResponse, CompletionRequest, CompletionResponse
-from service.http.responses import (
+from attnserve.service.engine.tickets import Ticket
+from attnserve.service.errors import ServiceError
+from attnserve.service.http import errors
+from attnserve.service.http.dependencies import GENERATION_GUARDS, bearer_token, check_api_key, check_not_draining, service_of
+from attnserve.service.http.openai import routes as openai
+from attnserve.service.http.openai.schemas import (
+    ChatCompletionRequest,
+    ChatCompletionResponse,
+    CompletionRequest,
+    CompletionResponse,
+)
+from attnserve.service.http.responses import (
     ERROR_RESPONSES,
     SSE_CONTENT,
     SSE_HEADERS,
@@ -68,11 +73,11 @@ from service.http.responses import (
     json_response,
     timing_headers,
 )
-from service.http.schemas import CompatGenerateRequest, GenerateRequest, GenerateResponse
-from service.http.state import Service
-from service.http.validation import ignored_headers
-from service.requests.frontend import TextRequest
-from service.requests.streaming import StreamReader
+from attnserve.service.http.schemas import CompatGenerateRequest, GenerateRequest, GenerateResponse
+from attnserve.service.http.state import Service
+from attnserve.service.http.validation import ignored_headers
+from attnserve.service.requests.frontend import TextRequest
+from attnserve.service.requests.streaming import StreamReader
 
 log = logging.getLogger("attnserve.service")
 

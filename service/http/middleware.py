@@ -27,11 +27,11 @@ from fastapi import FastAPI
 from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.http import errors, generation
-from service.http.logs import log_line, request_id_var
-from service.http.openai import errors as openai_errors
-from service.http.openai import routes as openai
-from service.http.routes import explain, score
+from attnserve.service.http import errors, generation
+from attnserve.service.http.logs import log_line, request_id_var
+from attnserve.service.http.openai import errors as openai_errors
+from attnserve.service.http.openai import routes as openai
+from attnserve.service.http.routes import explain, score
 
 access_log = logging.getLogger("attnserve.access")
 log = logging.getLogger("attnserve.service")

@@ -15,10 +15,10 @@ import orjson
 from fastapi.responses import Response, StreamingResponse
 from starlette.requests import Request
 
-from service.engine.engine import Engine
-from service.engine.scheduler import Failed
-from service.http import errors
-from service.http.schemas import (
+from attnserve.service.engine.engine import Engine
+from attnserve.service.engine.scheduler import Failed
+from attnserve.service.http import errors
+from attnserve.service.http.schemas import (
     BestOfSequence,
     Details,
     ErrorResponse,
@@ -30,10 +30,10 @@ from service.http.schemas import (
     WordCandidate,
     WordDetails,
 )
-from service.metrics import ServiceMetrics
-from service.requests import units as text_units
-from service.requests.frontend import TextRequest
-from service.requests.units import Answer, CaughtUp, StreamToken
+from attnserve.service.metrics import ServiceMetrics
+from attnserve.service.requests import units as text_units
+from attnserve.service.requests.frontend import TextRequest
+from attnserve.service.requests.units import Answer, CaughtUp, StreamToken
 
 ERROR_RESPONSES = {
     code: {"model": ErrorResponse, "description": text}

@@ -24,8 +24,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.engine.options import BOUNDS
-from service.http.explain_schemas import FinishReason  # /explain answers in the same terms
+from attnserve.service.engine.options import BOUNDS
+from attnserve.service.http.explain_schemas import FinishReason  # /explain answers in the same terms
 
 MAX_STOP_SEQUENCES = 8
 # each numeric parameter's range as /docs shows it: the engine's (service/engine/options.py), which checks it

@@ -8,16 +8,16 @@ from __future__ import annotations
 import asyncio
 import functools
 
-from service.engine.bundle import load_bundle
-from service.engine.engine import DecodingOptions, Engine
-from service.engine.explain import Explainer
-from service.http.schemas import GenerateParameters, GenerateRequest
-from service.http.validation import check_field_names
-from service.requests.frontend import TextRequest
-from service.requests.stack import build_stack
-from service.requests.validation import Limits, ValidRequest, text_params, validate
-from service.settings import ConfigError, Settings
-from service.text.lexicon import Lexicon
+from attnserve.service.engine.bundle import load_bundle
+from attnserve.service.engine.engine import DecodingOptions, Engine
+from attnserve.service.engine.explain import Explainer
+from attnserve.service.http.schemas import GenerateParameters, GenerateRequest
+from attnserve.service.http.validation import check_field_names
+from attnserve.service.requests.frontend import TextRequest
+from attnserve.service.requests.stack import build_stack
+from attnserve.service.requests.validation import Limits, ValidRequest, text_params, validate
+from attnserve.service.settings import ConfigError, Settings
+from attnserve.service.text.lexicon import Lexicon
 
 SSE_KEEPALIVE_S = 15.0  # a comment line this often on a quiet stream keeps proxies from closing it
 

@@ -1,7 +1,7 @@
 """What the TGI routes' validation adds to the one validator (service/requests/validation.py): the body's unknown fields.
 
 The schema (service/http/schemas.py) checks JSON types field by field; `Service.validate`
-(service/http/state.py) hands the rest to `service.requests.validation.validate`, which every front end
+(service/http/state.py) hands the rest to `attnserve.service.requests.validation.validate`, which every front end
 shares. Here (`check_field_names`): a generation parameter sent at the top level of the body, beside `inputs`, is a
 422 saying to move it into `parameters`; an unknown field that looks like a misspelling of a known one is a 422
 naming it; the others are ignored, logged once and named in a response header.
@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from service.errors import InvalidRequest
-from service.http import fields
-from service.http.schemas import GenerateParameters, GenerateRequest
-from service.requests.validation import check_names, close_match
+from attnserve.service.errors import InvalidRequest
+from attnserve.service.http import fields
+from attnserve.service.http.schemas import GenerateParameters, GenerateRequest
+from attnserve.service.requests.validation import check_names, close_match
 
 
 def ignored_fields(body: GenerateRequest) -> list[str]:

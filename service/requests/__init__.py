@@ -7,6 +7,6 @@ alone writes them as TGI or OpenAI JSON), output forms of an answer's tokens (fo
 (streaming.py), scoring (scoring.py), the bundle's samples (samples.py), and stack.py, where the HTTP service
 and the in-process Generator build the same scheduler, request layer and validator.
 
-May import `service.text` (reading text), `service.engine` and the top-level leaves of `service`; never
-`service.settings`, `service.http`, fastapi or starlette (pyproject.toml's import-linter contracts).
+May import `attnserve.service.text` (reading text), `attnserve.service.engine` and the top-level leaves of `service`; never
+`attnserve.service.settings`, `attnserve.service.http`, fastapi or starlette (pyproject.toml's import-linter contracts).
 """

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 
 from tokenizers import Tokenizer
 
-from service.requests.units import Token, Unit
-from service.text import espeak, ipa
+from attnserve.service.requests.units import Token, Unit
+from attnserve.service.text import espeak, ipa
 
 ALPHABETS = ("arpabet", "ipa", "espeak")
 WORD_CACHE = 1 << 17  # words an espeak form remembers

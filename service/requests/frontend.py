@@ -13,7 +13,7 @@ Every front end calls it: the HTTP routes (service/http/) and the in-process `Ge
 
 `validate` (service/requests/validation.py, the one validator every front end calls) reads the input
 and checks the engine's `DecodingOptions`; `TextParams` say the rest: truncation, whether the lexicon
-may answer, and which details are asked for. Refusals are `service.errors.InvalidRequest` (what to
+may answer, and which details are asked for. Refusals are `attnserve.service.errors.InvalidRequest` (what to
 fix, and its `field`) and the scheduler's `Overloaded` / `Unavailable`; HTTP maps them to status codes.
 What this layer gives back are domain objects (units, answers, stream tokens: service/requests/units.py);
 service/http/ alone writes them in a wire format.
@@ -57,16 +57,16 @@ from collections.abc import AsyncIterator
 
 from tokenizers import Tokenizer
 
-from service.engine.bundle import LoadedBundle
-from service.engine.engine import DecodingOptions, Engine, InputError
-from service.engine.options import request_seed
-from service.engine.scheduler import Failed, Finished, Scheduler
-from service.errors import InvalidRequest
-from service.requests.forms import EspeakText, FormUnsupported, OutputForm, output_form
-from service.requests.overrides import pronounce
-from service.requests.parts import PartsPlan, PartsTicket, compound_ids
-from service.requests.streaming import StreamReader
-from service.requests.units import (
+from attnserve.service.engine.bundle import LoadedBundle
+from attnserve.service.engine.engine import DecodingOptions, Engine, InputError
+from attnserve.service.engine.options import request_seed
+from attnserve.service.engine.scheduler import Failed, Finished, Scheduler
+from attnserve.service.errors import InvalidRequest
+from attnserve.service.requests.forms import EspeakText, FormUnsupported, OutputForm, output_form
+from attnserve.service.requests.overrides import pronounce
+from attnserve.service.requests.parts import PartsPlan, PartsTicket, compound_ids
+from attnserve.service.requests.streaming import StreamReader
+from attnserve.service.requests.units import (
     CAUGHT_UP,
     Answer,
     CaughtUp,
@@ -81,12 +81,12 @@ from service.requests.units import (
     step_token,
     top_tokens,
 )
-from service.requests.validation import ValidRequest
-from service.text.context import ContextChooser, rank_by_context
-from service.text.lexicon import Lexicon
-from service.text.parts import InParts, split_word
-from service.text.pronunciations import Pronunciations
-from service.text.reader import MAX_TEXT_CHARS, MAX_WORDS, Skipped, TextError, TextReader, Word
+from attnserve.service.requests.validation import ValidRequest
+from attnserve.service.text.context import ContextChooser, rank_by_context
+from attnserve.service.text.lexicon import Lexicon
+from attnserve.service.text.parts import InParts, split_word
+from attnserve.service.text.pronunciations import Pronunciations
+from attnserve.service.text.reader import MAX_TEXT_CHARS, MAX_WORDS, Skipped, TextError, TextReader, Word
 
 ANSWERS_KEPT = 1 << 16  # distinct lexicon answers kept made (`TextFrontEnd.known_answer`); more start again
 

@@ -5,10 +5,10 @@ letter by letter) or of a key of several words ("New York") become one unit whos
 
 from __future__ import annotations
 
-from service.engine.engine import DecodingOptions, Engine
-from service.requests.units import Unit, lexicon_answer
-from service.text.pronunciations import MAX_KEY_WORDS, Pronunciations
-from service.text.reader import Word
+from attnserve.service.engine.engine import DecodingOptions, Engine
+from attnserve.service.requests.units import Unit, lexicon_answer
+from attnserve.service.text.pronunciations import MAX_KEY_WORDS, Pronunciations
+from attnserve.service.text.reader import Word
 
 
 def pronounce(engine: Engine, inputs: str, units: list[Unit], found: Pronunciations, options: DecodingOptions) -> list[Unit]:

@@ -5,7 +5,7 @@ with one ticket (`PartsTicket`), so it stays one word of the answer: one `|`-sep
 Two cases:
 - a word longer than the model reads (`max_input_tokens`) is read in parts from the start: the lexicon answers the
   parts it knows (when it may answer the request), the model the others;
-- a word whose model reading ends implausibly early for its length (`service.text.parts.stopped_early`) is read
+- a word whose model reading ends implausibly early for its length (`attnserve.service.text.parts.stopped_early`) is read
   again in parts once that reading has ended, where the lexicon answers the request (a greedy or beam request, the
   bundle has a lexicon, the request does not ask for the model's own answers with `lexicon: false`, `top_n_tokens`
   or `decoder_input_details`); the parts' answer is kept when it is longer, and a warning names the word either way.
@@ -28,15 +28,15 @@ import asyncio
 import time
 from collections.abc import Callable, Container
 
-from service.engine.engine import DecodingOptions, Engine
-from service.engine.scheduler import Failed, Finished, Scheduler, Ticket
-from service.engine.step import StepResult
-from service.engine.stopping import Hypothesis
-from service.errors import ServiceError
-from service.requests.units import Answer, Unit, hypothesis_tokens
-from service.text.compounds import compound_parts, compound_reading
-from service.text.lexicon import Lexicon
-from service.text.parts import MIN_CHECKED_LETTERS, InParts, letters, split_word, stopped_early
+from attnserve.service.engine.engine import DecodingOptions, Engine
+from attnserve.service.engine.scheduler import Failed, Finished, Scheduler, Ticket
+from attnserve.service.engine.step import StepResult
+from attnserve.service.engine.stopping import Hypothesis
+from attnserve.service.errors import ServiceError
+from attnserve.service.requests.units import Answer, Unit, hypothesis_tokens
+from attnserve.service.text.compounds import compound_parts, compound_reading
+from attnserve.service.text.lexicon import Lexicon
+from attnserve.service.text.parts import MIN_CHECKED_LETTERS, InParts, letters, split_word, stopped_early
 
 # a part is the lexicon's answer (its token ids) or the engine's ticket
 Part = tuple[int, ...] | Ticket

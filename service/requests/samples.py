@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import json
 
-from service.engine.bundle import LoadedBundle
-from service.engine.engine import InputError
-from service.errors import InvalidRequest
-from service.requests.frontend import TextFrontEnd
+from attnserve.service.engine.bundle import LoadedBundle
+from attnserve.service.engine.engine import InputError
+from attnserve.service.errors import InvalidRequest
+from attnserve.service.requests.frontend import TextFrontEnd
 
 MAX_SAMPLES = 500  # "a few hundred": enough that a load test's rows vary, small enough to send at once
 

@@ -21,13 +21,13 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from service.engine.engine import Engine
-from service.engine.scheduler import Failed, Finished, ScoreTicket
-from service.engine.scoring import TargetScore
-from service.engine.stopping import Hypothesis
-from service.errors import InvalidRequest
-from service.requests.frontend import TextFrontEnd
-from service.requests.units import Token, hypothesis_tokens, top_tokens
+from attnserve.service.engine.engine import Engine
+from attnserve.service.engine.scheduler import Failed, Finished, ScoreTicket
+from attnserve.service.engine.scoring import TargetScore
+from attnserve.service.engine.stopping import Hypothesis
+from attnserve.service.errors import InvalidRequest
+from attnserve.service.requests.frontend import TextFrontEnd
+from attnserve.service.requests.units import Token, hypothesis_tokens, top_tokens
 
 
 @dataclass

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from service.engine.engine import Engine
-from service.engine.scheduler import Scheduler
-from service.metrics import ServiceMetrics
-from service.requests.frontend import TextFrontEnd
-from service.requests.validation import Limits, Validator
-from service.text.lexicon import Lexicon
-from service.text.reader import MAX_TEXT_CHARS, MAX_WORDS
+from attnserve.service.engine.engine import Engine
+from attnserve.service.engine.scheduler import Scheduler
+from attnserve.service.metrics import ServiceMetrics
+from attnserve.service.requests.frontend import TextFrontEnd
+from attnserve.service.requests.validation import Limits, Validator
+from attnserve.service.text.lexicon import Lexicon
+from attnserve.service.text.reader import MAX_TEXT_CHARS, MAX_WORDS
 
 
 @dataclass

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from service.engine.engine import Engine
-from service.engine.scheduler import Failed, Finished, Ticket
-from service.requests.forms import FormStream, OutputForm
-from service.requests.units import CAUGHT_UP, CaughtUp, StreamToken, Token, Unit, step_token, top_tokens
+from attnserve.service.engine.engine import Engine
+from attnserve.service.engine.scheduler import Failed, Finished, Ticket
+from attnserve.service.requests.forms import FormStream, OutputForm
+from attnserve.service.requests.units import CAUGHT_UP, CaughtUp, StreamToken, Token, Unit, step_token, top_tokens
 
 
 class Streamed(Protocol):

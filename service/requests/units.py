@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from service.engine.engine import DecodingOptions, Engine, StepResult
-from service.engine.scheduler import Finished, Ticket
-from service.engine.stopping import Hypothesis, StoppingCriteria
-from service.text.reader import Word
+from attnserve.service.engine.engine import DecodingOptions, Engine, StepResult
+from attnserve.service.engine.scheduler import Finished, Ticket
+from attnserve.service.engine.stopping import Hypothesis, StoppingCriteria
+from attnserve.service.text.reader import Word
 
 
 class CaughtUp:

@@ -33,14 +33,14 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from service.engine.engine import DecodingOptions, InputError
-from service.engine.options import BOUNDS, check_bound
-from service.engine.scheduler import check_rows
-from service.errors import InvalidRequest
-from service.requests.forms import OutputForm
-from service.requests.units import TextParams, Unit
-from service.text.pronunciations import Pronunciations, check_pronunciations
-from service.text.reader import Skipped
+from attnserve.service.engine.engine import DecodingOptions, InputError
+from attnserve.service.engine.options import BOUNDS, check_bound
+from attnserve.service.engine.scheduler import check_rows
+from attnserve.service.errors import InvalidRequest
+from attnserve.service.requests.forms import OutputForm
+from attnserve.service.requests.units import TextParams, Unit
+from attnserve.service.text.pronunciations import Pronunciations, check_pronunciations
+from attnserve.service.text.reader import Skipped
 
 # ---- field names ------------------------------------------------------------------------------------
 CLOSE_RATIO = 0.85

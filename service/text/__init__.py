@@ -6,7 +6,7 @@ verbalise, words.py reads words by their neighbours and case; characters in norm
 in tables/, loaded by rules.py), the lexicon and its reload (lexicon.py, lexicon_watch.py), the
 heteronym chooser (context.py), per-request pronunciations (pronunciations.py) and the IPA of ARPAbet (ipa.py).
 
-May import `service.engine` and the top-level leaves of `service` (errors, metrics, version, extras);
-never `service.requests`, `service.settings`, `service.http`, fastapi or starlette (pyproject.toml's
+May import `attnserve.service.engine` and the top-level leaves of `service` (errors, metrics, version, extras);
+never `attnserve.service.requests`, `attnserve.service.settings`, `attnserve.service.http`, fastapi or starlette (pyproject.toml's
 import-linter contracts).
 """

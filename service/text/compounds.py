@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Container, Sequence
 
-from service.text import rules
+from attnserve.service.text import rules
 
 MIN_CASE_PART = 2  # shortest part of a word split by its case: the writer marked the split ("PyTorch")
 # a capitalised first part that begins a name, not a word of its own ("McAllister", "DeVito", "LaGuardia")

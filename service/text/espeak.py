@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from service.text import ipa
+from attnserve.service.text import ipa
 
 PRIMARY, SECONDARY = ipa.PRIMARY, ipa.SECONDARY
 LONG = "\u02d0"  # ː

@@ -15,8 +15,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from service.text import rules
-from service.text.spoken import (
+from attnserve.service.text import rules
+from attnserve.service.text.spoken import (
     PAUSE,
     READERS,
     Said,
@@ -28,7 +28,7 @@ from service.text.spoken import (
     ordinal,
     year,
 )
-from service.text.tokens import Token, next_token, prev_token
+from attnserve.service.text.tokens import Token, next_token, prev_token
 
 DATE_ORDERS = ("mdy", "dmy", "ymd")
 DATE_KINDS = {"isodate", "numdate", "mdate", "dmdate"}

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from service.engine.bundle import LoadedBundle
+from attnserve.service.engine.bundle import LoadedBundle
 
 LEXICON_FILE = "lexicon.tsv.gz"  # the file name `attnserve-export` gives a bundle's lexicon
 

@@ -20,7 +20,7 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
-from service.text.lexicon import Lexicon, LexiconError
+from attnserve.service.text.lexicon import Lexicon, LexiconError
 
 log = logging.getLogger("attnserve.service")
 

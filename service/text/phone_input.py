@@ -33,7 +33,7 @@ IPA otherwise.
 
 from __future__ import annotations
 
-from service.text import ipa
+from attnserve.service.text import ipa
 
 ALPHABETS = ("arpabet", "ipa", "espeak")
 PRIMARY, SECONDARY = ipa.PRIMARY, ipa.SECONDARY

@@ -31,9 +31,9 @@ from dataclasses import dataclass
 
 from tokenizers import Tokenizer
 
-from service.errors import InvalidRequest
-from service.text import ipa
-from service.text.phone_input import ALPHABETS, PhoneInputError, read_phones
+from attnserve.service.errors import InvalidRequest
+from attnserve.service.text import ipa
+from attnserve.service.text.phone_input import ALPHABETS, PhoneInputError, read_phones
 
 FIELD = "parameters.pronunciations"  # what an error names
 ALPHABET_FIELD = "parameters.pronunciations_alphabet"

@@ -48,13 +48,13 @@ from dataclasses import dataclass, field
 
 from tokenizers import Tokenizer
 
-from service.text import rules
-from service.text.forms import DATE_ORDERS, read_token
-from service.text.normalize import Skipped, prepare
-from service.text.rules import Currency
-from service.text.spoken import PAUSE
-from service.text.tokens import Token, tokenize
-from service.text.words import all_caps_sentences, case_word, context_word
+from attnserve.service.text import rules
+from attnserve.service.text.forms import DATE_ORDERS, read_token
+from attnserve.service.text.normalize import Skipped, prepare
+from attnserve.service.text.rules import Currency
+from attnserve.service.text.spoken import PAUSE
+from attnserve.service.text.tokens import Token, tokenize
+from attnserve.service.text.words import all_caps_sentences, case_word, context_word
 
 __all__ = ["Currency", "Reading", "Skipped", "TextError", "TextReader", "Word", "check_separator", "split_words", "read_text"]
 

@@ -16,9 +16,9 @@ from functools import lru_cache
 
 from num2words import num2words
 
-from service.text import rules
-from service.text.rules import Currency
-from service.text.tokens import Token, next_token, prev_token
+from attnserve.service.text import rules
+from attnserve.service.text.rules import Currency
+from attnserve.service.text.tokens import Token, next_token, prev_token
 
 _SPELLED_SPLIT = re.compile(r"[\s,-]+")  # num2words writes "twenty-one", "one thousand, two hundred"
 _SAID_AS_NUMBERS = {(9, 11), (7, 11)}  # dates and names written as fractions: "9/11" nine eleven

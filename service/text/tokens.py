@@ -12,7 +12,7 @@ import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from service.text import rules
+from attnserve.service.text import rules
 
 _NUMBER = r"[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]+)?|[0-9]+(?:\.[0-9]+)?"
 _AMOUNT = _NUMBER + r"|\.[0-9]+"  # "$.25"

@@ -12,9 +12,9 @@ from collections.abc import Container
 
 from num2words import num2words
 
-from service.text import rules
-from service.text.spoken import NUMERIC, cardinal, spelled
-from service.text.tokens import Token, next_token, plain, prev_token
+from attnserve.service.text import rules
+from attnserve.service.text.spoken import NUMERIC, cardinal, spelled
+from attnserve.service.text.tokens import Token, next_token, plain, prev_token
 
 _ROMAN = re.compile(r"M{0,3}(?:CM|CD|D?C{0,3})(?:XC|XL|L?X{0,3})(?:IX|IV|V?I{0,3})")
 _ROMAN_VALUES = {"I": 1, "V": 5, "X": 10, "L": 50, "C": 100, "D": 500, "M": 1000}

@@ -12,11 +12,11 @@ from pathlib import Path
 
 from service_harness import load_engine
 
-from service.engine import waiting
-from service.engine.engine import DecodingOptions, GenerationResult
-from service.engine.scheduler import QUEUE_SCAN_S, Failed, Finished, Scheduler, Ticket
-from service.engine.slots import SlotBatch
-from service.metrics import ServiceMetrics
+from attnserve.service.engine import waiting
+from attnserve.service.engine.engine import DecodingOptions, GenerationResult
+from attnserve.service.engine.scheduler import QUEUE_SCAN_S, Failed, Finished, Scheduler, Ticket
+from attnserve.service.engine.slots import SlotBatch
+from attnserve.service.metrics import ServiceMetrics
 
 DEFAULT_BUNDLE = Path(__file__).resolve().parents[2] / "models" / "g2p-en"
 # made-up words of different lengths, so rows finish at different steps

@@ -16,14 +16,14 @@ import shutil
 import numpy as np
 import pytest
 
-from service.engine.bundle import load_bundle, write_bundle_json
-from service.engine.contract import DecodeBatch
-from service.engine.engine import BATCH_KINDS, DecodingOptions, Engine
-from service.engine.processors import log_softmax
-from service.engine.scheduler import ScoreTicket
-from service.engine.scoring import ForcedBatch
-from service.engine.slots import KEEP_WIDER, ConcatSlotBatch, SlotBatch
-from service.engine.step import choose_tokens
+from attnserve.service.engine.bundle import load_bundle, write_bundle_json
+from attnserve.service.engine.contract import DecodeBatch
+from attnserve.service.engine.engine import BATCH_KINDS, DecodingOptions, Engine
+from attnserve.service.engine.processors import log_softmax
+from attnserve.service.engine.scheduler import ScoreTicket
+from attnserve.service.engine.scoring import ForcedBatch
+from attnserve.service.engine.slots import KEEP_WIDER, ConcatSlotBatch, SlotBatch
+from attnserve.service.engine.step import choose_tokens
 
 WORDS = ["attention", "hello", "a", "phonetics", "zebra", "characteristically", "it", "onnx", "runtime", "cat"]
 TWIN = "fp32-v2"  # the float32 v2 decoder of the tiny bundle's own weights
@@ -32,9 +32,9 @@ TWIN = "fp32-v2"  # the float32 v2 decoder of the tiny bundle's own weights
 @pytest.fixture(scope="module")
 def engines(tiny_bundle_dir, tmp_path_factory) -> dict[str, Engine]:
     """One engine per cache kind over the same float32 weights, keyed by kv_cache."""
-    from export.graphs.v2 import write_decoder_v2
-    from export.pipeline.v2 import V2_FALLBACK
-    from training.weights import load_bundle_weights
+    from attnserve.export.graphs.v2 import write_decoder_v2
+    from attnserve.export.pipeline.v2 import V2_FALLBACK
+    from attnserve.training.weights import load_bundle_weights
 
     out = tmp_path_factory.mktemp("contract") / "g2p-tiny"
     shutil.copytree(tiny_bundle_dir, out)
@@ -175,7 +175,7 @@ def test_the_v1_adapter_keeps_its_buffers_on_the_host_whatever_the_device(engine
     adapter reads of it; the batch must then allocate host arrays and answer as the engine does."""
     import dataclasses
 
-    from service.engine.contract import BufferPool
+    from attnserve.service.engine.contract import BufferPool
 
     engine = engines["concat"]
     batch = ConcatSlotBatch(dataclasses.replace(engine.decoder_spec, device="cuda"), BufferPool(), engine.run_decoder)

@@ -12,15 +12,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import service.engine.beam as beam_module
-import service.engine.rows as rows_module
-import service.engine.step as step_module
+import attnserve.service.engine.beam as beam_module
+import attnserve.service.engine.rows as rows_module
+import attnserve.service.engine.step as step_module
+from attnserve.service.engine.beam import BeamSearch, place_beams, update_searches
+from attnserve.service.engine.bundle import load_bundle
+from attnserve.service.engine.engine import DecodingOptions, Engine
+from attnserve.service.engine.processors import log_softmax
+from attnserve.service.engine.stopping import StoppingCriteria
 from benchmarks import beam_reference as reference
-from service.engine.beam import BeamSearch, place_beams, update_searches
-from service.engine.bundle import load_bundle
-from service.engine.engine import DecodingOptions, Engine
-from service.engine.processors import log_softmax
-from service.engine.stopping import StoppingCriteria
 
 EOS = 1  # within even the two-token vocabularies below
 DEFAULT_BUNDLE = Path(__file__).resolve().parents[2] / "models" / "g2p-en"

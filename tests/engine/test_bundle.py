@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from service.engine.bundle import BundleError, load_bundle, write_bundle_json
+from attnserve.service.engine.bundle import BundleError, load_bundle, write_bundle_json
 
 
 @pytest.fixture
@@ -114,7 +114,7 @@ def test_unlisted_extra_files_are_ignored(bundle_copy):
 def test_verify_cli_refuses_tampered_bundle_with_one_line(bundle_copy):
     path = bundle_copy / "encoder.onnx"
     path.write_bytes(path.read_bytes() + b"\0")
-    proc = subprocess.run([sys.executable, "-m", "export", "verify", str(bundle_copy)], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "attnserve.export", "verify", str(bundle_copy)], capture_output=True, text=True)
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "encoder.onnx" in lines[0]
@@ -123,7 +123,7 @@ def test_verify_cli_refuses_tampered_bundle_with_one_line(bundle_copy):
 def test_edited_manifest_stops_start_up_with_one_line_naming_it(bundle_copy):
     """bundle.json carries the hash of its own content (manifest_sha256): an edit by hand, here the end token
     moved from its id, is refused at start-up by attnserve-serve in one line naming bundle.json."""
-    from service.engine.bundle import MANIFEST_FIELD, manifest_sha256
+    from attnserve.service.engine.bundle import MANIFEST_FIELD, manifest_sha256
 
     path = bundle_copy / "bundle.json"
     meta = json.loads(path.read_text())
@@ -134,7 +134,7 @@ def test_edited_manifest_stops_start_up_with_one_line_naming_it(bundle_copy):
     assert str(path) in msg and MANIFEST_FIELD in msg
     from service_harness import free_port
 
-    cmd = [sys.executable, "-m", "service", str(bundle_copy), "--port", str(free_port()), "--threads", "1"]
+    cmd = [sys.executable, "-m", "attnserve.service", str(bundle_copy), "--port", str(free_port()), "--threads", "1"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode != 0 and len(lines) == 1, proc.stderr
@@ -144,7 +144,7 @@ def test_edited_manifest_stops_start_up_with_one_line_naming_it(bundle_copy):
 def test_manifest_hash_ignores_layout_and_a_bundle_without_it_loads_unchecked(bundle_copy):
     """Re-indenting bundle.json keeps its hash (the content is hashed as canonical JSON); a bundle written before
     the field existed has none and loads unchecked; a malformed hash is refused."""
-    from service.engine.bundle import MANIFEST_FIELD
+    from attnserve.service.engine.bundle import MANIFEST_FIELD
 
     path = bundle_copy / "bundle.json"
     meta = json.loads(path.read_text())

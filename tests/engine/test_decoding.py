@@ -9,13 +9,13 @@ import itertools
 import numpy as np
 import pytest
 
+from attnserve.service.engine.beam import BeamSearch, update_searches
+from attnserve.service.engine.options import DecodingOptions, InputError
+from attnserve.service.engine.processors import greedy_tokens, log_softmax, process_logits, sample_rows
+from attnserve.service.engine.rows import RowParams, RowState, new_generation
+from attnserve.service.engine.step import choose_tokens
+from attnserve.service.engine.stopping import Hypothesis, StoppingCriteria, rank
 from benchmarks import beam_reference as reference
-from service.engine.beam import BeamSearch, update_searches
-from service.engine.options import DecodingOptions, InputError
-from service.engine.processors import greedy_tokens, log_softmax, process_logits, sample_rows
-from service.engine.rows import RowParams, RowState, new_generation
-from service.engine.step import choose_tokens
-from service.engine.stopping import Hypothesis, StoppingCriteria, rank
 
 EOS = 1
 
@@ -474,7 +474,7 @@ def test_log_softmax_rows_normalise():
 def test_a_hypothesis_score_is_numpys_mean_of_its_logprobs_and_end_token():
     import random
 
-    from service.engine.stopping import Hypothesis
+    from attnserve.service.engine.stopping import Hypothesis
 
     rng = random.Random(0)
     for _ in range(5000):

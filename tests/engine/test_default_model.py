@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from service.engine.bundle import load_bundle
-from service.engine.engine import DecodingOptions, Engine
-from training.data import load_examples, strip_stress
-from training.metrics import g2p_metrics
+from attnserve.service.engine.bundle import load_bundle
+from attnserve.service.engine.engine import DecodingOptions, Engine
+from attnserve.training.data import load_examples, strip_stress
+from attnserve.training.metrics import g2p_metrics
 
 BUNDLE_DIR = Path(__file__).resolve().parents[2] / "models" / "g2p-en"
 
@@ -47,7 +47,7 @@ def test_default_bundle_serves_v2_on_every_provider_with_v1_as_the_fallback():
     loop, answers the parity corpus as the PyTorch reference did; bundle.json's own hash verifies."""
     import json
 
-    from service.engine.bundle import MANIFEST_FIELD, manifest_sha256
+    from attnserve.service.engine.bundle import MANIFEST_FIELD, manifest_sha256
 
     bundle = load_bundle(BUNDLE_DIR)
     assert bundle.resolve_variant("auto", "cpu") == "int8" and bundle.resolve_variant("auto", "cuda") == "fp16"
@@ -106,7 +106,7 @@ def test_served_int8_rows_are_bitwise_the_same_alone_and_in_padded_batches():
     and cache: the v2 decoder through its in-place buffers, rows joining at different steps (export/checks/invariance.py)."""
     import json
 
-    from export.checks.invariance import InPlaceSteps, batch_invariance
+    from attnserve.export.checks.invariance import InPlaceSteps, batch_invariance
 
     bundle = load_bundle(BUNDLE_DIR)
     assert bundle.default_variant["cpu"] == "int8" and bundle.meta["int8_gate"]["batch_invariant"]
@@ -152,7 +152,7 @@ def test_default_model_batch_of_one_answers_as_fresh_and_as_batched(engine):
     source width when the next word needs up to KEEP_WIDER keys less: greedy, seeded and forced-length greedy words,
     each in a new batch, word after word through one kept batch, and all together in one batch, give bitwise the
     same tokens and log-probabilities."""
-    from service.engine.slots import padded_source_len
+    from attnserve.service.engine.slots import padded_source_len
 
     assert engine.variant == engine.bundle.default_variant["cpu"] == "int8"
     words = ["characteristically", "zebra", "blorptastical", "cat", "phonetics", "onnxruntime", "qwxv"]

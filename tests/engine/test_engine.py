@@ -7,8 +7,8 @@ import sys
 import numpy as np
 import pytest
 
-from service.engine.bundle import load_bundle
-from service.engine.engine import DecodingOptions, Engine, InputError
+from attnserve.service.engine.bundle import load_bundle
+from attnserve.service.engine.engine import DecodingOptions, Engine, InputError
 
 WORDS = ["attention", "hello", "a", "phonetics", "zebra", "characteristically", "it", "onnx", "runtime", "cat"]
 
@@ -36,8 +36,8 @@ def test_engine_reports_provider_variant_and_threads(engine, tiny_bundle_dir):
 
 
 def test_greedy_matches_pytorch_reference(engine, tiny_run_dir):
-    from training.decode import generate_ids
-    from training.run import load_model
+    from attnserve.training.decode import generate_ids
+    from attnserve.training.run import load_model
 
     model = load_model(tiny_run_dir)
     ids = [engine.encode_text(w) for w in WORDS]
@@ -202,8 +202,8 @@ def test_same_seed_same_ids_whatever_the_batch_and_seed_is_returned(cpu_engine):
 
 
 def test_sampling_matches_pytorch_reference(engine, tiny_run_dir):
-    from training.decode import generate_ids
-    from training.run import load_model
+    from attnserve.training.decode import generate_ids
+    from attnserve.training.run import load_model
 
     model = load_model(tiny_run_dir)
     opts = [DecodingOptions(max_new_tokens=48, seed=i, temperature=1.5, top_p=0.95) for i in range(len(WORDS))]
@@ -260,7 +260,7 @@ def test_fp16_and_int8_variants_run_in_the_engine(tiny_bundle_dir, engine):
 
 
 def test_service_modules_never_import_torch():
-    modules = "service.engine.engine, service.engine.slots, service.engine.bundle, service.engine.step"
+    modules = ", ".join(f"attnserve.service.engine.{m}" for m in ("engine", "slots", "bundle", "step"))
     code = f"import sys, {modules}; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
@@ -289,8 +289,8 @@ def test_beam_hypotheses_are_distinct_sorted_and_the_same_in_any_batch(cpu_engin
 
 
 def test_beam_search_matches_the_pytorch_reference(engine, tiny_run_dir):
-    from training.decode import generate
-    from training.run import load_model
+    from attnserve.training.decode import generate
+    from attnserve.training.run import load_model
 
     model = load_model(tiny_run_dir)
     opts = DecodingOptions(max_new_tokens=48, best_of=4)

@@ -12,9 +12,9 @@ import numpy as np
 import onnx
 import pytest
 
-from service.engine.bundle import BundleError, load_bundle, write_bundle_json
-from service.engine.engine import DecodingOptions, Engine
-from service.engine.slots import SlotBatch
+from attnserve.service.engine.bundle import BundleError, load_bundle, write_bundle_json
+from attnserve.service.engine.engine import DecodingOptions, Engine
+from attnserve.service.engine.slots import SlotBatch
 
 WORDS = ["attention", "hello", "a", "phonetics", "zebra", "characteristically", "it", "onnx", "runtime", "cat"]
 
@@ -51,7 +51,7 @@ def test_the_built_int8_variant_is_v2_and_fp32_stays_v1(tiny_bundle_dir, v2):
 
 def test_rows_in_slots_give_the_same_ids_alone_and_in_continuous_batches(v2, tiny_bundle_dir):
     """Greedy, seeded sampling and beam 4, one request at a time against continuous batches that mix them."""
-    from export.checks.variant_parity import v2_parity
+    from attnserve.export.checks.variant_parity import v2_parity
 
     corpus = json.loads((tiny_bundle_dir / "parity_corpus.json").read_text())
     corpus = {**corpus, "source_ids": corpus["source_ids"][:60], "greedy": corpus["greedy"][:60]}

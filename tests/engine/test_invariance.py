@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from attnserve.export.checks.invariance import ConcatSteps, InPlaceSteps, batch_invariance
+from attnserve.service.engine.bundle import load_bundle
+from attnserve.service.engine.engine import DecodingOptions, Engine
 from benchmarks.engine_compositions import invariance_words, logit_diff, three_ways
-from export.checks.invariance import ConcatSteps, InPlaceSteps, batch_invariance
-from service.engine.bundle import load_bundle
-from service.engine.engine import DecodingOptions, Engine
 
 DEFAULT_BUNDLE = Path(__file__).resolve().parents[2] / "models" / "g2p-en"
 DEFAULT_META = json.loads((DEFAULT_BUNDLE / "bundle.json").read_text())
@@ -116,7 +116,7 @@ def test_the_check_catches_per_tensor_dynamic_quantization(tiny_bundle_dir, tmp_
     other: the check must see it (or its 0.0 above would prove nothing)."""
     import shutil
 
-    from export.graphs.variants import quantize_int8_dynamic
+    from attnserve.export.graphs.variants import quantize_int8_dynamic
 
     work = tmp_path / "b"
     shutil.copytree(tiny_bundle_dir, work)

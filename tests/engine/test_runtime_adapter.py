@@ -7,9 +7,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from service.engine import runtime
-from service.engine.bundle import load_bundle
-from service.engine.engine import DecodingOptions, Engine
+from attnserve.service.engine import runtime
+from attnserve.service.engine.bundle import load_bundle
+from attnserve.service.engine.engine import DecodingOptions, Engine
 
 WORDS = ["attention", "hello", "a", "phonetics", "zebra", "characteristically", "it", "onnx", "runtime", "cat"]
 OPTIONS = [

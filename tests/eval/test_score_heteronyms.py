@@ -9,8 +9,8 @@ from pathlib import Path
 
 from service_harness import serving
 
+from attnserve.training.context import ContextConfig, read_label_map, read_sentences, split_held_out
 from benchmarks import score_heteronyms as scorer
-from training.context import ContextConfig, read_label_map, read_sentences, split_held_out
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECKOUT = ROOT / "training" / "wikipedia_homographs"  # holds data/train and data/wordids.tsv, as a checkout does

@@ -3,8 +3,8 @@ split as the project's own evaluation, though it shares no code with it, and sco
 
 import re
 
+from attnserve.training.data import load_examples
 from benchmarks import score_served as scorer
-from training.data import load_examples
 
 
 def test_its_test_split_is_the_projects_restricted_to_letters_and_apostrophes():

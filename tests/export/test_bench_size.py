@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from export.bench import SIZES, SyntheticSize, main, synthetic_tokenizers
+from attnserve.export.bench import SIZES, SyntheticSize, main, synthetic_tokenizers
 
 
 def test_translation_size_is_the_base_transformer_with_an_8000_token_target():

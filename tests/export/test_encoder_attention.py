@@ -14,12 +14,12 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from export.cli import main as export_main
-from export.errors import BuildError
-from export.graphs.encoder_attention import fuse_self_attention
-from export.pipeline.simplify_encoder import batch_variant_rows, encoder_feeds
-from service.engine.bundle import load_bundle
-from service.engine.runtime import session_options
+from attnserve.export.cli import main as export_main
+from attnserve.export.errors import BuildError
+from attnserve.export.graphs.encoder_attention import fuse_self_attention
+from attnserve.export.pipeline.simplify_encoder import batch_variant_rows, encoder_feeds
+from attnserve.service.engine.bundle import load_bundle
+from attnserve.service.engine.runtime import session_options
 
 
 def _config(bundle_dir) -> dict:

@@ -15,14 +15,14 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from export.cli import main as export_main
-from export.graphs.encoder_attention import fuse_self_attention
-from export.graphs.encoder_fuse import fuse_qkv_attention
-from export.graphs.encoder_pack import pack_tokens
-from export.graphs.encoder_simplify import simplify_encoder
-from export.pipeline.simplify_encoder import batch_variant_rows, compare_outputs, encoder_feeds, parity_batches
-from service.engine.bundle import load_bundle
-from service.engine.runtime import session_options
+from attnserve.export.cli import main as export_main
+from attnserve.export.graphs.encoder_attention import fuse_self_attention
+from attnserve.export.graphs.encoder_fuse import fuse_qkv_attention
+from attnserve.export.graphs.encoder_pack import pack_tokens
+from attnserve.export.graphs.encoder_simplify import simplify_encoder
+from attnserve.export.pipeline.simplify_encoder import batch_variant_rows, compare_outputs, encoder_feeds, parity_batches
+from attnserve.service.engine.bundle import load_bundle
+from attnserve.service.engine.runtime import session_options
 
 INT8 = "encoder.int8.onnx"
 

@@ -15,11 +15,11 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from export.cli import main as export_main
-from export.graphs.encoder_simplify import simplify_encoder
-from export.pipeline.simplify_encoder import compare_outputs, encoder_feeds, parity_batches
-from service.engine.bundle import load_bundle
-from service.engine.runtime import session_options
+from attnserve.export.cli import main as export_main
+from attnserve.export.graphs.encoder_simplify import simplify_encoder
+from attnserve.export.pipeline.simplify_encoder import compare_outputs, encoder_feeds, parity_batches
+from attnserve.service.engine.bundle import load_bundle
+from attnserve.service.engine.runtime import session_options
 
 
 @pytest.fixture(scope="module")

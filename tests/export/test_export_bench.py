@@ -4,13 +4,13 @@ import json
 import subprocess
 import sys
 
-from service.engine.bundle import load_bundle
-from service.engine.engine import DecodingOptions, Engine
-from training.decode import generate_ids
+from attnserve.service.engine.bundle import load_bundle
+from attnserve.service.engine.engine import DecodingOptions, Engine
+from attnserve.training.decode import generate_ids
 
 
 def test_min_new_tokens_forces_length_identically_in_engine_and_reference(tiny_bundle_dir, tiny_run_dir):
-    from training.run import load_model
+    from attnserve.training.run import load_model
 
     engine = Engine(load_bundle(tiny_bundle_dir), variant="fp32", provider="cpu", threads=1)
     ids = [engine.encode_text(w) for w in ("a", "it", "attention")]
@@ -24,7 +24,7 @@ def test_min_new_tokens_forces_length_identically_in_engine_and_reference(tiny_b
 
 def test_bench_reports_every_backend_and_ratio(tiny_bundle_dir, tiny_run_dir, tmp_path):
     out = tmp_path / "bench.json"
-    cmd = [sys.executable, "-c", "import sys; from export.bench import main; sys.exit(main())"]
+    cmd = [sys.executable, "-c", "import sys; from attnserve.export.bench import main; sys.exit(main())"]
     args = ["--run", str(tiny_run_dir), "--bundle", str(tiny_bundle_dir), "--lengths", "4,8", "--batches", "1,3"]
     proc = subprocess.run([*cmd, *args, "--repeats", "1", "--out", str(out)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -48,7 +48,7 @@ def test_bench_reports_every_backend_and_ratio(tiny_bundle_dir, tiny_run_dir, tm
 
 
 def test_bench_rejects_lengths_beyond_the_model(tiny_bundle_dir, tiny_run_dir):
-    from export.bench import main
+    from attnserve.export.bench import main
 
     assert main(["--run", str(tiny_run_dir), "--bundle", str(tiny_bundle_dir), "--lengths", "4096"]) == 2
     assert main(["--backends", "torch-magic"]) == 2
@@ -56,8 +56,8 @@ def test_bench_rejects_lengths_beyond_the_model(tiny_bundle_dir, tiny_run_dir):
 
 def test_ctranslate2_copy_of_the_model_decodes_the_same_ids(tiny_run_dir, tmp_path):
     """The speed target is the same model: CTranslate2 built from the state dict agrees with PyTorch."""
-    from export import ct2
-    from training.run import load_model, load_run_tokenizers
+    from attnserve.export import ct2
+    from attnserve.training.run import load_model, load_run_tokenizers
 
     model = load_model(tiny_run_dir)
     src_tok, tgt_tok = load_run_tokenizers(tiny_run_dir)

@@ -5,7 +5,7 @@ import json
 import onnx
 import pytest
 
-from service.engine.bundle import load_bundle
+from attnserve.service.engine.bundle import load_bundle
 
 
 def test_build_writes_every_contract_field(tiny_bundle_dir):
@@ -104,7 +104,7 @@ def test_int8_gate_is_recorded_and_consistent(tiny_bundle_dir):
 
 
 def test_build_refuses_bad_arguments_with_one_line(tiny_run_dir, tmp_path, capsys):
-    from export.cli import main
+    from attnserve.export.cli import main
 
     (tmp_path / "busy").mkdir()
     (tmp_path / "busy" / "notes.txt").write_text("not a bundle")
@@ -122,7 +122,7 @@ def test_build_refuses_bad_arguments_with_one_line(tiny_run_dir, tmp_path, capsy
 
 
 def test_int8_gate_needs_accuracy_speed_everywhere_and_batch_invariance():
-    from export.pipeline.int8_gate import int8_decision
+    from attnserve.export.pipeline.int8_gate import int8_decision
 
     fast = {"fp32": {"batch_1": 100.0, "batch_32": 1000.0}, "int8": {"batch_1": 150.0, "batch_32": 1300.0}}
     slow_at_1 = {"fp32": {"batch_1": 100.0, "batch_32": 1000.0}, "int8": {"batch_1": 95.0, "batch_32": 1300.0}}
@@ -141,7 +141,7 @@ def test_int8_gate_needs_accuracy_speed_everywhere_and_batch_invariance():
 
 
 def test_decoder_and_explain_graph_share_one_weights_file(tiny_bundle_dir):
-    from export.graphs.format import external_data_files
+    from attnserve.export.graphs.format import external_data_files
 
     meta = json.loads((tiny_bundle_dir / "bundle.json").read_text())
     assert "decoder.onnx.data" in meta["files"]  # hashed and verified like every graph
@@ -161,7 +161,7 @@ def test_share_initializers_matches_weights_by_value_not_name(tmp_path):
     import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
 
-    from export.graphs.v1 import share_initializers
+    from attnserve.export.graphs.v1 import share_initializers
 
     w = np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32)
     paths = []
@@ -187,7 +187,7 @@ def test_share_initializers_matches_weights_by_value_not_name(tmp_path):
 
 
 def test_build_without_fp16_leaves_it_out_and_records_why(tiny_run_dir, tmp_path):
-    from export.pipeline.build import build
+    from attnserve.export.pipeline.build import build
 
     out = tmp_path / "no-fp16"
     meta = build(tiny_run_dir, out, eval_limit=50, parity_limit=200, threads=1, log=lambda _msg: None, fp16=False)
@@ -201,9 +201,9 @@ def test_build_without_fp16_leaves_it_out_and_records_why(tiny_run_dir, tmp_path
 def test_built_bundle_declares_word_level_source_and_add_lexicon_ships_the_dictionary(tiny_bundle_dir, tmp_path):
     import shutil
 
-    from export.cli import main
-    from service.text.lexicon import Lexicon
-    from training.data import cmudict_path, parse_cmudict
+    from attnserve.export.cli import main
+    from attnserve.service.text.lexicon import Lexicon
+    from attnserve.training.data import cmudict_path, parse_cmudict
 
     assert load_bundle(tiny_bundle_dir).word_level_source is True  # a G2P run: one word per source
     copy = tmp_path / "bundle"
@@ -223,11 +223,11 @@ def test_requantize_rewrites_a_bundles_int8_from_its_fp32_graphs(tiny_bundle_dir
     gets the batch-invariant int8 and a re-run gate, without its run directory."""
     import shutil
 
-    from export.cli import main
-    from export.graphs.variants import DYNAMIC_QUANTIZATION, quantize_int8_dynamic
-    from export.pipeline.manifest import write_manifest
-    from export.pipeline.v2 import V2_INT8_QUANTIZATION
-    from service.engine.bundle import load_bundle
+    from attnserve.export.cli import main
+    from attnserve.export.graphs.variants import DYNAMIC_QUANTIZATION, quantize_int8_dynamic
+    from attnserve.export.pipeline.manifest import write_manifest
+    from attnserve.export.pipeline.v2 import V2_INT8_QUANTIZATION
+    from attnserve.service.engine.bundle import load_bundle
 
     bundle = tmp_path / "old"
     shutil.copytree(tiny_bundle_dir, bundle)
@@ -272,7 +272,7 @@ def test_requantize_without_its_training_data_stops_with_one_line_and_leaves_not
     """The int8 scales are calibrated on training pairs: a dataset that is not there is refused before any work."""
     import shutil
 
-    from export.cli import main
+    from attnserve.export.cli import main
 
     bundle = tmp_path / "b"
     shutil.copytree(tiny_bundle_dir, bundle)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from training.examples import number_pairs
+from attnserve.training.examples import number_pairs
 
 MAX_SOURCE_LEN = 28
 
@@ -29,7 +29,7 @@ def tight_run(tmp_path_factory) -> Path:
     out = tmp / "run"
     settings = ["task=seq2seq", "tgt_tokenizer=char", f"dataset={data}", f"max_source_len={MAX_SOURCE_LEN}"]
     settings += ["max_target_len=8", "max_steps=200", "eval_every=200", "checkpoint_every=200", "eval_limit=50", "threads=1"]
-    cmd = [sys.executable, "-m", "training", "--preset", "tiny", "--out", str(out)]
+    cmd = [sys.executable, "-m", "attnserve.training", "--preset", "tiny", "--out", str(out)]
     for item in settings:
         cmd += ["--set", item]
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -40,7 +40,7 @@ def tight_run(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def tight_bundle(tight_run, tmp_path_factory) -> Path:
     """The bundle `attnserve-export build --no-fp16` makes of `tight_run`."""
-    from export.pipeline.build import build
+    from attnserve.export.pipeline.build import build
 
     out = tmp_path_factory.mktemp("tight_bundle") / "tight"
     build(tight_run, out, model_id="tight", eval_limit=50, parity_limit=256, threads=1, log=lambda _m: None, fp16=False)
@@ -50,7 +50,7 @@ def tight_bundle(tight_run, tmp_path_factory) -> Path:
 def test_a_char_model_with_sources_at_max_source_len_exports_and_serves_them(tight_bundle):
     import json
 
-    from service.client import Generator
+    from attnserve.service.client import Generator
 
     out = tight_bundle
     meta = json.loads((out / "bundle.json").read_text())
@@ -66,8 +66,8 @@ def test_a_char_model_with_sources_at_max_source_len_exports_and_serves_them(tig
 
 
 def test_a_failed_build_removes_its_partial_directory_and_ends_in_one_line(tight_run, tmp_path, capsys, monkeypatch):
-    import export.pipeline.build as build_module
-    from export.cli import main
+    import attnserve.export.pipeline.build as build_module
+    from attnserve.export.cli import main
 
     def fails(*_args, **_kwargs):
         # A stand-in for a step failing inside ONNX Runtime, the way an out-of-range feed fails there.
@@ -94,7 +94,17 @@ def test_gpu_check_serves_a_bundle_of_another_task_its_own_samples(tight_bundle,
     import os
 
     out = tmp_path / "report"
-    cmd = [sys.executable, "-m", "export.gpu_check", "--provider", "cpu", "--bundle", str(tight_bundle), "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "attnserve.export.gpu_check",
+        "--provider",
+        "cpu",
+        "--bundle",
+        str(tight_bundle),
+        "--out",
+        str(out),
+    ]
     cmd += ["--steps", "serve", "--serve-words", "40", "--threads", "1"]
     root = Path(__file__).resolve().parents[2]
     proc = subprocess.run(cmd, cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, text=True, timeout=300)

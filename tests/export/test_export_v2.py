@@ -9,19 +9,19 @@ import numpy as np
 import onnx
 import pytest
 
-from export.checks.invariance import InPlaceSteps, batch_invariance
-from export.checks.steps import StepRunner, encode_alone, v2_session
-from export.graphs.v2 import (
+from attnserve.export.checks.invariance import InPlaceSteps, batch_invariance
+from attnserve.export.checks.steps import StepRunner, encode_alone, v2_session
+from attnserve.export.graphs.v2 import (
     DISABLED_OPTIMIZERS,
     decoder_v2_model,
     write_decoder_v2,
 )
-from export.pipeline.v2 import optimized_node_count
+from attnserve.export.pipeline.v2 import optimized_node_count
 
 
 @pytest.fixture(scope="module")
 def tiny_model(tiny_run_dir):
-    from training.run import load_model
+    from attnserve.training.run import load_model
 
     return load_model(tiny_run_dir)
 
@@ -31,8 +31,8 @@ def v2_graphs(tiny_model, tiny_bundle_dir, tmp_path_factory):
     """The tiny model's v2 decoder in float32 and int8 (scales calibrated on 60 training pairs)."""
     from tokenizers import Tokenizer
 
-    from export.graphs.variants import quantize_int8
-    from export.pipeline.calibration import calibrated_amax_v2, training_pairs
+    from attnserve.export.graphs.variants import quantize_int8
+    from attnserve.export.pipeline.calibration import calibrated_amax_v2, training_pairs
 
     out = tmp_path_factory.mktemp("v2")
     cfg = tiny_model.cfg.to_dict()
@@ -97,7 +97,7 @@ def test_v2_rows_are_bitwise_the_same_alone_and_in_a_batch_of_32(tiny_bundle_dir
 
 def test_v2_graph_from_a_bundles_own_weights_equals_the_runs(tiny_model, tiny_bundle_dir):
     """The bundle's fp32 graphs read back (training/weights.py) give the same v2 graph as the run's state_dict."""
-    from training.weights import load_bundle_weights
+    from attnserve.training.weights import load_bundle_weights
 
     config, state = load_bundle_weights(tiny_bundle_dir)
     from_bundle = decoder_v2_model(config, state)
@@ -111,7 +111,7 @@ def test_v2_graph_from_a_bundles_own_weights_equals_the_runs(tiny_model, tiny_bu
 def test_fp16_v2_graph_keeps_its_cache_in_float16_and_logits_in_float32(v2_graphs, tmp_path):
     """The CUDA variant's structure (no GPU here): attention and cache in float16, the boundary that carries the
     bias and logits float32, the integer inputs untouched; its float32 twin is the graph tested above."""
-    from export.graphs.variants import convert_fp16
+    from attnserve.export.graphs.variants import convert_fp16
 
     convert_fp16(v2_graphs / "decoder.v2.onnx", tmp_path / "decoder.v2.fp16.onnx")
     m = onnx.load(str(tmp_path / "decoder.v2.fp16.onnx"))

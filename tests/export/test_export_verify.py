@@ -5,8 +5,8 @@ import shutil
 import subprocess
 import sys
 
-from export.checks.parity import corpus_failures
-from service.engine.bundle import sha256_file, write_bundle_json
+from attnserve.export.checks.parity import corpus_failures
+from attnserve.service.engine.bundle import sha256_file, write_bundle_json
 
 
 def run_cli(*args):
@@ -55,7 +55,7 @@ def test_eval_on_a_bundle_runs_through_onnxruntime(tiny_bundle_dir, tmp_path):
         [
             sys.executable,
             "-c",
-            "import sys; from training.cli import eval_main; sys.exit(eval_main())",
+            "import sys; from attnserve.training.cli import eval_main; sys.exit(eval_main())",
             str(tiny_bundle_dir),
             "--split",
             "dev",

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_gpu_check_dry_run_passes_on_the_tiny_bundle_and_reports_every_step(tiny_int8_bundle_dir, tmp_path):
     before = (tiny_int8_bundle_dir / "bundle.json").read_text()
     out = tmp_path / "report"
-    cmd = [sys.executable, "-m", "export.gpu_check", "--provider", "cpu", "--bundle", str(tiny_int8_bundle_dir)]
+    cmd = [sys.executable, "-m", "attnserve.export.gpu_check", "--provider", "cpu", "--bundle", str(tiny_int8_bundle_dir)]
     cmd += ["--out", str(out), "--batches", "1,4", "--lengths", "4,8", "--serve-words", "40", "--threads", "1"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=420)
@@ -76,7 +76,7 @@ def test_gpu_check_dry_run_passes_on_the_tiny_bundle_and_reports_every_step(tiny
 def test_gpu_check_records_a_failed_step_and_exits_non_zero(tiny_bundle_dir, tmp_path):
     """A step that fails (here: CUDA asked for on a machine without it) is recorded; the other steps still run."""
     out = tmp_path / "report"
-    cmd = [sys.executable, "-m", "export.gpu_check", "--provider", "cuda", "--bundle", str(tiny_bundle_dir)]
+    cmd = [sys.executable, "-m", "attnserve.export.gpu_check", "--provider", "cuda", "--bundle", str(tiny_bundle_dir)]
     cmd += ["--out", str(out), "--steps", "machine,variant", "--threads", "1"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
@@ -88,8 +88,8 @@ def test_gpu_check_records_a_failed_step_and_exits_non_zero(tiny_bundle_dir, tmp
 
 
 def test_add_variant_writes_fp16_v2_into_a_copy_of_the_default_bundle(tmp_path):
-    from export.pipeline.add_variant import FILES, add_variant
-    from service.engine.bundle import load_bundle
+    from attnserve.export.pipeline.add_variant import FILES, add_variant
+    from attnserve.service.engine.bundle import load_bundle
 
     bundle = tmp_path / "g2p-en"
     shutil.copytree(ROOT / "models" / "g2p-en", bundle)
@@ -112,7 +112,8 @@ def test_add_variant_writes_fp16_v2_into_a_copy_of_the_default_bundle(tmp_path):
 
 
 def test_add_variant_and_the_check_import_no_torch():
-    code = "import sys, export.pipeline.add_variant, export.gpu_check.cli, export.bench; sys.exit('torch' in sys.modules)"
+    modules = "attnserve.export.pipeline.add_variant, attnserve.export.gpu_check.cli, attnserve.export.bench"
+    code = f"import sys, {modules}; sys.exit('torch' in sys.modules)"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, timeout=120).returncode == 0
 
@@ -120,8 +121,8 @@ def test_add_variant_and_the_check_import_no_torch():
 def test_add_variant_refuses_an_unknown_variant(tiny_bundle_dir):
     import pytest
 
-    from export.errors import BuildError
-    from export.pipeline.add_variant import add_variant
+    from attnserve.export.errors import BuildError
+    from attnserve.export.pipeline.add_variant import add_variant
 
     with pytest.raises(BuildError, match="knows only 'fp16'"):
         add_variant(tiny_bundle_dir, "bf16", provider="cpu")

@@ -9,7 +9,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from export.graphs.variants import _int8_weight, calibrate_amax, quantize_int8
+from attnserve.export.graphs.variants import _int8_weight, calibrate_amax, quantize_int8
 
 RNG = np.random.default_rng(0)
 W1, B1 = RNG.standard_normal((8, 16)).astype(np.float32), RNG.standard_normal(16).astype(np.float32)

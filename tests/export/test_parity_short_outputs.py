@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from export.checks.corpus import make_parity_corpus
-from export.checks.parity import MIN_SOURCE_SPREAD, corpus_failures
-from training.examples import number_pairs
+from attnserve.export.checks.corpus import make_parity_corpus
+from attnserve.export.checks.parity import MIN_SOURCE_SPREAD, corpus_failures
+from attnserve.training.examples import number_pairs
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +29,7 @@ def short_run(tmp_path_factory) -> Path:
     out = tmp / "run"
     settings = ["task=seq2seq", "tgt_tokenizer=char", f"dataset={data}", "max_source_len=40", "max_target_len=8"]
     settings += ["max_steps=200", "eval_every=200", "checkpoint_every=200", "eval_limit=50", "threads=1"]
-    cmd = [sys.executable, "-m", "training", "--preset", "tiny", "--out", str(out)]
+    cmd = [sys.executable, "-m", "attnserve.training", "--preset", "tiny", "--out", str(out)]
     for item in settings:
         cmd += ["--set", item]
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -38,7 +38,7 @@ def short_run(tmp_path_factory) -> Path:
 
 
 def test_bundle_builds_from_a_model_whose_answers_are_one_to_three_tokens(short_run, tmp_path):
-    from export.pipeline.build import build
+    from attnserve.export.pipeline.build import build
 
     out = tmp_path / "hundreds"
     build(short_run, out, model_id="hundreds", eval_limit=50, parity_limit=256, threads=1, log=lambda _m: None, fp16=False)
@@ -51,7 +51,7 @@ def test_bundle_builds_from_a_model_whose_answers_are_one_to_three_tokens(short_
     assert parity["passed"]
 
     # the bundle alone (no run): the recorded argmax and top logits are the reference
-    proc = subprocess.run([sys.executable, "-m", "export", "verify", str(out), "--threads", "1"], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "attnserve.export", "verify", str(out), "--threads", "1"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout)["teacher_forced"]["compared_with"].startswith("argmax and top logit")
 
@@ -61,7 +61,7 @@ def test_a_model_that_ignores_its_input_cannot_prove_parity_and_says_what_to_do(
     graph that mixed up its inputs from a right one."""
     import torch
 
-    from training.run import load_model, load_run_tokenizers
+    from attnserve.training.run import load_model, load_run_tokenizers
 
     model = load_model(short_run)
     with torch.no_grad():

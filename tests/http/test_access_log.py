@@ -13,7 +13,7 @@ import httpx
 import pytest
 from service_harness import serving
 
-from service.http.logs import JsonLinesHandler, configure_logging, direct_handler, log_line, request_id_var
+from attnserve.service.http.logs import JsonLinesHandler, configure_logging, direct_handler, log_line, request_id_var
 
 TS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 

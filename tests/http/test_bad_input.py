@@ -123,7 +123,7 @@ def test_openapi_fuzz_finds_no_server_error(url):
 def test_an_unexpected_error_on_a_generation_route_is_a_500_with_the_one_shape(url, monkeypatch):
     """The generation handler answers /generate ahead of the app's error handlers: a bug still gets the front door's
     500 (no internals, the request id, counted as `internal`), and the server goes on serving."""
-    from service.http import generation as routes
+    from attnserve.service.http import generation as routes
 
     async def broken(*args, **kwargs):
         raise RuntimeError("a bug")

@@ -23,21 +23,21 @@ import pytest
 import torch
 from service_harness import PacedEngine, ServerThread, metric, scrape
 
-from export.checks.explain import attention_parity
-from export.pipeline.explain import EXPLAIN_DECODER
-from service.engine.bundle import BundleError, load_bundle, write_bundle_json
-from service.engine.engine import DecodingOptions, Engine
-from service.engine.explain import Explainer
-from training.model import decoder_self_bias
-from training.run import load_model
+from attnserve.export.checks.explain import attention_parity
+from attnserve.export.pipeline.explain import EXPLAIN_DECODER
+from attnserve.service.engine.bundle import BundleError, load_bundle, write_bundle_json
+from attnserve.service.engine.engine import DecodingOptions, Engine
+from attnserve.service.engine.explain import Explainer
+from attnserve.training.model import decoder_self_bias
+from attnserve.training.run import load_model
 
 WORDS = ["attention", "cat", "a", "phoneme", "transformer", "supercalifragilistic", "zebra"]
 
 
 @contextlib.contextmanager
 def serving_fp32(bundle_dir: Path, **settings):
-    from service.http.app import create_app
-    from service.settings import Settings
+    from attnserve.service.http.app import create_app
+    from attnserve.service.settings import Settings
 
     engine = PacedEngine(load_bundle(bundle_dir), variant="fp32", threads=1)
     app = create_app(Settings(bundle=bundle_dir, variant="fp32", threads=1, **settings), engine)
@@ -148,8 +148,8 @@ def test_explain_tokens_equal_generate_tokens_for_the_same_request(url):
 
 def test_when_int8_serves_explain_tokens_and_logprobs_are_int8s(tiny_bundle_dir):
     """The served variant's logits choose /explain's tokens; the fp32 explain graph only supplies weights."""
-    from service.http.app import create_app
-    from service.settings import Settings
+    from attnserve.service.http.app import create_app
+    from attnserve.service.settings import Settings
 
     app = create_app(
         Settings(bundle=tiny_bundle_dir, variant="int8", threads=1),
@@ -306,7 +306,7 @@ def test_demo_page_and_its_assets_come_from_this_server_only(url):
 def test_reference_engine_and_explain_choose_the_same_ids_through_the_shared_module(explainer, tiny_run_dir):
     """One copy of token choice: the PyTorch reference, the serving engine and /explain's loop give
     identical ids for greedy, seeded sampling with penalties, and a forced minimum length."""
-    from training.decode import generate_ids
+    from attnserve.training.decode import generate_ids
 
     engine = explainer.engine
     model = load_model(tiny_run_dir)

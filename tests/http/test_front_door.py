@@ -14,8 +14,8 @@ import httpx
 import pytest
 from service_harness import scrape, serving
 
-from service.http import generation
-from service.http.openai import completions as openai_plan
+from attnserve.service.http import generation
+from attnserve.service.http.openai import completions as openai_plan
 
 KEY = "s3cret"
 AUTH = {"authorization": f"Bearer {KEY}", "x-request-id": "door-1"}

@@ -48,7 +48,7 @@ JUST_UNDER_AIOHTTP = (AIOHTTP_EXPIRY_S - 0.015, AIOHTTP_EXPIRY_S - 0.001)
 @pytest.fixture(scope="module")
 def server_url(tiny_bundle_dir):
     port = free_port()
-    cmd = [sys.executable, "-m", "service", str(tiny_bundle_dir), "--port", str(port), "--threads", "1"]
+    cmd = [sys.executable, "-m", "attnserve.service", str(tiny_bundle_dir), "--port", str(port), "--threads", "1"]
     cmd += ["--max-concurrent-requests", "512", "--log-level", "warning"]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"

@@ -54,7 +54,7 @@ def test_metrics_counts_match_a_known_set_of_requests(tiny_bundle_dir):
 def test_observe_counted_writes_what_as_many_observes_write():
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from service.metrics import LATENCY_BUCKETS, ServiceMetrics, observe_counted
+    from attnserve.service.metrics import LATENCY_BUCKETS, ServiceMetrics, observe_counted
 
     one_by_one, at_once = ServiceMetrics("m", CollectorRegistry()), ServiceMetrics("m", CollectorRegistry())
     # values a binary fraction, so that n times the value is the sum of n of them exactly; on, between and past bounds
@@ -73,7 +73,7 @@ def test_observe_counted_writes_what_as_many_observes_write():
 def test_observe_counted_of_a_steps_values_writes_what_an_observe_per_value_writes():
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from service.metrics import ServiceMetrics, observe_counted
+    from attnserve.service.metrics import ServiceMetrics, observe_counted
 
     one_by_one, together = ServiceMetrics("m", CollectorRegistry()), ServiceMetrics("m", CollectorRegistry())
     # binary fractions (their sums are exact in any order): on, between and past the bounds; a step's requests, then

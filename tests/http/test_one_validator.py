@@ -14,10 +14,10 @@ import httpx
 import pytest
 from service_harness import serving
 
-from service.client import Generator, UnknownOption
-from service.engine.engine import InputError
-from service.errors import InvalidRequest
-from service.http.openai.errors import PARAMS, from_error, param_names
+from attnserve.service.client import Generator, UnknownOption
+from attnserve.service.engine.engine import InputError
+from attnserve.service.errors import InvalidRequest
+from attnserve.service.http.openai.errors import PARAMS, from_error, param_names
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_BUNDLE = ROOT / "models" / "g2p-en"

@@ -16,9 +16,9 @@ import openai
 import pytest
 from service_harness import metric, scrape, serving
 
-from service.engine.options import DecodingOptions
-from service.engine.processors import process_logits
-from service.engine.rows import RowParams
+from attnserve.service.engine.options import DecodingOptions
+from attnserve.service.engine.processors import process_logits
+from attnserve.service.engine.rows import RowParams
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_BUNDLE = ROOT / "models" / "g2p-en"
@@ -519,7 +519,7 @@ def test_litellm_text_completion_reads_the_shapes(url, monkeypatch):
 def test_loadtest_api_openai_times_streamed_completions_and_counts_the_servers_tokens(tiny_bundle_dir, tmp_path):
     import json
 
-    from loadtest.cli import main
+    from attnserve.loadtest.cli import main
 
     def run(name: str, *args: str) -> dict:
         out = tmp_path / name

@@ -3,10 +3,10 @@ the general rule releases, token by token, and the OpenAI request's TGI paramete
 
 import random
 
-from service.http.openai import completions
-from service.http.openai.choices import ChoiceText
-from service.http.openai.schemas import ChatCompletionRequest
-from service.requests.units import Token
+from attnserve.service.http.openai import completions
+from attnserve.service.http.openai.choices import ChoiceText
+from attnserve.service.http.openai.schemas import ChatCompletionRequest
+from attnserve.service.requests.units import Token
 
 # a one-character stop sequence that never occurs: the general rule holds nothing back, as without stop sequences
 NEVER = ("\x00",)

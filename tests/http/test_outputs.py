@@ -13,10 +13,10 @@ from tgi_calls import WORDS, batches_larger_than_one, generate, token_ids
 
 
 def test_greedy_output_equals_the_pytorch_reference(url, tiny_run_dir, tiny_bundle_dir):
-    from service.engine.bundle import load_bundle
-    from service.engine.engine import DecodingOptions
-    from training.decode import generate_ids
-    from training.run import load_model, load_run_tokenizers
+    from attnserve.service.engine.bundle import load_bundle
+    from attnserve.service.engine.engine import DecodingOptions
+    from attnserve.training.decode import generate_ids
+    from attnserve.training.run import load_model, load_run_tokenizers
 
     model = load_model(tiny_run_dir).eval()
     src_tok, _ = load_run_tokenizers(tiny_run_dir)

@@ -13,8 +13,8 @@ import httpx
 import pytest
 from service_harness import ROOT, serving
 
-from service.engine.options import BOUNDS, Bound
-from service.http.openai.ranges import NARROWER
+from attnserve.service.engine.options import BOUNDS, Bound
+from attnserve.service.http.openai.ranges import NARROWER
 
 TGI = ["/generate", "/generate_stream", "/"]
 EPS = 1e-6

@@ -13,9 +13,9 @@ import httpx
 import pytest
 from service_harness import assert_generation_stopped, scrape
 
-from service.http.generation import push_stream
-from service.http.responses import SSEWriter
-from service.http.schemas import GenerateRequest
+from attnserve.service.http.generation import push_stream
+from attnserve.service.http.responses import SSEWriter
+from attnserve.service.http.schemas import GenerateRequest
 
 BODY = {"inputs": "supercalifragilistic", "parameters": {"max_new_tokens": 24, "lexicon": False, "details": True}}
 

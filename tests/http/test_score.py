@@ -15,11 +15,11 @@ import httpx
 import pytest
 from service_harness import metric, scrape, serving
 
-from service.client import Generator
-from service.engine.bundle import load_bundle
-from service.engine.engine import DecodingOptions, Engine, InputError
-from service.engine.scheduler import ScoreTicket
-from service.engine.scoring import ForcedBatch
+from attnserve.service.client import Generator
+from attnserve.service.engine.bundle import load_bundle
+from attnserve.service.engine.engine import DecodingOptions, Engine, InputError
+from attnserve.service.engine.scheduler import ScoreTicket
+from attnserve.service.engine.scoring import ForcedBatch
 
 DEFAULT_BUNDLE = Path(__file__).resolve().parents[2] / "models" / "g2p-en"
 WORDS = ["attention", "cat", "serendipity", "onomatopoeia", "read", "zyxwv", "phone", "xylophone"]
@@ -177,7 +177,7 @@ def test_the_lexicon_is_never_consulted():
 
 
 def test_generate_cli_scores_a_tsv_of_pairs(tiny_bundle_dir, tmp_path, capsys):
-    from service.cli import generate_main
+    from attnserve.service.cli import generate_main
 
     with Generator(tiny_bundle_dir, threads=1) as gen:
         expected = gen.score("cat", ["K AE1 T", "K AA1 T"])
@@ -249,7 +249,7 @@ def test_lexicon_check_lists_the_least_likely_entries_first(capsys):
 
 
 def test_a_scoring_request_past_its_deadline_ends_as_a_timeout(tiny_bundle_dir):
-    from service.client import GenerationError
+    from attnserve.service.client import GenerationError
 
     with Generator(tiny_bundle_dir, threads=1, request_timeout_s=0.0) as gen:
         with pytest.raises(GenerationError, match="request timeout"):

@@ -19,7 +19,7 @@ import pytest
 import service_harness
 from service_harness import ROOT, free_port, load_engine, metric, scrape
 
-from service.engine.engine import DecodingOptions
+from attnserve.service.engine.engine import DecodingOptions
 
 
 def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = 120) -> None:
@@ -38,15 +38,16 @@ def wait_ready(url: str, proc: subprocess.Popen, timeout_s: float = 120) -> None
 
 
 def test_importing_the_service_does_not_import_torch():
-    code = "import sys, service.http.app, service.cli, service.client, service.engine.scheduler; print('torch' in sys.modules)"
+    modules = "attnserve.service.http.app, attnserve.service.cli, attnserve.service.client, attnserve.service.engine.scheduler"
+    code = f"import sys, {modules}; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "False"
 
 
 # ---- settings ---------------------------------------------------------------------------------
 def test_settings_flag_beats_environment_beats_default(monkeypatch):
-    from service.cli import parse_settings
-    from service.settings import Settings
+    from attnserve.service.cli import parse_settings
+    from attnserve.service.settings import Settings
 
     for name in ("PORT", "MAX_BATCH_SIZE", "API_KEY", "BUNDLE"):
         monkeypatch.delenv(f"ATTNSERVE_{name}", raising=False)
@@ -76,8 +77,8 @@ def test_settings_flag_beats_environment_beats_default(monkeypatch):
 def test_every_setting_is_a_flag_made_from_its_field():
     """attnserve-serve's flags come from the Settings fields: one `--name-like-this` each (BUNDLE is positional),
     typed and with the field's choices, so a knob is declared once."""
-    from service.cli import build_parser, generate_parser
-    from service.settings import Settings
+    from attnserve.service.cli import build_parser, generate_parser
+    from attnserve.service.settings import Settings
 
     parser = build_parser()
     flags = {a.dest: a for a in parser._actions if a.option_strings and a.dest not in ("help", "allow_unknown_env")}
@@ -97,7 +98,7 @@ def test_every_setting_is_a_flag_made_from_its_field():
 
 
 def test_threads_default_to_the_cpus_this_process_may_use():
-    from service.settings import Settings
+    from attnserve.service.settings import Settings
 
     threads = Settings().threads
     assert 1 <= threads <= len(os.sched_getaffinity(0))
@@ -115,7 +116,7 @@ def test_threads_default_to_the_cpus_this_process_may_use():
 def test_a_bad_bundle_or_setting_stops_start_up_with_one_line(tiny_bundle_dir, args, env, needle):
     args = [{"BUNDLE": str(tiny_bundle_dir), "PORT": str(free_port())}.get(a, a) for a in args]
     proc = subprocess.run(
-        [sys.executable, "-m", "service", *args],
+        [sys.executable, "-m", "attnserve.service", *args],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -157,9 +158,13 @@ def test_attnserve_serve_finds_the_default_model_from_another_directory(tmp_path
 def test_a_missing_default_model_names_every_path_tried(tmp_path):
     # A copy of the service package with no models/ beside it, run from a directory with none either.
     shutil.copytree(ROOT / "service", tmp_path / "src" / "service", ignore=shutil.ignore_patterns("__pycache__"))
+    # the namespace as the checkout lays it out: attnserve/service links to the stage's folder
+    (tmp_path / "src" / "attnserve").mkdir()
+    shutil.copy(ROOT / "attnserve" / "__init__.py", tmp_path / "src" / "attnserve" / "__init__.py")
+    (tmp_path / "src" / "attnserve" / "service").symlink_to("../service")
     (tmp_path / "cwd").mkdir()
     proc = subprocess.run(
-        [sys.executable, "-m", "service", "--port", str(free_port())],
+        [sys.executable, "-m", "attnserve.service", "--port", str(free_port())],
         cwd=tmp_path / "cwd",
         env=_env_without_bundle(PYTHONPATH=str(tmp_path / "src")),
         capture_output=True,
@@ -177,7 +182,7 @@ def test_a_missing_default_model_names_every_path_tried(tmp_path):
 def test_an_explicit_relative_bundle_is_taken_as_given(tmp_path):
     # Only the default falls back to the source checkout: a bundle named by the operator is read where it says.
     proc = subprocess.run(
-        [sys.executable, "-m", "service", "--port", str(free_port())],
+        [sys.executable, "-m", "attnserve.service", "--port", str(free_port())],
         cwd=tmp_path,
         env={**os.environ, "ATTNSERVE_BUNDLE": "models/g2p-en"},
         capture_output=True,
@@ -263,7 +268,7 @@ def test_sigterm_drains_in_flight_requests_then_exits_zero(tiny_bundle_dir):
 @pytest.fixture(scope="module", params=["tiny_bundle_dir", "tiny_int8_bundle_dir"], ids=["fp32", "int8"])
 def generator(request):
     """The in-process API over the tiny bundle serving fp32, then serving int8."""
-    from service.client import Generator
+    from attnserve.service.client import Generator
 
     bundle_dir = request.getfixturevalue(request.param)
     with Generator(bundle_dir, engine=load_engine(bundle_dir), max_batch_size=2) as g:
@@ -272,7 +277,7 @@ def generator(request):
 
 def test_the_engine_thread_is_named_in_the_os(generator):
     """So its CPU can be told from the event loop's (top -H, /proc, benchmarks/http_overhead.py)."""
-    from service.engine.runtime import ENGINE_THREAD_OS_NAME
+    from attnserve.service.engine.runtime import ENGINE_THREAD_OS_NAME
 
     generator.generate("cat")
     tasks = Path(f"/proc/{os.getpid()}/task")
@@ -299,7 +304,7 @@ def test_generator_matches_the_engine_and_streams(generator):
 def test_a_caller_that_stops_reading_many_answers_leaves_none_in_flight(generator, monkeypatch):
     """generate_many, generate_text_many and score_many share one windowed pipeline: closing it early cancels the
     requests it admitted ahead, so they leave the batch instead of decoding for nobody."""
-    from service.engine.tickets import Ticket
+    from attnserve.service.engine.tickets import Ticket
 
     cancelled = []
     cancel = Ticket.cancel
@@ -363,7 +368,7 @@ def _batch_hist(m) -> dict:
 
 
 def test_generator_reports_input_the_model_cannot_read(generator):
-    from service.engine.engine import InputError
+    from attnserve.service.engine.engine import InputError
 
     with pytest.raises(InputError, match="'\u2603'"):
         generator.generate("snow\u2603man")
@@ -373,7 +378,7 @@ def test_generator_reports_input_the_model_cannot_read(generator):
 
 def test_attnserve_generate_writes_a_tsv_in_input_order(tmp_path, generator):
     tiny_bundle_dir = generator.engine.bundle.dir
-    from service.cli import generate_main
+    from attnserve.service.cli import generate_main
 
     src = tmp_path / "words.txt"
     src.write_text("\n".join(WORDS) + "\n\n")
@@ -390,8 +395,8 @@ def test_attnserve_generate_writes_a_tsv_in_input_order(tmp_path, generator):
 
 
 def test_a_cancelled_queued_request_frees_its_slot(tiny_bundle_dir):
-    from service.engine.scheduler import Failed, Finished, Scheduler
-    from service.metrics import ServiceMetrics
+    from attnserve.service.engine.scheduler import Failed, Finished, Scheduler
+    from attnserve.service.metrics import ServiceMetrics
 
     engine = load_engine(tiny_bundle_dir, step_delay_s=0.02)
     sched = Scheduler(engine, ServiceMetrics("t"), max_batch_size=1, max_concurrent_requests=2, request_timeout_s=30)
@@ -420,8 +425,8 @@ def test_a_cancelled_queued_request_frees_its_slot(tiny_bundle_dir):
 
 
 def test_a_request_the_engine_refuses_fails_alone_not_with_its_group(tiny_bundle_dir):
-    from service.engine.scheduler import Failed, Finished, Scheduler
-    from service.metrics import ServiceMetrics
+    from attnserve.service.engine.scheduler import Failed, Finished, Scheduler
+    from attnserve.service.metrics import ServiceMetrics
 
     engine = load_engine(tiny_bundle_dir, step_delay_s=0.05)
     sched = Scheduler(engine, ServiceMetrics("t"), max_batch_size=4, max_concurrent_requests=8, request_timeout_s=30)
@@ -447,8 +452,8 @@ def test_a_request_the_engine_refuses_fails_alone_not_with_its_group(tiny_bundle
 def test_an_owner_reading_answers_whole_is_woken_once_per_ending_ticket(tiny_bundle_dir):
     """/generate's tickets share one event, set when a ticket ends, not at every token; a stream's own event
     is set at every step that gives it a token."""
-    from service.engine.scheduler import Finished, Scheduler
-    from service.metrics import ServiceMetrics
+    from attnserve.service.engine.scheduler import Finished, Scheduler
+    from attnserve.service.metrics import ServiceMetrics
 
     class CountingEvent(asyncio.Event):
         def __init__(self):
@@ -495,8 +500,8 @@ def test_an_owner_reading_answers_whole_is_woken_once_per_ending_ticket(tiny_bun
 def test_a_stream_interval_wakes_a_streaming_owner_at_its_first_token_and_at_its_end(tiny_bundle_dir):
     """With an interval longer than the whole answer, the engine wakes a stream's owner twice: for the first
     token (time to first token is not delayed) and when the answer ends; every token is still there, in order."""
-    from service.engine.scheduler import Finished, Scheduler
-    from service.metrics import ServiceMetrics
+    from attnserve.service.engine.scheduler import Finished, Scheduler
+    from attnserve.service.metrics import ServiceMetrics
 
     engine = load_engine(tiny_bundle_dir, step_delay_s=0.005)
     sched = Scheduler(engine, ServiceMetrics("t"), max_batch_size=8, request_timeout_s=30, stream_interval_s=60.0)
@@ -570,9 +575,9 @@ def test_stream_interval_writes_a_streams_events_together_and_changes_none_of_th
 def test_repeated_parameters_share_their_checked_options_and_bad_ones_are_refused_each_time():
     """The validator keeps the DecodingOptions of parameter sets it has seen: the same set gives the same
     (frozen) options; any field that differs gives its own; a refused set is refused again, not remembered."""
-    from service.errors import InvalidRequest
-    from service.http.schemas import GenerateParameters
-    from service.requests.validation import Limits, Validator
+    from attnserve.service.errors import InvalidRequest
+    from attnserve.service.http.schemas import GenerateParameters
+    from attnserve.service.requests.validation import Limits, Validator
 
     v = Validator(Limits(max_new_tokens=16, max_best_of=2, max_top_n_tokens=5))
     greedy = v.options(GenerateParameters(max_new_tokens=8), stream=False)

@@ -20,7 +20,7 @@ SCANNED_DIRS = ["deploy", "loadtest", "export/gpu_check", "tests", ".github", "d
 def run_serve(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if not k.upper().startswith("ATTNSERVE_")}
     return subprocess.run(
-        [sys.executable, "-m", "service", *args], capture_output=True, text=True, cwd=ROOT, env=clean | env, timeout=120
+        [sys.executable, "-m", "attnserve.service", *args], capture_output=True, text=True, cwd=ROOT, env=clean | env, timeout=120
     )
 
 
@@ -42,7 +42,7 @@ def test_allow_unknown_env_starts_anyway_with_a_warning():
 
 
 def test_only_variables_that_are_not_settings_are_named():
-    from service.settings import Settings, unknown_environment
+    from attnserve.service.settings import Settings, unknown_environment
 
     every_setting = {f"ATTNSERVE_{name.upper()}": "1" for name in Settings.model_fields}
     assert unknown_environment(every_setting | {"PATH": "/bin", "ATTNSERVE_TEST_KEEPALIVE_SCALE": "3"}) is None
@@ -53,7 +53,7 @@ def test_only_variables_that_are_not_settings_are_named():
 
 
 def test_every_attnserve_variable_the_project_sets_passes_the_check():
-    from service.settings import unknown_environment
+    from attnserve.service.settings import unknown_environment
 
     files = [ROOT / name for name in SCANNED if (ROOT / name).is_file()]
     files += [p for d in SCANNED_DIRS for p in (ROOT / d).rglob("*") if p.is_file() and p.suffix not in (".png", ".pyc")]

@@ -5,8 +5,8 @@ from types import SimpleNamespace
 
 import orjson
 
-from service.http.responses import LastChunk, sse_events
-from service.requests.units import CAUGHT_UP, StreamToken, Token
+from attnserve.service.http.responses import LastChunk, sse_events
+from attnserve.service.requests.units import CAUGHT_UP, StreamToken, Token
 
 
 class FakeJob:
@@ -71,7 +71,7 @@ def test_token_events_are_the_bytes_of_the_whole_event():
 
 def test_openai_chunk_events_are_the_bytes_of_the_whole_chunk():
     """A /v1 stream's token chunk is the envelope's pre-encoded head and tail around its one choice."""
-    from service.http.openai.streaming import _event, chunk_event_parts
+    from attnserve.service.http.openai.streaming import _event, chunk_event_parts
 
     envelope = {"id": "chatcmpl-1a2b", "object": "chat.completion.chunk", "created": 1795000000, "model": 'g2p "en" [x]'}
     choices = [

@@ -106,7 +106,17 @@ def test_the_demo_helper_refuses_an_answer_from_a_process_it_did_not_start(other
     """The helper alone, given a server pid that is alive but does not hold the port (this test's own)."""
     port, url = other_attnserve
     out = subprocess.run(
-        [sys.executable, "-m", "service.demo_request", "--url", url, "--server-pid", str(os.getpid()), "--timeout-s", "10"],
+        [
+            sys.executable,
+            "-m",
+            "attnserve.service.demo_request",
+            "--url",
+            url,
+            "--server-pid",
+            str(os.getpid()),
+            "--timeout-s",
+            "10",
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,

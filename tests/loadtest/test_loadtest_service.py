@@ -7,8 +7,8 @@ import json
 from service_harness import metric, scrape, serving
 from test_loadtest import run_locust
 
-from loadtest import inprocess
-from loadtest.cli import main
+from attnserve.loadtest import inprocess
+from attnserve.loadtest.cli import main
 
 
 def run_cli(tmp_path, name, url, *args):
@@ -61,7 +61,7 @@ def test_real_server_yields_every_figure_with_sane_relations(tiny_bundle_dir, tm
     s = sampled["levels"][0]["summary"]
     assert sampled["config"]["parameters"]["do_sample"] is True and s["ok"] == 6
 
-    # the in-process twin (python -m loadtest.inprocess) sends the same inputs in the same order to the
+    # the in-process twin (python -m attnserve.loadtest.inprocess) sends the same inputs in the same order to the
     # same engine without HTTP: greedy, so each request streams exactly as many tokens as over HTTP
     out = tmp_path / "inprocess.json"
     args = [str(tiny_bundle_dir), "--requests", "12", "--warmup", "1", "--max-new-tokens", "24", "--out", str(out)]

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from loadtest.sse import StreamTally
+from attnserve.loadtest.sse import StreamTally
 
 
 def feed_all(tally: StreamTally, lines: list) -> int:

@@ -13,8 +13,8 @@ from fastapi import FastAPI, Request
 from service_harness import serving
 from test_loadtest import serve
 
-from loadtest.cli import main
-from service.engine.bundle import write_bundle_json
+from attnserve.loadtest.cli import main
+from attnserve.service.engine.bundle import write_bundle_json
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from service_harness import ROOT, PacedEngine, ServerThread
 
-from service.engine.bundle import load_bundle
+from attnserve.service.engine.bundle import load_bundle
 
 pytestmark = pytest.mark.system
 
@@ -61,8 +61,8 @@ def browser(profile_dir: Path):
 
 @contextlib.contextmanager
 def serving(bundle_dir: Path, variant: str = "fp32", step_delay_s: float = 0.0, **settings):
-    from service.http.app import create_app
-    from service.settings import Settings
+    from attnserve.service.http.app import create_app
+    from attnserve.service.settings import Settings
 
     engine = PacedEngine(load_bundle(bundle_dir), variant=variant, threads=1)
     engine.step_delay_s = step_delay_s

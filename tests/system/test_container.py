@@ -281,7 +281,7 @@ def test_image_holds_only_the_service_and_runs_as_non_root(docker, image):
 
 
 def test_container_serves_the_default_model(container, tmp_path):
-    from service.client import Generator
+    from attnserve.service.client import Generator
 
     _, url = container
     texts = []
@@ -454,7 +454,7 @@ def behind_nginx(tmp_path):
 
 def assert_serves_the_tiny_bundle(url: str, bundle: Path) -> None:
     """Through `url`: /info names the tiny bundle, greedy answers equal the host's engine on it, /samples are its own."""
-    from service.client import Generator
+    from attnserve.service.client import Generator
 
     info = httpx.get(f"{url}/info", timeout=30).json()
     assert info["model_id"] == json.loads((bundle / "bundle.json").read_text())["model_id"] == "g2p-tiny", info
@@ -518,7 +518,7 @@ def test_kubernetes_init_container_copies_the_images_bundle_into_the_bundle_volu
     # filling an empty volume; what it leaves there is the baked-in bundle, which the service then loads.
     import yaml
 
-    from service.engine.bundle import load_bundle
+    from attnserve.service.engine.bundle import load_bundle
 
     pod = next(
         doc

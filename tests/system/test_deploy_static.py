@@ -19,7 +19,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from service.settings import Settings
+from attnserve.service.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent  # the venv's console scripts (hadolint, docker-compose, ...)

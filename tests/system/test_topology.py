@@ -93,7 +93,7 @@ def prometheus_config(replica_ports: list[int], prometheus_port: int) -> dict:
 
 def loadtest(url: str, out: Path, *args: str) -> subprocess.Popen:
     """attnserve-loadtest through nginx: sampled (so answers run long and TTFT/e2e differ), no plots."""
-    cmd = [sys.executable, "-m", "loadtest", url, "--concurrency", "4", "--max-new-tokens", "48", "--do-sample"]
+    cmd = [sys.executable, "-m", "attnserve.loadtest", url, "--concurrency", "4", "--max-new-tokens", "48", "--do-sample"]
     cmd += ["--temperature", "20", "--timeout", "60", "--no-metrics", "--no-plots", "--no-progress", "--out", str(out), *args]
     return subprocess.Popen(cmd, stdout=open(out.with_suffix(".log"), "w"), stderr=subprocess.STDOUT)
 
@@ -147,7 +147,7 @@ def topology(tiny_bundle_dir, tmp_path):
         for i, port in enumerate(replica_ports):
             env = dict(os.environ, ATTNSERVE_HOST="127.0.0.1", ATTNSERVE_PORT=str(port), ATTNSERVE_THREADS="1")
             log = tmp_path / f"replica-{i}.log"
-            cmd = [sys.executable, "-m", "service", str(tiny_bundle_dir)]
+            cmd = [sys.executable, "-m", "attnserve.service", str(tiny_bundle_dir)]
             procs[f"replica-{i}"] = subprocess.Popen(cmd, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)
         for i, port in enumerate(replica_ports):
             wait_for(f"http://127.0.0.1:{port}/ready", f"replica {i}", procs[f"replica-{i}"], tmp_path / f"replica-{i}.log")
@@ -266,7 +266,7 @@ def nginx_before_one_replica(tiny_bundle_dir, tmp_path):
     replica_port, nginx_port = free_port(), free_port()
     try:
         log = tmp_path / "replica.log"
-        cmd = [sys.executable, "-m", "service", str(tiny_bundle_dir), "--port", str(replica_port), "--threads", "1"]
+        cmd = [sys.executable, "-m", "attnserve.service", str(tiny_bundle_dir), "--port", str(replica_port), "--threads", "1"]
         cmd += ["--max-concurrent-requests", "512", "--keepalive-timeout-s", "4", "--log-level", "warning"]
         procs["replica"] = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT)
         wait_for(f"http://127.0.0.1:{replica_port}/ready", "replica", procs["replica"], log)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from service.client import Generator
+from attnserve.service.client import Generator
 
 DEFAULT_BUNDLE = Path(__file__).resolve().parents[2] / "models" / "g2p-en"
 

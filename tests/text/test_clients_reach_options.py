@@ -12,8 +12,8 @@ import httpx
 import pytest
 from service_harness import serving, stream
 
-from service.cli import generate_main
-from service.client import Generator
+from attnserve.service.cli import generate_main
+from attnserve.service.client import Generator
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_BUNDLE = ROOT / "models" / "g2p-en"

@@ -13,10 +13,10 @@ import pytest
 from service_harness import read_one as one
 from service_harness import serving
 
-from service.client import Generator
-from service.text.compounds import case_parts, compound_parts, compound_reading
-from service.text.lexicon import Lexicon, read_lexicon_file
-from training.data import split_of, strip_stress
+from attnserve.service.client import Generator
+from attnserve.service.text.compounds import case_parts, compound_parts, compound_reading
+from attnserve.service.text.lexicon import Lexicon, read_lexicon_file
+from attnserve.training.data import split_of, strip_stress
 
 DEFAULT_BUNDLE = Path(__file__).resolve().parents[2] / "models" / "g2p-en"
 

@@ -17,8 +17,8 @@ import httpx
 import pytest
 from service_harness import serving
 
-from service.engine.bundle import load_bundle, write_bundle_json
-from service.text.context import ContextChooser, context_features
+from attnserve.service.engine.bundle import load_bundle, write_bundle_json
+from attnserve.service.text.context import ContextChooser, context_features
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_BUNDLE = ROOT / "models" / "g2p-en"
@@ -73,7 +73,7 @@ EVERYDAY = [
 def test_everyday_sentences_read_their_heteronyms_as_a_listener_expects():
     """In process, the reader and the shipped component: stress aside, each homograph reads as its sentence says,
     and the answer says the context chose it."""
-    from service.client import Generator
+    from attnserve.service.client import Generator
 
     gen = Generator(DEFAULT_BUNDLE, threads=1)
     try:
@@ -161,8 +161,8 @@ def test_the_server_setting_turns_it_off():
 
 
 def test_the_in_process_generator_and_attnserve_generate_choose_alike(tmp_path):
-    from service.cli import generate_main
-    from service.client import Generator
+    from attnserve.service.cli import generate_main
+    from attnserve.service.client import Generator
 
     gen = Generator(DEFAULT_BUNDLE, threads=1)
     try:
@@ -192,7 +192,7 @@ def tiny_context_run(tmp_path_factory) -> Path:
     for name in ("read", "live", "record", "wind"):
         shutil.copy(TRAIN / f"{name}.tsv", data / f"{name}.tsv")
     out = base / "run"
-    cmd = [sys.executable, "-m", "training", "context", "--out", str(out), "--set", f"data={data}", "--set", "iterations=60"]
+    cmd = [sys.executable, "-m", "attnserve.training", "context", "--out", str(out), "--set", f"data={data}", "--set", "iterations=60"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads((out / "heldout.json").read_text())["homographs"] == 4
@@ -214,7 +214,7 @@ def test_add_context_adds_the_file_hashed_and_leaves_the_graphs_alone(tmp_path, 
     bundle = copy_without_context(tmp_path)
     before = json.loads((bundle / "bundle.json").read_text())
     proc = subprocess.run(
-        [sys.executable, "-m", "export", "add-context", str(bundle), str(tiny_context_run)], capture_output=True, text=True
+        [sys.executable, "-m", "attnserve.export", "add-context", str(bundle), str(tiny_context_run)], capture_output=True, text=True
     )
     assert proc.returncode == 0, proc.stderr
     after = json.loads((bundle / "bundle.json").read_text())
@@ -236,7 +236,7 @@ def test_a_bundle_without_context_serves_as_before(tmp_path):
 
 
 def test_a_changed_context_file_stops_start_up(tmp_path):
-    from service.engine.bundle import BundleError
+    from attnserve.service.engine.bundle import BundleError
 
     bundle = tmp_path / "g2p-en"
     shutil.copytree(DEFAULT_BUNDLE, bundle)
@@ -246,7 +246,7 @@ def test_a_changed_context_file_stops_start_up(tmp_path):
 
 
 def test_training_and_serving_share_one_feature_extractor():
-    from training import context as training_context
+    from attnserve.training import context as training_context
 
     assert training_context.context_features is context_features
     chooser = ContextChooser.load(DEFAULT_BUNDLE / "context.json.gz")
@@ -254,7 +254,7 @@ def test_training_and_serving_share_one_feature_extractor():
 
 
 def test_the_written_sentences_mark_a_reading_of_a_covered_homograph(tmp_path):
-    from training.context import WRITTEN, Sentence, read_label_map, read_written
+    from attnserve.training.context import WRITTEN, Sentence, read_label_map, read_written
 
     labels = read_label_map()
     written = read_written(WRITTEN, labels)

@@ -13,10 +13,10 @@ import httpx
 import pytest
 from service_harness import serving, stream
 
-from service.client import Generator
-from service.requests.units import TextParams
-from service.text import espeak
-from training.data import cmudict_path, parse_cmudict
+from attnserve.service.client import Generator
+from attnserve.service.requests.units import TextParams
+from attnserve.service.text import espeak
+from attnserve.training.data import cmudict_path, parse_cmudict
 
 piper_phonemize = pytest.importorskip("piper_phonemize")
 
@@ -196,7 +196,7 @@ def test_a_word_is_written_alike_from_its_token_ids_and_from_its_answer_text(gen
 
 
 def test_attnserve_generate_writes_espeak(tmp_path):
-    from service.cli import generate_main
+    from attnserve.service.cli import generate_main
 
     words = tmp_path / "words.txt"
     words.write_text("attention\nthe apple and the pear\n")

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from export.pipeline.lexicon import add_lexicon
-from service.engine.bundle import BundleError, load_bundle, sha256_file, write_bundle_json
-from service.text.lexicon import LEXICON_FILE, Lexicon, LexiconError
-from training.data import cmudict_path, parse_cmudict
+from attnserve.export.pipeline.lexicon import add_lexicon
+from attnserve.service.engine.bundle import BundleError, load_bundle, sha256_file, write_bundle_json
+from attnserve.service.text.lexicon import LEXICON_FILE, Lexicon, LexiconError
+from attnserve.training.data import cmudict_path, parse_cmudict
 
 DEFAULT_BUNDLE = Path(__file__).resolve().parents[2] / "models" / "g2p-en"
 
@@ -73,7 +73,7 @@ def make_bundle(root: Path, lexicon_rows: str | None = None, word_level: bool = 
         "word_level_source": word_level,
     }
     if lexicon_rows is not None:
-        from service.text.lexicon import write_lexicon_file
+        from attnserve.service.text.lexicon import write_lexicon_file
 
         entries: dict[str, list[str]] = {}
         for row in lexicon_rows.strip().splitlines():
@@ -141,7 +141,7 @@ def test_loader_refuses_a_tampered_or_missing_lexicon(tmp_path):
     d = make_bundle(tmp_path, ROWS)
     load_bundle(d)
     original = (d / LEXICON_FILE).read_bytes()
-    from service.text.lexicon import write_lexicon_file
+    from attnserve.service.text.lexicon import write_lexicon_file
 
     write_lexicon_file(d / LEXICON_FILE, {"hello": ["W ER1 L D"]})  # a well-formed file, other answers
     with pytest.raises(BundleError, match=f"{LEXICON_FILE}: sha256 does not match") as info:
@@ -185,9 +185,9 @@ def test_add_lexicon_ships_the_dictionary_without_touching_other_fields(tmp_path
 
 
 def test_evaluation_scores_the_model_alone_whatever_the_lexicon_says(tmp_path):
-    from service.text.lexicon import write_lexicon_file
-    from training.data import load_examples
-    from training.evaluate import evaluate_bundle
+    from attnserve.service.text.lexicon import write_lexicon_file
+    from attnserve.training.data import load_examples
+    from attnserve.training.evaluate import evaluate_bundle
 
     # The default bundle with a lexicon that answers every scored word wrongly: the figures must not move.
     d = tmp_path / "g2p-en"

@@ -17,8 +17,8 @@ import pytest
 from service_harness import read_one as one
 from service_harness import serving
 
-from service.client import InputError
-from service.text.parts import MIN_PHONES_PER_LETTER, split_word, stopped_early
+from attnserve.service.client import InputError
+from attnserve.service.text.parts import MIN_PHONES_PER_LETTER, split_word, stopped_early
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_BUNDLE = ROOT / "models" / "g2p-en"

@@ -11,9 +11,9 @@ import httpx
 import pytest
 from service_harness import serving, stream
 
-from service.text.ipa import to_arpabet, to_ipa
-from service.text.reader import WORD_SEPARATOR
-from training.data import cmudict_path, parse_cmudict
+from attnserve.service.text.ipa import to_arpabet, to_ipa
+from attnserve.service.text.reader import WORD_SEPARATOR
+from attnserve.training.data import cmudict_path, parse_cmudict
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_BUNDLE = ROOT / "models" / "g2p-en"
@@ -178,7 +178,7 @@ def test_openai_routes_take_alphabet_and_stress_as_extra_body_fields(url):
 
 
 def test_generator_answers_in_the_form_asked_for(url):
-    from service.client import Generator
+    from attnserve.service.client import Generator
 
     with Generator(DEFAULT_BUNDLE, threads=1) as g:
         [ipa, bare] = [next(g.generate_text_many(["Hello attention"], alphabet="ipa", stress=s)) for s in (True, False)]
@@ -187,7 +187,7 @@ def test_generator_answers_in_the_form_asked_for(url):
 
 
 def test_the_table_in_docs_ipa_is_the_one_the_server_uses():
-    from service.text.ipa import CONSONANTS, VOWEL_BY_STRESS, VOWELS
+    from attnserve.service.text.ipa import CONSONANTS, VOWEL_BY_STRESS, VOWELS
 
     rows = {}
     ipa_part = (ROOT / "docs" / "IPA.md").read_text().split('## alphabet "espeak"')[0]  # espeak's table is its own
@@ -202,7 +202,7 @@ def test_the_table_in_docs_ipa_is_the_one_the_server_uses():
 
 
 def test_attnserve_generate_writes_the_form_asked_for(tmp_path, capsys):
-    from service.cli import generate_main
+    from attnserve.service.cli import generate_main
 
     words = tmp_path / "words.txt"
     words.write_text("attention\nHello world\n")

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from service.text import ipa
-from service.text.phone_input import PhoneInputError, detect, read_ipa, read_phones
-from training.data import cmudict_path, parse_cmudict
+from attnserve.service.text import ipa
+from attnserve.service.text.phone_input import PhoneInputError, detect, read_ipa, read_phones
+from attnserve.training.data import cmudict_path, parse_cmudict
 
 
 def test_every_cmudict_entry_written_in_ipa_reads_back_to_its_phones():
@@ -81,7 +81,7 @@ def test_what_alphabet_espeak_writes_reads_back_as_an_override():
     writes one primary stress a word and drops secondaries, so ARPAbet's stress digits cannot all come back; and its
     reductions merge some vowels (AH0 in "-ulate" reads ʊ). Every 7th CMUdict entry: none fails to read, and more
     than 95% read back to the same phones, stress aside (96.4% when written)."""
-    from service.text.espeak import to_espeak
+    from attnserve.service.text.espeak import to_espeak
 
     def unstressed(phones: list[str]) -> list[str]:
         return [x.rstrip("012") for x in phones]

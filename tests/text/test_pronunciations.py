@@ -9,8 +9,8 @@ import httpx
 import pytest
 from service_harness import serving, stream
 
-from service.text.reader import WORD_SEPARATOR
-from training.data import cmudict_path, parse_cmudict
+from attnserve.service.text.reader import WORD_SEPARATOR
+from attnserve.training.data import cmudict_path, parse_cmudict
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_BUNDLE = ROOT / "models" / "g2p-en"

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from service.engine.bundle import load_bundle
-from service.requests.frontend import word_reader
-from service.text.lexicon import Lexicon
-from service.text.reader import MAX_WORDS, WORD_SEPARATOR, CharIds, TextError, TextReader, check_separator, split_words
+from attnserve.service.engine.bundle import load_bundle
+from attnserve.service.requests.frontend import word_reader
+from attnserve.service.text.lexicon import Lexicon
+from attnserve.service.text.reader import MAX_WORDS, WORD_SEPARATOR, CharIds, TextError, TextReader, check_separator, split_words
 
 DEFAULT_BUNDLE = Path(__file__).resolve().parents[2] / "models" / "g2p-en"
 
@@ -128,10 +128,10 @@ def test_a_character_the_model_cannot_read_is_skipped_and_named(reader):
 def test_a_word_longer_than_the_model_reads_is_read_in_parts():
     """The request layer checks each word's length against the server's limit: a longer word is read in parts
     (service/requests/parts.py), named in the warnings, and the text is not refused."""
-    from service.engine.engine import Engine
-    from service.engine.scheduler import Scheduler
-    from service.metrics import ServiceMetrics
-    from service.requests.frontend import TextFrontEnd
+    from attnserve.service.engine.engine import Engine
+    from attnserve.service.engine.scheduler import Scheduler
+    from attnserve.service.metrics import ServiceMetrics
+    from attnserve.service.requests.frontend import TextFrontEnd
 
     engine = Engine(load_bundle(DEFAULT_BUNDLE), threads=1)
     front = TextFrontEnd(engine, Scheduler(engine, ServiceMetrics("t")))
@@ -169,7 +169,7 @@ def test_a_bundle_without_the_word_level_flag_gets_no_reader(tmp_path):
 def _char_tokenizer(lowercase: bool) -> Tokenizer:
     import string
 
-    from training.tokenize import build_tokenizer
+    from attnserve.training.tokenize import build_tokenizer
 
     return build_tokenizer([string.ascii_letters + "'-.", "naïve", "<tag>"], "char", lowercase=lowercase)
 
@@ -203,7 +203,7 @@ def test_character_ids_without_the_tokenizer_equal_the_tokenizers(source):
 
 
 def test_only_a_character_pipeline_gets_character_ids():
-    from training.tokenize import build_tokenizer
+    from attnserve.training.tokenize import build_tokenizer
 
     assert CharIds.of(build_tokenizer(["hello world"], "whitespace")) is None
     assert CharIds.of(build_tokenizer(["hello world"] * 10, "bpe", vocab_size=60)) is None

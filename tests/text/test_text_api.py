@@ -19,9 +19,9 @@ import pytest
 from service_harness import free_port, metric, scrape, serving, stream
 from tokenizers import Tokenizer
 
-from service.engine.bundle import write_bundle_json
-from service.text.reader import WORD_SEPARATOR
-from training.data import cmudict_path, parse_cmudict
+from attnserve.service.engine.bundle import write_bundle_json
+from attnserve.service.text.reader import WORD_SEPARATOR
+from attnserve.training.data import cmudict_path, parse_cmudict
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_BUNDLE = ROOT / "models" / "g2p-en"
@@ -130,7 +130,7 @@ def test_bad_operator_lexicon_line_stops_start_up_naming_its_line(tmp_path):
     bad = tmp_path / "bad.tsv"
     bad.write_text("# comment\nhello\tHH EH0 L OW1\nworld\tW ER1 L D XX9\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "service", str(DEFAULT_BUNDLE), "--lexicon", str(bad), "--port", str(free_port())]
+    cmd = [sys.executable, "-m", "attnserve.service", str(DEFAULT_BUNDLE), "--lexicon", str(bad), "--port", str(free_port())]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode != 0
     lines = proc.stderr.strip().splitlines()
@@ -214,7 +214,7 @@ def test_info_shows_the_lexicon_the_word_level_flag_and_the_text_limits(url, cmu
 
 # ---- attnserve-generate ------------------------------------------------------------------------
 def test_attnserve_generate_reads_running_text_and_writes_each_answers_source(tmp_path, cmudict):
-    from service.cli import generate_main
+    from attnserve.service.cli import generate_main
 
     src = tmp_path / "lines.txt"
     src.write_text(f"hello\n{SENTENCE}\n{OOV}\n")

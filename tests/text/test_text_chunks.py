@@ -13,9 +13,9 @@ import httpx
 import pytest
 from service_harness import load_engine, serving, stream
 
-from service.engine.engine import DecodingOptions
-from service.engine.scheduler import Failed, Finished, Scheduler
-from service.metrics import ServiceMetrics
+from attnserve.service.engine.engine import DecodingOptions
+from attnserve.service.engine.scheduler import Failed, Finished, Scheduler
+from attnserve.service.metrics import ServiceMetrics
 
 WORDS = ["cat", "dog", "bird", "fish", "tree", "house", "river", "stone", "cloud", "apple", "green", "paper"]
 TEXT = " ".join(WORDS)

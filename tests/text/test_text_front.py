@@ -299,9 +299,9 @@ MIXED = [
 
 
 def test_a_3000_word_mixed_text_is_read_in_order_with_warnings_for_what_was_skipped(url):
-    from service.engine.bundle import load_bundle
-    from service.text.lexicon import Lexicon
-    from service.text.reader import read_text
+    from attnserve.service.engine.bundle import load_bundle
+    from attnserve.service.text.lexicon import Lexicon
+    from attnserve.service.text.reader import read_text
 
     text = ""
     while len(text.split()) < 3000:
@@ -324,9 +324,9 @@ def test_any_mix_of_characters_is_read_or_refused_with_a_text_error_never_a_cras
     lower-case words (or kept marks) with spans inside the text, or raise TextError (a 422), in process."""
     import random
 
-    from service.engine.bundle import load_bundle
-    from service.text.lexicon import Lexicon
-    from service.text.reader import TextError, read_text
+    from attnserve.service.engine.bundle import load_bundle
+    from attnserve.service.text.lexicon import Lexicon
+    from attnserve.service.text.reader import TextError, read_text
 
     lexicon = Lexicon.load(load_bundle(DEFAULT_BUNDLE))
     pieces = list("abcXYZ019 .,;:!?-'\"()/#@&%$€£¥°½⅞=+_~^*|\\<>é߯øПж日😀👍🏽\u200d\ufe0f\u0301\n\t")

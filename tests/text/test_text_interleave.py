@@ -9,9 +9,9 @@ from pathlib import Path
 
 from service_harness import load_engine
 
-from service.engine.engine import DecodingOptions
-from service.engine.scheduler import Failed, Finished, Scheduler
-from service.metrics import ServiceMetrics
+from attnserve.service.engine.engine import DecodingOptions
+from attnserve.service.engine.scheduler import Failed, Finished, Scheduler
+from attnserve.service.metrics import ServiceMetrics
 
 DEFAULT_BUNDLE = Path(__file__).resolve().parents[2] / "models" / "g2p-en"
 

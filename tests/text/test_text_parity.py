@@ -32,7 +32,7 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def both():
-    from service.client import Generator
+    from attnserve.service.client import Generator
 
     with serving(DEFAULT_BUNDLE) as server, Generator(DEFAULT_BUNDLE, engine=load_engine(DEFAULT_BUNDLE)) as g:
         yield server.url, g

@@ -79,7 +79,7 @@ def test_the_openai_routes_take_punctuation_as_an_extra_body_field(url):
 
 
 def test_the_in_process_client_keeps_punctuation_alike():
-    from service.client import Generator
+    from attnserve.service.client import Generator
 
     with Generator(DEFAULT_BUNDLE, threads=1) as g:
         kept, plain = (next(g.generate_text_many(["Hello, world!"], punctuation=p)) for p in (True, False))

@@ -13,7 +13,7 @@ import openai
 import pytest
 from service_harness import load_engine, serving
 
-from service.client import Generator
+from attnserve.service.client import Generator
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_BUNDLE = ROOT / "models" / "g2p-en"

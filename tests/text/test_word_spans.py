@@ -11,7 +11,7 @@ import httpx
 import pytest
 from service_harness import serving, stream
 
-from service.text.reader import WORD_SEPARATOR
+from attnserve.service.text.reader import WORD_SEPARATOR
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_BUNDLE = ROOT / "models" / "g2p-en"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from service.text.reader import read_text
+from attnserve.service.text.reader import read_text
 
 HERE = Path(__file__).resolve().parent
 LEXICON = HERE.parents[1] / "models" / "g2p-en" / "lexicon.tsv.gz"

@@ -11,10 +11,10 @@ import sys
 
 import pytest
 
-from training.config import ConfigError, TrainConfig
-from training.data import load_examples
-from training.tokenize import AUTO_MIN_TOKENS, auto_bpe_vocab_size, bpe_target_warning, build_tokenizer
-from training.train import nothing_learned_warning
+from attnserve.training.config import ConfigError, TrainConfig
+from attnserve.training.data import load_examples
+from attnserve.training.tokenize import AUTO_MIN_TOKENS, auto_bpe_vocab_size, bpe_target_warning, build_tokenizer
+from attnserve.training.train import nothing_learned_warning
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +57,7 @@ def test_a_run_that_cannot_learn_its_targets_warns_at_the_start_and_after_the_wa
     """The issue's run in small: number words -> digits with bpe_vocab_size=8000, one token per answer."""
     sets = ["dataset=numbers", "task=seq2seq", "tgt_tokenizer=bpe", "bpe_vocab_size=8000", "max_source_len=64"]
     sets += ["max_steps=30", "warmup_steps=10", "eval_every=20", "checkpoint_every=30", "eval_limit=20", "threads=1"]
-    cmd = [sys.executable, "-m", "training", "--preset", "tiny", "--out", str(tmp_path / "run")]
+    cmd = [sys.executable, "-m", "attnserve.training", "--preset", "tiny", "--out", str(tmp_path / "run")]
     proc = subprocess.run([*cmd, *(x for s in sets for x in ("--set", s))], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     warnings = [line for line in proc.stderr.splitlines() if line.startswith("WARNING")]

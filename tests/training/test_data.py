@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from training.data import (
+from attnserve.training.data import (
     DataError,
     cmudict_path,
     load_examples,
@@ -17,8 +17,8 @@ from training.data import (
     strip_stress,
     token_batches,
 )
-from training.metrics import g2p_metrics, sequence_metrics, task_metrics
-from training.tokenize import BOS_ID, EOS_ID, PAD_ID, UNK_ID, build_tokenizer, decode, encode, tokens
+from attnserve.training.metrics import g2p_metrics, sequence_metrics, task_metrics
+from attnserve.training.tokenize import BOS_ID, EOS_ID, PAD_ID, UNK_ID, build_tokenizer, decode, encode, tokens
 
 HANDMADE_DICT = """\
 ;;; a comment line, the way cmudict-0.7b writes them

@@ -31,21 +31,21 @@ def run(*args: str, timeout: float = 1200) -> subprocess.CompletedProcess:
 def test_the_numbers_example_trains_exports_serves_and_answers(tmp_path):
     out, bundle = tmp_path / "run", tmp_path / "numbers"
     sets = [f"max_steps={STEPS}", f"eval_every={STEPS}", f"checkpoint_every={STEPS}", "eval_limit=100", "threads=1"]
-    train = run("-m", "training", "--config", str(CONFIG), "--out", str(out), *(x for s in sets for x in ("--set", s)))
+    train = run("-m", "attnserve.training", "--config", str(CONFIG), "--out", str(out), *(x for s in sets for x in ("--set", s)))
     assert "WARNING" not in train.stderr  # auto-sized subwords: no vocabulary warning, something learnt
     config = json.loads((out / "config.json").read_text())
     assert config["tgt_tokenizer"] == "bpe" and config["bpe_vocab_size"] == "auto"
     vocab = json.loads((out / "tgt_tokenizer.json").read_text())["model"]["vocab"]
     assert len(vocab) < 200  # sized from the data, not 8,000
 
-    run("-m", "export", "build", str(out), "--out", str(bundle), "--no-fp16", "--threads", "1", "--eval-limit", "100")
+    run("-m", "attnserve.export", "build", str(out), "--out", str(bundle), "--no-fp16", "--threads", "1", "--eval-limit", "100")
     meta = json.loads((bundle / "bundle.json").read_text())
     assert meta["parity"]["passed"] and meta["parity"]["greedy"]["mean_output_len"] < 5  # the old rule refused this
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     server = subprocess.Popen(
-        [sys.executable, "-m", "service", str(bundle), "--port", str(port), "--threads", "1"],
+        [sys.executable, "-m", "attnserve.service", str(bundle), "--port", str(port), "--threads", "1"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

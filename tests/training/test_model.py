@@ -9,10 +9,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from service.engine.options import DecodingOptions
-from training.config import ModelConfig
-from training.decode import generate, generate_ids
-from training.model import (
+from attnserve.service.engine.options import DecodingOptions
+from attnserve.training.config import ModelConfig
+from attnserve.training.decode import generate, generate_ids
+from attnserve.training.model import (
     NEG_INF,
     MultiHeadAttention,
     Transformer,

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from training.lock import LOCK_NAME, RunLock, RunLocked
+from attnserve.training.lock import LOCK_NAME, RunLock, RunLocked
 
-TRAIN = [sys.executable, "-m", "training", "--preset", "tiny", "--set", "dataset=numbers", "--set", "task=seq2seq"]
+TRAIN = [sys.executable, "-m", "attnserve.training", "--preset", "tiny", "--set", "dataset=numbers", "--set", "task=seq2seq"]
 TRAIN += ["--set", "tgt_tokenizer=char", "--set", "max_source_len=64", "--set", "threads=1", "--set", "eval_limit=20"]
 
 
@@ -92,8 +92,8 @@ def test_a_live_or_foreign_lock_is_never_taken(tmp_path):
 
 def ddp_worker(out: Path, trace_dir: Path) -> None:
     """torchrun worker: each rank records its PID and the lock file as it stands after step 1."""
-    from training.cli import resolve_config
-    from training.train import train
+    from attnserve.training.cli import resolve_config
+    from attnserve.training.train import train
 
     rank = int(os.environ["RANK"])
 

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from training.cli import eval_main, resolve_config, train_main
-from training.config import PRESETS, ConfigError, TrainConfig
-from training.data import load_examples
-from training.run import load_model, load_run_tokenizers
-from training.train import StopRequested, train
+from attnserve.training.cli import eval_main, resolve_config, train_main
+from attnserve.training.config import PRESETS, ConfigError, TrainConfig
+from attnserve.training.data import load_examples
+from attnserve.training.run import load_model, load_run_tokenizers
+from attnserve.training.train import StopRequested, train
 
 BIN = Path(sys.executable).parent
 
@@ -179,7 +179,7 @@ def test_the_signal_test_passes_when_pytest_starts_with_sigint_ignored(tmp_path)
 
 
 def test_checkpoint_averaging_keeps_the_last_snapshots_and_scores_their_mean(tmp_path):
-    from training.train import average_snapshots, dev_score
+    from attnserve.training.train import average_snapshots, dev_score
 
     data = write_reverse_tsv(tmp_path / "small.tsv", 600)
     sets = [f"dataset={data}", "task=seq2seq", "tgt_tokenizer=char", "max_steps=12", "checkpoint_every=3"]
@@ -204,7 +204,7 @@ def test_checkpoint_averaging_keeps_the_last_snapshots_and_scores_their_mean(tmp
 
 
 def test_dev_score_breaks_a_tie_of_the_headline_metric_with_the_second():
-    from training.train import dev_score
+    from attnserve.training.train import dev_score
 
     last = {"wer": 33.2, "per": 9.35}
     mean_of_checkpoints = {"wer": 33.2, "per": 9.33}  # the shipped model's case: same WER, lower PER
@@ -338,7 +338,7 @@ def test_auto_precision_uses_bf16_only_where_the_device_accelerates_it():
     """bf16 autocast is emulated on an AVX2-only CPU (about 23x slower on the default recipe)."""
     import torch
 
-    from training.train import bf16_accelerated
+    from attnserve.training.train import bf16_accelerated
 
     cpu = torch.device("cpu")
     assert bf16_accelerated(torch.device("cuda"))

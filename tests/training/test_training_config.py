@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from training.cli import train_main
-from training.config import TrainConfig, config_reference
-from training.tokenize import unknown_tokens_warning
+from attnserve.training.cli import train_main
+from attnserve.training.config import TrainConfig, config_reference
+from attnserve.training.tokenize import unknown_tokens_warning
 
 
 def write_reversed_words(path: Path, n: int = 300) -> Path:

@@ -31,8 +31,8 @@ def weights_digest(model) -> str:
 
 
 def worker(data: Path, out: Path, trace_dir: Path) -> None:
-    from training.cli import resolve_config
-    from training.train import train
+    from attnserve.training.cli import resolve_config
+    from attnserve.training.train import train
 
     rank = int(os.environ["RANK"])
     trace = trace_dir / f"rank{rank}.jsonl"

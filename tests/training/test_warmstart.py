@@ -9,16 +9,16 @@ import numpy as np
 import pytest
 from test_weights import bundle_step_logits
 
-from training.cli import eval_main, resolve_config, train_main
-from training.config import ConfigError
-from training.data import DataError
+from attnserve.training.cli import eval_main, resolve_config, train_main
+from attnserve.training.config import ConfigError
+from attnserve.training.data import DataError
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_a_run_from_a_bundle_that_takes_no_step_exports_the_same_logits(tiny_bundle_dir, tmp_path):
     """The round trip: bundle -> --init-from run (max_steps 0) -> attnserve-export build -> bundle."""
-    from export.pipeline.build import build
+    from attnserve.export.pipeline.build import build
 
     run = tmp_path / "run"
     sets = ["max_steps=0", "eval_limit=20", "threads=1"]
@@ -87,10 +87,10 @@ def _finetune_cfg(bundle: Path, data: Path, *sets: str):
 
 
 def _greedy_and_test_wer(model, src_tok, tgt_tok, words: list[str]) -> tuple[list[str], float]:
-    from training.data import load_examples
-    from training.decode import decode_examples
-    from training.metrics import task_metrics
-    from training.tokenize import tokens
+    from attnserve.training.data import load_examples
+    from attnserve.training.decode import decode_examples
+    from attnserve.training.metrics import task_metrics
+    from attnserve.training.tokenize import tokens
 
     test = load_examples("cmudict", "test", limit=500)
     hyps = decode_examples(model, src_tok, tgt_tok, [e.source for e in test], 250)
@@ -99,10 +99,10 @@ def _greedy_and_test_wer(model, src_tok, tgt_tok, words: list[str]) -> tuple[lis
 
 
 def test_a_bundle_fine_tuned_on_a_few_words_learns_them_and_keeps_its_test_wer(tiny_bundle_dir, tmp_path):
-    from training.config import ModelConfig
-    from training.model import Transformer
-    from training.run import load_model
-    from training.warmstart import bundle_state_dict, bundle_tokenizers
+    from attnserve.training.config import ModelConfig
+    from attnserve.training.model import Transformer
+    from attnserve.training.run import load_model
+    from attnserve.training.warmstart import bundle_state_dict, bundle_tokenizers
 
     data = tmp_path / "my_words.tsv"
     data.write_text("".join(f"{w}\t{p}\n" for w, p in TAUGHT.items()))
@@ -125,14 +125,14 @@ def test_a_bundle_fine_tuned_on_a_few_words_learns_them_and_keeps_its_test_wer(t
 def test_finetune_data_needs_a_bundle(tmp_path):
     data = tmp_path / "w.tsv"
     data.write_text("zorblax\tZ AO1 R B L AE2 K S\n")
-    from training.train import train
+    from attnserve.training.train import train
 
     with pytest.raises(ConfigError, match="finetune_data needs init_from"):
         train(resolve_config(preset="tiny", overrides=[f"finetune_data={data}"]), tmp_path / "run")
 
 
 def test_a_target_symbol_outside_the_bundle_vocabulary_is_refused_with_file_and_line(tiny_bundle_dir, tmp_path):
-    from training.train import train
+    from attnserve.training.train import train
 
     data = tmp_path / "mine.tsv"
     data.write_text("zorblax\tZ AO1 R B L AE2 K S\nquuxly\tK W AH1 K S L IY0 XX9\n")
@@ -145,8 +145,8 @@ def test_a_target_symbol_outside_the_bundle_vocabulary_is_refused_with_file_and_
 
 def test_dev_data_names_the_whole_dev_set_and_eval_limit_caps_it(tmp_path):
     """A user's dev file replaces the dictionary's dev split: all of its words, grouped by source, up to eval_limit."""
-    from training.config import TrainConfig
-    from training.warmstart import dev_examples
+    from attnserve.training.config import TrainConfig
+    from attnserve.training.warmstart import dev_examples
 
     dev = tmp_path / "dev.tsv"
     dev.write_text("quentrofy\tK W EH1 N T R AH0 F AY2\nzorbal\tZ AO1 R B AH0 L\nzorbal\tZ AO1 R B AE2 L\n")

@@ -9,14 +9,14 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from service.engine.bundle import write_bundle_json
-from training.weights import WeightsError, load_bundle_weights
+from attnserve.service.engine.bundle import write_bundle_json
+from attnserve.training.weights import WeightsError, load_bundle_weights
 
 
 def _graphs(model, out: Path, config: dict) -> Path:
     """encoder.onnx + decoder.onnx of `model` and the bundle.json fields the mapping reads."""
-    from export.graphs.format import graph_io
-    from export.graphs.v1 import export_decoder, export_encoder
+    from attnserve.export.graphs.format import graph_io
+    from attnserve.export.graphs.v1 import export_decoder, export_encoder
 
     out.mkdir(parents=True, exist_ok=True)
     export_encoder(model, out / "encoder.onnx")
@@ -30,8 +30,8 @@ def _graphs(model, out: Path, config: dict) -> Path:
 def _model_from(bundle_dir: Path):
     import torch
 
-    from training.config import ModelConfig
-    from training.model import Transformer
+    from attnserve.training.config import ModelConfig
+    from attnserve.training.model import Transformer
 
     config, state = load_bundle_weights(bundle_dir)
     model = Transformer(ModelConfig.from_dict(config)).eval()
@@ -94,8 +94,8 @@ def test_every_architecture_maps_back_to_its_exact_state_dict(arch, tmp_path, on
     initializer, so this also proves the mapping reads structure, not names."""
     import torch
 
-    from training.config import ModelConfig
-    from training.model import Transformer
+    from attnserve.training.config import ModelConfig
+    from attnserve.training.model import Transformer
 
     torch.manual_seed(0)
     base = dict(d_model=32, n_heads=4, d_ff=48, n_encoder_layers=2, n_decoder_layers=2, max_source_len=16, max_target_len=16)

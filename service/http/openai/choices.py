@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from service.http.responses import warnings, word_details
-from service.requests.frontend import TextRequest
-from service.requests.units import Token
+from attnserve.service.http.responses import warnings, word_details
+from attnserve.service.requests.frontend import TextRequest
+from attnserve.service.requests.units import Token
 
 FINISH = {"eos_token": "stop", "stop_sequence": "stop", "length": "length"}
 

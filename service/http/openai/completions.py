@@ -36,18 +36,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from service.errors import InvalidRequest, ServiceError
-from service.http import errors, fields
-from service.http.openai.choices import Choice, answered_choices
-from service.http.openai.errors import OpenAIError, bad_request, from_error, param_names
-from service.http.openai.ranges import check_ranges
-from service.http.openai.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
-from service.http.responses import disconnect_watch
-from service.http.schemas import GenerateParameters, GenerateRequest
-from service.http.state import Service
-from service.requests.frontend import TextRequest
-from service.requests.units import lexicon_answers
-from service.requests.validation import Limits, ParameterMemo, check_names, invalid, text_params
+from attnserve.service.errors import InvalidRequest, ServiceError
+from attnserve.service.http import errors, fields
+from attnserve.service.http.openai.choices import Choice, answered_choices
+from attnserve.service.http.openai.errors import OpenAIError, bad_request, from_error, param_names
+from attnserve.service.http.openai.ranges import check_ranges
+from attnserve.service.http.openai.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
+from attnserve.service.http.responses import disconnect_watch
+from attnserve.service.http.schemas import GenerateParameters, GenerateRequest
+from attnserve.service.http.state import Service
+from attnserve.service.requests.frontend import TextRequest
+from attnserve.service.requests.units import lexicon_answers
+from attnserve.service.requests.validation import Limits, ParameterMemo, check_names, invalid, text_params
 
 log = logging.getLogger("attnserve.service")
 

@@ -19,8 +19,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.errors import ServiceError
-from service.http import errors
+from attnserve.service.errors import ServiceError
+from attnserve.service.http import errors
 
 PREFIX = "/v1/"
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
-from service.engine.options import BOUNDS, Bound, InputError, check_bound
-from service.http.openai.errors import bad_request
+from attnserve.service.engine.options import BOUNDS, Bound, InputError, check_bound
+from attnserve.service.http.openai.errors import bad_request
 
 
 @dataclass(frozen=True)

@@ -19,15 +19,21 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from service.errors import ServiceError
-from service.http import errors
-from service.http.dependencies import ServiceDep, authorize
-from service.http.openai import choices, shapes, streaming
-from service.http.openai import completions as c
-from service.http.openai.errors import OpenAIError, OpenAIErrorShape, from_error, param_names
-from service.http.openai.schemas import ChatCompletionRequest, CompletionRequest, ModelCard, ModelList, OpenAIErrorResponse
-from service.http.responses import SSE_HEADERS, SSEResponse, WrittenResponse
-from service.http.state import Service
+from attnserve.service.errors import ServiceError
+from attnserve.service.http import errors
+from attnserve.service.http.dependencies import ServiceDep, authorize
+from attnserve.service.http.openai import choices, shapes, streaming
+from attnserve.service.http.openai import completions as c
+from attnserve.service.http.openai.errors import OpenAIError, OpenAIErrorShape, from_error, param_names
+from attnserve.service.http.openai.schemas import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    ModelCard,
+    ModelList,
+    OpenAIErrorResponse,
+)
+from attnserve.service.http.responses import SSE_HEADERS, SSEResponse, WrittenResponse
+from attnserve.service.http.state import Service
 
 log = logging.getLogger("attnserve.service")
 

@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from service.http.openai.ranges import documented
-from service.http.schemas import DATE_ORDER_DESCRIPTION, DateOrder, TextWarning, WordDetails
+from attnserve.service.http.openai.ranges import documented
+from attnserve.service.http.schemas import DATE_ORDER_DESCRIPTION, DateOrder, TextWarning, WordDetails
 
 MAX_STOP = 4  # OpenAI's limit on stop sequences
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import orjson
 
-from service.http.openai.choices import TokenOut, with_warnings
-from service.http.openai.completions import Answer, Plan
+from attnserve.service.http.openai.choices import TokenOut, with_warnings
+from attnserve.service.http.openai.completions import Answer, Plan
 
 
 def completion_logprobs(tokens: list[TokenOut], with_top: bool) -> dict:

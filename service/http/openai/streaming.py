@@ -12,16 +12,16 @@ from typing import Protocol
 
 import orjson
 
-from service.engine.scheduler import Failed
-from service.errors import ServiceError
-from service.http import errors
-from service.http.openai.choices import ChoiceText, TokenOut
-from service.http.openai.completions import Plan, cancel_all
-from service.http.openai.errors import OpenAIError, from_error
-from service.http.responses import LastChunk, word_span
-from service.http.state import Service
-from service.requests.frontend import TextRequest
-from service.requests.units import CaughtUp, StreamToken
+from attnserve.service.engine.scheduler import Failed
+from attnserve.service.errors import ServiceError
+from attnserve.service.http import errors
+from attnserve.service.http.openai.choices import ChoiceText, TokenOut
+from attnserve.service.http.openai.completions import Plan, cancel_all
+from attnserve.service.http.openai.errors import OpenAIError, from_error
+from attnserve.service.http.responses import LastChunk, word_span
+from attnserve.service.http.state import Service
+from attnserve.service.requests.frontend import TextRequest
+from attnserve.service.requests.units import CaughtUp, StreamToken
 
 KEEPALIVE = b": keep-alive\n\n"
 DONE = b"data: [DONE]\n\n"

@@ -12,16 +12,16 @@ from fastapi.responses import FileResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from service.engine.explain import DeadlinePassed
-from service.errors import InvalidRequest
-from service.http import errors
-from service.http.dependencies import GENERATION_GUARDS, ServiceDep
-from service.http.explain_schemas import ExplainResponse, explanation_response
-from service.http.responses import ERROR_RESPONSES
-from service.http.schemas import ErrorResponse, GenerateParameters, GenerateRequest
-from service.http.validation import check_field_names
-from service.requests.units import TextParams
-from service.requests.validation import ValidRequest, validate
+from attnserve.service.engine.explain import DeadlinePassed
+from attnserve.service.errors import InvalidRequest
+from attnserve.service.http import errors
+from attnserve.service.http.dependencies import GENERATION_GUARDS, ServiceDep
+from attnserve.service.http.explain_schemas import ExplainResponse, explanation_response
+from attnserve.service.http.responses import ERROR_RESPONSES
+from attnserve.service.http.schemas import ErrorResponse, GenerateParameters, GenerateRequest
+from attnserve.service.http.validation import check_field_names
+from attnserve.service.requests.units import TextParams
+from attnserve.service.requests.validation import ValidRequest, validate
 
 ROUTE = "/explain"
 STATIC_DIR = Path(__file__).resolve().parents[1] / "static"

@@ -7,13 +7,13 @@ from pathlib import Path
 import numpy as np
 from fastapi import APIRouter, Response
 
-from service.engine.bundle import VARIANT_WEIGHT_DTYPES
-from service.http import errors
-from service.http.dependencies import ServiceDep
-from service.http.schemas import ContextInfo, ErrorResponse, HealthResponse, InfoResponse, LexiconInfo, ReadyResponse
-from service.metrics import CONTENT_TYPE
-from service.text.lexicon import Lexicon
-from service.version import version
+from attnserve.service.engine.bundle import VARIANT_WEIGHT_DTYPES
+from attnserve.service.http import errors
+from attnserve.service.http.dependencies import ServiceDep
+from attnserve.service.http.schemas import ContextInfo, ErrorResponse, HealthResponse, InfoResponse, LexiconInfo, ReadyResponse
+from attnserve.service.metrics import CONTENT_TYPE
+from attnserve.service.text.lexicon import Lexicon
+from attnserve.service.version import version
 
 router = APIRouter()
 

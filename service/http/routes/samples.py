@@ -8,10 +8,10 @@ from __future__ import annotations
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
-from service.http import errors
-from service.http.dependencies import ServiceDep
-from service.http.schemas import ErrorResponse
-from service.requests.samples import sample_inputs
+from attnserve.service.http import errors
+from attnserve.service.http.dependencies import ServiceDep
+from attnserve.service.http.schemas import ErrorResponse
+from attnserve.service.requests.samples import sample_inputs
 
 ROUTE = "/samples"
 

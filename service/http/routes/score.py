@@ -14,10 +14,10 @@ import time
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.http.dependencies import GENERATION_GUARDS, ServiceDep
-from service.http.responses import ERROR_RESPONSES, wire_steps, wire_tokens
-from service.http.schemas import RANGE, Token
-from service.requests.scoring import admit_scores
+from attnserve.service.http.dependencies import GENERATION_GUARDS, ServiceDep
+from attnserve.service.http.responses import ERROR_RESPONSES, wire_steps, wire_tokens
+from attnserve.service.http.schemas import RANGE, Token
+from attnserve.service.requests.scoring import admit_scores
 
 ROUTE = "/score"
 MAX_TARGETS_NOTE = "At most the server's `max_batch_size` targets per request."
