@@ -493,6 +493,7 @@ def build_context_with(bundle: Path, context: Path) -> Path:
         shutil.copy(REPO / name, context / name)
     for name in ("service", "loadtest", "export", "training"):
         shutil.copytree(REPO / name, context / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copytree(REPO / "attnserve", context / "attnserve", symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(bundle, context / "bundles" / bundle.name)
     return context
 
