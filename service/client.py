@@ -230,7 +230,7 @@ class Generator:
         *,
         lexicon: bool = True,
         decoder_input_details: bool = False,
-        punctuation: bool = False,
+        punctuation: bool | None = None,
         date_order: str = "mdy",
         window: int | None = None,
         context: bool = True,
@@ -243,7 +243,8 @@ class Generator:
         """Results in input order, answered as the server answers (see the module's docstring); `lexicon`
         False asks the model for every word, and so does `decoder_input_details` (as over HTTP); `context` False
         reads heteronyms as the lexicon's first entry; `punctuation` keeps
-        running text's pauses as units of their own (the mark is their answer, source "punctuation"); `date_order`
+        running text's pauses as units of their own (the mark is their answer, source "punctuation"; default: on for
+        alphabet "espeak", off otherwise); `date_order`
         ("mdy", "dmy", "ymd") orders dates written in numbers. A line that
         cannot be read yields its InputError in its place. Up to `window` lines (default 4 x max_batch_size)
         are in flight, so the model's words of many lines share the batch. `alphabet` ("arpabet", "ipa" or "espeak"),

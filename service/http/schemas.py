@@ -127,7 +127,8 @@ class GenerateParameters(BaseModel):
     punctuation: bool | None = Field(
         None,
         description="Extension, word-level bundles: true keeps sentence and phrase punctuation (. , ; : ! ? ( ) and dashes) "
-        "as its own tokens between the words' answers, so a TTS engine can place pauses (docs/TEXT.md).",
+        "as its own tokens between the words' answers, so a TTS engine can place pauses (docs/TEXT.md). Default: on with "
+        "alphabet `espeak` (a Piper voice pauses on the marks), off otherwise.",
     )
     date_order: DateOrder | None = Field(None, description=DATE_ORDER_DESCRIPTION)
     # output forms and per-request pronunciations (service/requests/forms.py, service/text/pronunciations.py)

@@ -84,7 +84,9 @@ class TextParams:
     words_only: bool = False  # `details: "words"`: the words with their spans, no per-token list
     decoder_input_details: bool = False  # asks for the model's own prefill: the model answers
     return_full_text: bool = False  # generated_text starts with the input
-    punctuation: bool = False  # running text: sentence and phrase punctuation kept as its own units between words
+    # running text: sentence and phrase punctuation kept as its own units between words; None: the alphabet's default
+    # (on for "espeak", whose readers are TTS voices that pause on the marks; off for the others)
+    punctuation: bool | None = None
     date_order: str = "mdy"  # running text: the order of a date written in numbers ("mdy", "dmy", "ymd")
     # output form and per-request pronunciations (service/requests/forms.py, service/text/pronunciations.py)
     alphabet: str = "arpabet"  # or "ipa", "espeak"
@@ -92,6 +94,10 @@ class TextParams:
     pronunciations: Mapping[str, str] | None = None  # word(s) -> phones, this request only
     pronunciations_alphabet: str | None = None  # how pronunciations are written; None: each one's detected
     context: bool = True  # False: a heteronym reads as the lexicon's first entry, whatever the sentence
+
+    def __post_init__(self) -> None:
+        if self.punctuation is None:
+            object.__setattr__(self, "punctuation", self.alphabet == "espeak")
 
 
 @dataclass

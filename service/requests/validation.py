@@ -272,7 +272,7 @@ def text_params(p: Any) -> TextParams:
         details=bool(p.details),
         decoder_input_details=bool(p.decoder_input_details),
         return_full_text=bool(p.return_full_text),
-        punctuation=bool(p.punctuation),
+        punctuation=p.punctuation,  # None: the alphabet's default (TextParams)
         date_order=p.date_order or "mdy",
         alphabet=p.alphabet or "arpabet",
         stress=p.stress is not False,

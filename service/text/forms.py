@@ -4,7 +4,7 @@ hands each tagged token (service/text/tokens.py) to its verbaliser here or in se
 
 Conventions (US English; docs/TEXT.md):
 - dates: a month's name before the day reads "march third", the day first "the third of march"; numbers in
-  `date_order` ("mdy" default, "dmy", "ymd"), ISO 8601 year first; years as people say them (twenty twenty one);
+  `date_order` (`DATE_ORDERS`, the first the default), ISO 8601 year first; years as people say them (twenty twenty one);
 - times: "ten thirty", "ten oh five", "nine o'clock"; with seconds "two hours fifteen minutes and thirty seconds";
 - telephone numbers digit by digit in their groups, zero as "oh", a pause between groups; codes digit by digit
   with zero as "zero"; an alphanumeric code letter by letter, short digit runs as numbers.
@@ -46,7 +46,7 @@ _OPERATORS = {
 }
 
 
-def read_token(t: Token, tokens: list[Token], i: int, date_order: str = "mdy") -> Said | None:
+def read_token(t: Token, tokens: list[Token], i: int, date_order: str = DATE_ORDERS[0]) -> Said | None:
     """The words a token that needs no sentence context is read as (words, or (word, pronunciation) pairs, or
     (",", PAUSE) between groups); None for a symbol no table names. `date_order` orders a date written in numbers."""
     if t.kind in DATE_KINDS:

@@ -51,6 +51,7 @@ from tokenizers import Tokenizer
 from attnserve.service.text import rules
 from attnserve.service.text.forms import DATE_ORDERS, read_token
 from attnserve.service.text.normalize import Skipped, prepare
+from attnserve.service.text.options import DEFAULT_READING, ReadingOptions
 from attnserve.service.text.rules import Currency
 from attnserve.service.text.spoken import PAUSE
 from attnserve.service.text.tokens import Token, tokenize
@@ -107,14 +108,14 @@ def read_text(
     known: Container[str] | None = None,
     punctuation: bool = False,
     ids: Callable[[str], tuple[int, ...]] | None = None,
-    date_order: str = "mdy",
+    date_order: str = DATE_ORDERS[0],
 ) -> Reading:
     """The words of `text` and the characters skipped. `known`: the dictionary's words (lower-case), which tells an
     acronym read as a word (NASA) from one spelt (GPU); None: no word is known. `punctuation`: keep the marks of
     rules.PAUSE_MARKS between the words, each run of them as one `Word` with `punctuation` set (where a TTS engine
     pauses); the full stop of an abbreviation is not one, and the groups of a telephone number are kept apart by
     commas. `ids`: each word's source ids, set as the word is made (`TextReader.read`); None: words have none.
-    `date_order`: how a date written in numbers is ordered ("mdy", "dmy" or "ymd"; forms.DATE_ORDERS).
+    `date_order`: how a date written in numbers is ordered (one of forms.DATE_ORDERS).
 
     Raises TextError when `text` is longer than `max_chars`, has more than `max_words` words, or has none.
     Does not check that the model can read them: `TextReader.read` does.
@@ -197,7 +198,7 @@ def _merged(skipped: list[Skipped]) -> list[Skipped]:
 
 # ---- reading the tokens --------------------------------------------------------------------------
 def _read_tokens(
-    text: str, tokens: list[Token], known: Container[str] | None, skipped: list[Skipped], date_order: str = "mdy"
+    text: str, tokens: list[Token], known: Container[str] | None, skipped: list[Skipped], date_order: str
 ) -> None:
     """Set each token's `spoken` words: first the written forms, which need no sentence context (numbers, dates,
     codes...: service/text/forms.py), then abbreviations and numerals (which look at their neighbours), then acronyms
@@ -315,15 +316,16 @@ class TextReader:
         """The words of `text` with their source ids (`read`'s words)."""
         return self.read(text, known).words
 
-    def read(self, text: str, known: Container[str] | None = None, punctuation: bool = False, date_order: str = "mdy") -> Reading:
+    def read(self, text: str, known: Container[str] | None = None, options: ReadingOptions = DEFAULT_READING) -> Reading:
         """The words of `text` with their source ids, each checked readable by the source tokenizer (how long a word
         may be is the request layer's check, with the whole input's: service/requests/frontend.py `TextFrontEnd.units`),
-        and what was skipped. `known`: the dictionary (a Lexicon), for the acronym rules; `punctuation`: keep the
-        pauses' marks as words (`read_text`), which have no source ids; `date_order` orders numeric dates.
+        and what was skipped. `known`: the dictionary (a Lexicon), for the acronym rules; `options`: the request's
+        reading (service/text/options.py): `punctuation` keeps the pauses' marks as words (`read_text`), which have no
+        source ids; `date_order` orders numeric dates.
 
         A word with a character the model cannot read is skipped too (the rules leave none for the default model's
         alphabet). Raises TextError when no word is left."""
-        reading = read_text(text, self.max_chars, self.max_words, known, punctuation, self.ids, date_order)
+        reading = read_text(text, self.max_chars, self.max_words, known, options.punctuation, self.ids, options.date_order)
         words, unk = reading.words, self.unk_id
         if all(w.source_ids and unk not in w.source_ids for w in words if not w.punctuation):  # the common case
             if all(w.punctuation for w in words):

@@ -92,3 +92,23 @@ def test_attnserve_generate_takes_them_as_flags(tmp_path, capsys):
     own.write_text(json.dumps({"New York": "nˈuː jˈɔːɹq"}, ensure_ascii=False), encoding="utf-8")
     assert generate_main([*base, "--pronunciations", str(own)]) == 2
     assert "'nˈuː jˈɔːɹq'" in capsys.readouterr().err
+
+
+def test_alphabet_espeak_keeps_punctuation_by_default_on_every_route(url):
+    text, marked, bare = "Hello, world.", "həlˈoʊ, wˈɜːld.", "həlˈoʊ wˈɜːld"
+    model = httpx.get(url + "/v1/models", timeout=60).json()["data"][0]["id"]
+    for alphabet, punctuation, expected in (("espeak", None, marked), ("espeak", False, bare), ("arpabet", None, None)):
+        asked = {"alphabet": alphabet} | ({} if punctuation is None else {"punctuation": punctuation})
+        tgi = httpx.post(url + "/generate", json={"inputs": text, "parameters": asked}, timeout=60).json()
+        completion = httpx.post(url + "/v1/completions", json={"model": model, "prompt": text, **asked}, timeout=60).json()
+        chat = httpx.post(
+            url + "/v1/chat/completions",
+            json={"model": model, "messages": [{"role": "user", "content": text}], **asked},
+            timeout=60,
+        ).json()
+        answers = {tgi["generated_text"], completion["choices"][0]["text"], chat["choices"][0]["message"]["content"]}
+        assert len(answers) == 1, answers
+        if expected is None:  # the other alphabets keep their default: no marks
+            assert not {",", "."} & set(answers.pop())
+        else:
+            assert answers == {expected}

@@ -156,8 +156,10 @@ def test_a_function_word_alone_is_said_in_full(generator):
 
 def test_words_and_marks_are_joined_as_piper_joins_them(generator):
     text = "Hello, world. How are you?"
-    assert read(generator, text, punctuation=True) == "həlˈoʊ, wˈɜːld. hˌaʊ ɑːɹ juː?"
-    assert read(generator, text) == "həlˈoʊ wˈɜːld hˌaʊ ɑːɹ juː"  # without punctuation: words and single spaces
+    assert read(generator, text) == "həlˈoʊ, wˈɜːld. hˌaʊ ɑːɹ juː?"  # espeak keeps the marks unless told not to
+    assert read(generator, text, punctuation=True) == read(generator, text)
+    assert read(generator, text, punctuation=False) == "həlˈoʊ wˈɜːld hˌaʊ ɑːɹ juː"  # words and single spaces
+    assert next(generator.generate_text_many([text], alphabet="ipa")).text.count(",") == 0  # off for other alphabets
     assert read(generator, "(hello) world -- fine", punctuation=True) == "həlˈoʊ wˈɜːld fˈaɪn"  # as espeak-ng drops them
 
 

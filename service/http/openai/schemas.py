@@ -115,7 +115,7 @@ class SamplingFields(BaseModel):
     punctuation: bool | None = Field(
         None,
         description="Extension, word-level bundles: true keeps sentence and phrase punctuation as its own tokens between "
-        "the words' answers (docs/TEXT.md).",
+        "the words' answers (docs/TEXT.md). Default: on with alphabet `espeak`, off otherwise.",
     )
     date_order: DateOrder | None = Field(None, description=DATE_ORDER_DESCRIPTION)
     # output forms and per-request pronunciations, as the TGI routes' parameters of the same names
