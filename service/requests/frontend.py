@@ -84,6 +84,7 @@ from attnserve.service.requests.units import (
 from attnserve.service.requests.validation import ValidRequest
 from attnserve.service.text.context import ContextChooser, rank_by_context
 from attnserve.service.text.lexicon import Lexicon
+from attnserve.service.text.options import ReadingOptions
 from attnserve.service.text.parts import InParts, split_word
 from attnserve.service.text.pronunciations import Pronunciations
 from attnserve.service.text.reader import MAX_TEXT_CHARS, MAX_WORDS, Skipped, TextError, TextReader, Word
@@ -333,7 +334,7 @@ class TextFrontEnd:
             kept = self.keep_last_tokens(text, truncate)
             offset, text = len(text) - len(kept), kept
         try:
-            reading = self.reader.read(text, known=self.lexicon, punctuation=punctuation, date_order=date_order)
+            reading = self.reader.read(text, self.lexicon, ReadingOptions(punctuation=punctuation, date_order=date_order))
         except TextError as e:
             raise InvalidRequest(str(e), field="inputs") from None
         if not offset:

@@ -197,9 +197,7 @@ def _merged(skipped: list[Skipped]) -> list[Skipped]:
 
 
 # ---- reading the tokens --------------------------------------------------------------------------
-def _read_tokens(
-    text: str, tokens: list[Token], known: Container[str] | None, skipped: list[Skipped], date_order: str
-) -> None:
+def _read_tokens(text: str, tokens: list[Token], known: Container[str] | None, skipped: list[Skipped], date_order: str) -> None:
     """Set each token's `spoken` words: first the written forms, which need no sentence context (numbers, dates,
     codes...: service/text/forms.py), then abbreviations and numerals (which look at their neighbours), then acronyms
     (which look at the sentence)."""
