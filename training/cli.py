@@ -111,6 +111,11 @@ def train_main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True, help="run directory to write")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     p.add_argument(
+        "--allow-drop",
+        action="store_true",
+        help="train even when more than 5%% of the training pairs exceed max_source_len/max_target_len (drop_too_long=true)",
+    )
+    p.add_argument(
         "--init-from",
         type=Path,
         metavar="BUNDLE",
@@ -120,7 +125,8 @@ def train_main(argv: list[str] | None = None) -> int:
     try:
         if args.init_from is not None and args.resume:
             raise ConfigError("--init-from starts a new run; --resume continues one (its config.json records the bundle)")
-        cfg = resolve_config(args.preset, args.config, args.overrides, args.out if args.resume else None, args.init_from)
+        overrides = args.overrides + (["drop_too_long=true"] if args.allow_drop else [])
+        cfg = resolve_config(args.preset, args.config, overrides, args.out if args.resume else None, args.init_from)
         from attnserve.training.train import train  # torch: only once the config is known to be good
 
         train(cfg, args.out, resume=args.resume)

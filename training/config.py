@@ -28,8 +28,8 @@ class Architecture:
     d_ff: int = 1024
     n_encoder_layers: int = 3
     n_decoder_layers: int = 3
-    max_source_len: int = 48
-    max_target_len: int = 48
+    max_source_len: int = 0  # source tokens; 0: sized from the training data (training/train.py, fit_lengths)
+    max_target_len: int = 0  # target tokens, the end token included; 0: sized from the training data
     dropout: float = 0.1
     norm_placement: str = "pre"  # "pre" (default, stabler) or "post" (the 2017 paper's)
     pos_encoding: str = "sinusoidal"  # "sinusoidal" or "learned"
@@ -62,6 +62,12 @@ class ModelConfig(Architecture):
     eos_id: int = 2
     unk_id: int = 3
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for key in ("max_source_len", "max_target_len"):
+            if getattr(self, key) <= 0:  # a training config's 0 ("from the data") is resolved before a model is built
+                raise ValueError(f"{key} must be positive in a model config; got {getattr(self, key)}")
+
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
@@ -93,7 +99,7 @@ _CHOICES = {
 _POSITIVE = ("finetune_repeat", "max_tokens", "log_every", "eval_every", "checkpoint_every", "eval_batch_size")
 _NON_NEGATIVE = (
     *("average_last", "warmup_steps", "train_limit", "eval_limit", "replay_pairs"),
-    *("threads", "max_minutes", "grad_clip", "weight_decay"),
+    *("threads", "max_minutes", "grad_clip", "weight_decay", "max_source_len", "max_target_len"),
 )
 _BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 
@@ -149,6 +155,7 @@ class TrainConfig(Architecture):
     lowercase_source: bool = True
     bpe_vocab_size: int | str = "auto"  # bpe: "auto" (largest size keeping the mean text >= 4 tokens, at most 8000) or a number
     train_limit: int = 0  # 0 = all; a small number for smoke tests
+    drop_too_long: bool = False  # train even when more than 5% of the training pairs exceed the length limits
     # starting from a bundle, and fine-tuning a user's pairs (training/warmstart.py)
     init_from: str = ""  # a model bundle: its weights, tokenizers and architecture start the run
     finetune_data: str = ""  # TSV/JSONL pairs that ALL train (no hash split); dev/test stay `dataset`'s

@@ -26,7 +26,7 @@ import random
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -104,7 +104,8 @@ def dev_score(task: str, metrics: dict) -> list[float]:
 
 def format_figures(metrics: dict) -> str:
     """A metrics.jsonl line's figures for the log: "wer=33.20, per=9.33, ..." (not its step or averaged steps)."""
-    return ", ".join(f"{k}={v:.2f}" for k, v in metrics.items() if k not in ("step", "averaged_steps"))
+    skip = ("step", "averaged_steps", "train_pairs", "dropped_too_long", "dropped_unknown")
+    return ", ".join(f"{k}={v:.2f}" for k, v in metrics.items() if k not in skip)
 
 
 def average_snapshots(model: Transformer, out_dir: Path, last: int) -> list[int] | None:
@@ -184,7 +185,7 @@ def _train(cfg, out_dir: Path, resume: bool, on_step, rank: int, world: int, dev
     dev_ex = dev_examples(cfg)
     if src_tok is None or tgt_tok is None:
         src_tok, tgt_tok = _shared_tokenizers(cfg, train_ex, rank == 0, world)
-    pairs, skipped, unknown = _encode_pairs(cfg, train_ex, src_tok, tgt_tok)
+    cfg, pairs, skipped, unknown = _encode_pairs(cfg, train_ex, src_tok, tgt_tok)
 
     mcfg = cfg.model_config(src_tok.get_vocab_size(), tgt_tok.get_vocab_size())
     model = _build_model(cfg, mcfg, device, warm_start=bool(cfg.init_from) and ckpt is None)
@@ -192,6 +193,7 @@ def _train(cfg, out_dir: Path, resume: bool, on_step, rank: int, world: int, dev
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98), weight_decay=cfg.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg))
     run = _Run(cfg, out_dir, rank, world, device, src_tok, tgt_tok, dev_ex, mcfg, model, optimizer, scheduler)
+    run.data = {"train_pairs": len(pairs), "dropped_too_long": skipped, "dropped_unknown": unknown}
     if ckpt is not None:
         _restore(run, ckpt)
 
@@ -204,6 +206,7 @@ def _train(cfg, out_dir: Path, resume: bool, on_step, rank: int, world: int, dev
             + (f", resuming after step {run.step}" if ckpt is not None else "")
             + (f", initialised from {cfg.init_from}" if cfg.init_from and ckpt is None else "")
         )
+        _warn(dropped_pairs_warning(cfg, len(pairs), skipped))
         _warn_unknown_dev_tokens(cfg, src_tok, tgt_tok, dev_ex)
         if cfg.tgt_tokenizer == "bpe" and ckpt is None and not cfg.init_from:  # a vocabulary this run chose
             _warn(bpe_target_warning(tgt_tok.get_vocab_size(), len({t for e in train_ex for t in e.targets}), cfg.bpe_vocab_size))
@@ -245,26 +248,70 @@ def _shared_tokenizers(cfg: TrainConfig, train_ex: list[Example], is_main: bool,
     return Tokenizer.from_str(payload[0]), Tokenizer.from_str(payload[1])
 
 
+# The longest sequence a length sized from the data may reach (tokens): beyond it a pair is dropped, with the
+# drop rule below. Sinusoidal positions have no table to outgrow; the bound keeps a stray long line (a file's
+# paragraph in a list of phrases) from sizing every batch's padding and the in-place cache.
+LENGTH_BUDGET = 512
+# A run that would drop more than this share of its training pairs stops unless drop_too_long is set.
+MAX_DROPPED_SHARE = 0.05
+
+
+def fit_lengths(cfg: TrainConfig, sources: list[int], targets: list[int]) -> TrainConfig:
+    """`cfg` with each length left at 0 sized from the data: the longest training pair's (source tokens; target
+    tokens plus the end token) plus a margin of a tenth (at least 2), within LENGTH_BUDGET. Given lengths stay.
+
+    The margin lets held-out inputs a little longer than any training source through the server's bound."""
+
+    def sized(given: int, longest: int) -> int:
+        return given or min(LENGTH_BUDGET, longest + max(2, -(-longest // 10)))
+
+    return replace(
+        cfg,
+        max_source_len=sized(cfg.max_source_len, max(sources, default=1)),
+        max_target_len=sized(cfg.max_target_len, max(targets, default=0) + 1),
+    )
+
+
 def _encode_pairs(
     cfg: TrainConfig, train_ex: list[Example], src_tok: Tokenizer, tgt_tok: Tokenizer
-) -> tuple[list[tuple[list[int], list[int]]], int, int]:
-    """(source ids, target ids) of every pair that fits the length limits, the number too long, and the
-    number with a target symbol the --init-from bundle's vocabulary lacks (both skipped)."""
-    pairs: list[tuple[list[int], list[int]]] = []
-    skipped, unknown = 0, 0
+) -> tuple[TrainConfig, list[tuple[list[int], list[int]]], int, int]:
+    """The config with its lengths sized from the data where left at 0 (fit_lengths); (source ids, target ids) of
+    every pair that fits them; the number too long; the number with a target symbol the --init-from bundle's
+    vocabulary lacks (both skipped). A run that would drop more than MAX_DROPPED_SHARE of its pairs as too long
+    is refused unless `drop_too_long` is set: the model would never see them, and the server would refuse them."""
+    encoded: list[tuple[list[int], list[int]]] = []
+    unknown = 0
     for e in train_ex:
         s = encode(src_tok, e.source)
         for t in e.targets:
             tid = encode(tgt_tok, t)
             if cfg.init_from and UNK_ID in tid:  # a symbol the bundle's vocabulary lacks (its training data had none)
                 unknown += 1
-            elif 0 < len(s) <= cfg.max_source_len and len(tid) < cfg.max_target_len:
-                pairs.append((s, tid))
             else:
-                skipped += 1
+                encoded.append((s, tid))
+    cfg = fit_lengths(cfg, [len(s) for s, _ in encoded], [len(t) for _, t in encoded])
+    pairs = [(s, t) for s, t in encoded if 0 < len(s) <= cfg.max_source_len and len(t) < cfg.max_target_len]
+    skipped = len(encoded) - len(pairs)
     if not pairs:
         raise ConfigError("no training pair fits max_source_len/max_target_len")
-    return pairs, skipped, unknown
+    if skipped > MAX_DROPPED_SHARE * len(encoded) and not cfg.drop_too_long:
+        raise ConfigError(
+            f"{skipped} of {len(encoded)} training pairs ({100 * skipped / len(encoded):.1f}%) do not fit "
+            f"max_source_len={cfg.max_source_len} / max_target_len={cfg.max_target_len} (or have an empty source): "
+            "raise the limits (0 sizes them from the data), or pass --allow-drop to train without them"
+        )
+    return cfg, pairs, skipped, unknown
+
+
+def dropped_pairs_warning(cfg: TrainConfig, kept: int, skipped: int) -> str | None:
+    """The warning for training pairs left out as too long, naming the limits; None when none were."""
+    if not skipped:
+        return None
+    return (
+        f"WARNING: {skipped} of {kept + skipped} training pairs left out: longer than max_source_len="
+        f"{cfg.max_source_len} source tokens or max_target_len={cfg.max_target_len} target tokens (or an empty source). "
+        "The served model refuses inputs longer than max_source_len."
+    )
 
 
 def _changed_keys(saved: dict, mcfg: ModelConfig) -> list[str]:
@@ -304,6 +351,7 @@ class _Run:
     epoch: int = 0
     batch_pos: int = 0
     best: list[float] | None = None  # dev_score of the best eval so far
+    data: dict = field(default_factory=dict)  # the training pairs kept and dropped: in every metrics.jsonl line
 
     @property
     def is_main(self) -> bool:
@@ -348,7 +396,7 @@ class _Run:
         averaged steps); best.pt when they beat every earlier eval. -> (figures, became best)."""
         cfg = self.cfg
         m = evaluate_model(self.model, self.src_tok, self.tgt_tok, self.dev_ex, cfg.task, cfg.eval_batch_size)
-        m = {"step": self.step, **extra, **{k: v for k, v in m.items() if k != "by_length"}}
+        m = {"step": self.step, **extra, **{k: v for k, v in m.items() if k != "by_length"}, **self.data}
         score = dev_score(cfg.task, m)
         with open(self.out_dir / "metrics.jsonl", "a") as f:
             f.write(json.dumps(m) + "\n")
