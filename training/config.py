@@ -10,7 +10,7 @@ sizes + special ids) is stored as a plain dict inside `checkpoint.pt` and `bundl
 
 from __future__ import annotations
 
-from dataclasses import MISSING, asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields, replace
 
 from attnserve.training.tokenize import AUTO, BOS_ID, EOS_ID, KINDS, PAD_ID, UNK_ID
 
@@ -90,7 +90,7 @@ class ConfigError(ValueError):
 
 
 _CHOICES = {
-    "task": ("g2p", "seq2seq"),
+    "task": ("auto", "g2p", "seq2seq"),
     "schedule": ("inverse_sqrt", "cosine"),
     "precision": ("auto", "fp32", "bf16"),
     "src_tokenizer": KINDS,
@@ -148,7 +148,9 @@ class TrainConfig(Architecture):
 
     # data
     dataset: str = "cmudict"  # "cmudict", "numbers" (generated: training/examples.py) or a TSV/JSONL file of pairs
-    task: str = "g2p"  # "g2p" (WER/PER) or "seq2seq" (exact match, token accuracy, chrF)
+    # "g2p" (WER/PER: words in, phonemes out, read word by word) or "seq2seq" (exact match, token accuracy, chrF);
+    # "auto": g2p for CMUdict and .dict files, seq2seq for generated and TSV/JSONL pairs (resolved_task)
+    task: str = "auto"
     strip_stress: bool = False
     src_tokenizer: str = "char"  # "char", "whitespace" (whole words seen in training) or "bpe"
     tgt_tokenizer: str = "whitespace"  # G2P's phonemes; targets of single words need "char" (or "bpe")
@@ -203,6 +205,14 @@ class TrainConfig(Architecture):
             super().__post_init__()
         except ValueError as e:
             raise ConfigError(str(e)) from None
+
+    def resolved_task(self) -> "TrainConfig":
+        """This config with task "auto" made concrete from the dataset: a pronouncing dictionary (cmudict, a .dict
+        file) is G2P; anything else is pairs of text, which G2P's word splitting and stress stripping would spoil."""
+        if self.task != "auto":
+            return self
+        g2p = self.dataset == "cmudict" or self.dataset.endswith(".dict")
+        return replace(self, task="g2p" if g2p else "seq2seq")
 
     def model_config(self, src_vocab: int, tgt_vocab: int) -> ModelConfig:
         return ModelConfig(

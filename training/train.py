@@ -177,6 +177,7 @@ def _train(cfg, out_dir: Path, resume: bool, on_step, rank: int, world: int, dev
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     ckpt = _load_checkpoint(out_dir, resume)
+    cfg = cfg.resolved_task()
     random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
 
