@@ -3,7 +3,7 @@
     python -m benchmarks.frontend_vs_espeak                                      # this tree
     python -m benchmarks.frontend_vs_espeak --tree after=. --tree before=../main   # two trees, in one run
 
-Each tree's server (`python -m service BUNDLE --threads 1`, with that tree first on PYTHONPATH) runs pinned to
+Each tree's server (`python -m attnserve.service BUNDLE --threads 1`, with that tree first on PYTHONPATH) runs pinned to
 core 0 (taskset); this script, the client, pins itself to core 1 and sends the text (benchmarks/data/news_2000.txt:
 prose, numbers, dates, money, names, a URL and an e-mail address) as one `POST /generate` with default parameters.
 espeak-ng (`piper_phonemize.phonemize_espeak(text, "en-us")`, PyPI `piper-phonemize`: the phonemizer most open TTS
@@ -55,7 +55,8 @@ def start_server(tree: Path, bundle: Path) -> tuple[subprocess.Popen, int]:
     """A server of `tree`'s code pinned to the server core, once it answers /ready."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(tree), "ATTNSERVE_LOG_LEVEL": "warning"}
-    cmd = ["taskset", "-c", str(SERVER_CORE), sys.executable, "-m", "attnserve.service", str(bundle), "--port", str(port), "--threads", "1"]
+    cmd = ["taskset", "-c", str(SERVER_CORE), sys.executable, "-m", "attnserve.service", str(bundle)]
+    cmd += ["--port", str(port), "--threads", "1"]
     proc = subprocess.Popen(cmd, env=env, cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(1200):
         if proc.poll() is not None:

@@ -1,4 +1,4 @@
-"""What HTTP costs beside the engine (issue 14), on a 2-core machine: the server on core 0 with one
+"""What HTTP costs beside the engine, on a 2-core machine: the server on core 0 with one
 ONNX Runtime thread, the load client on core 1, the same out-of-dictionary pseudo-words everywhere.
 
     .venv/bin/python -m benchmarks.http_overhead [--out benchmarks/results] [--label NAME]
@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import platform
@@ -141,13 +140,15 @@ def engine_in_process(words_file: Path, n: int, small: int, batch: int) -> dict:
 
 
 def serve(repo: Path, args: list[str], first_on_path: str | None = None, core: int | None = None) -> tuple[subprocess.Popen, str]:
-    """`python -m service ARGS` from checkout `repo` on a free loopback port, on `core` when given (taskset), once
-    it answers /ready; `first_on_path`: a directory ahead of the checkout on the server's sys.path (a
-    `sitecustomize` that measures). Returns (process, url); the caller kills the process."""
+    """`python -m attnserve.service ARGS` from checkout `repo` (`python -m service ARGS` in a checkout without the
+    `attnserve/` namespace) on a free loopback port, on `core` when given (taskset), once it answers /ready;
+    `first_on_path`: a directory ahead of the checkout on the server's sys.path (a `sitecustomize` that measures).
+    Returns (process, url); the caller kills the process."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    cmd = (["taskset", "-c", str(core)] if core is not None else []) + [sys.executable, "-m", "attnserve.service", *args]
+    module = "attnserve.service" if (repo / "attnserve").is_dir() else "service"
+    cmd = (["taskset", "-c", str(core)] if core is not None else []) + [sys.executable, "-m", module, *args]
     cmd += ["--port", str(port)]
     env = os.environ | {"PYTHONPATH": str(repo) if first_on_path is None else first_on_path + os.pathsep + str(repo)}
     proc = subprocess.Popen(cmd, cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -171,22 +172,6 @@ def start_server(
     args = [str(bundle or ROOT / "models/g2p-en"), "--threads", "1"]
     args += ["--max-batch-size", str(batch), "--max-concurrent-requests", "1024"]
     return serve(repo, args, first_on_path, SERVER_CORE)
-
-
-@contextlib.contextmanager
-def measured_server(repo: Path, sitecustomize: str, out_variable: str):
-    """`start_server` (max batch 32) with `sitecustomize` ahead of the checkout on its sys.path, told through the
-    environment variable `out_variable` which file to write its totals to (benchmarks/measure.py `signalled_totals`
-    reads them). Yields (process, url, totals file); the server is killed on leaving."""
-    with tempfile.TemporaryDirectory() as tmp:
-        Path(tmp, "sitecustomize.py").write_text(sitecustomize)
-        out = Path(tmp, "totals.txt")
-        os.environ[out_variable] = str(out)
-        proc, url = start_server(repo, 32, first_on_path=tmp)
-        try:
-            yield proc, url, out
-        finally:
-            proc.kill()
 
 
 def loadtest(url: str, pid: int, words_file: Path, clients: int, requests: int, stream: bool, out: Path) -> dict:

@@ -2,7 +2,8 @@
 
 The scripts import nothing from tests/ and never edit `sys.path` (each runs as `python -m benchmarks.NAME` from
 the repository root, where the stages import as they are); no Python file is left under docs/; the page of today's
-tables stays at most 300 lines, and every file it links to (a script, a raw JSON report, the history) exists.
+tables stays at most 300 lines, names every script in benchmarks/, and every file it links to (a script, a raw JSON
+report, the history) exists.
 """
 
 from __future__ import annotations
@@ -75,20 +76,37 @@ def test_the_benchmarks_page_is_one_page_and_its_links_resolve():
 
 def test_a_script_runs_as_a_module_from_the_repository_root(tmp_path):
     """`python -m benchmarks.NAME` with nothing on PYTHONPATH: the package, its sibling modules and the stages
-    (http_floor -> http_overhead -> measure -> attnserve.service.engine.runtime) import from the checkout."""
+    (paired_tax -> http_overhead -> measure -> attnserve.service.engine.runtime) import from the checkout."""
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     code = (
-        "import runpy, sys; sys.argv = ['http_floor', '--help']; runpy.run_module('benchmarks.http_floor', run_name='__main__')"
+        "import runpy, sys; sys.argv = ['paired_tax', '--help']; runpy.run_module('benchmarks.paired_tax', run_name='__main__')"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "usage" in done.stdout
-    where = "import benchmarks.measure as m, service; print(m.__file__); print(service.__file__)"
+    where = "import benchmarks.measure as m, attnserve.service as s; print(m.__file__); print(s.__file__)"
     done = subprocess.run([sys.executable, "-c", where], cwd=ROOT, env=env, capture_output=True, text=True)
-    assert done.stdout.split() == [str(ROOT / "benchmarks" / "measure.py"), str(ROOT / "service" / "__init__.py")]
+    assert done.stdout.split() == [str(ROOT / "benchmarks" / "measure.py"), str(ROOT / "attnserve" / "service" / "__init__.py")]
 
 
-def test_the_checks_find_an_import_from_tests_a_sys_path_edit_a_long_page_and_a_dead_link(tmp_path):
+def scripts_not_on_the_page(root: Path, page: Path) -> list[str]:
+    """Each module of benchmarks/ (but the package's __init__) whose name docs/BENCHMARKS.md does not give, as
+    `benchmarks.NAME` or `benchmarks/NAME.py`."""
+    text = page.read_text(encoding="utf-8")
+    return [
+        p.stem
+        for p in sorted((root / "benchmarks").glob("*.py"))
+        if p.stem != "__init__" and f"benchmarks.{p.stem}" not in text and f"benchmarks/{p.stem}.py" not in text
+    ]
+
+
+def test_every_script_is_named_on_the_benchmarks_page():
+    """A script answers a question of today's page or is a helper the page names; one whose question is closed
+    leaves the tree (benchmarks/HISTORY.md names its last commit), one that only tests use lives in tests/."""
+    assert scripts_not_on_the_page(ROOT, ROOT / "docs" / "BENCHMARKS.md") == []
+
+
+def test_the_checks_find_an_import_from_tests_a_sys_path_edit_a_dead_link_an_unnamed_script_and_a_long_page(tmp_path):
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "service_harness.py").write_text("")
     (tmp_path / "benchmarks").mkdir()
@@ -104,6 +122,11 @@ def test_the_checks_find_an_import_from_tests_a_sys_path_edit_a_long_page_and_a_
     page = tmp_path / "PAGE.md"
     page.write_text("[ok](benchmarks/ok.py) [gone](benchmarks/results/gone.json) [web](https://example.org/x)\n")
     assert page_problems(page) == ["PAGE.md: link to benchmarks/results/gone.json (no such file)"]
+    (tmp_path / "benchmarks" / "__init__.py").write_text("")
+    page.write_text("`python -m benchmarks.ok`\n")
+    assert scripts_not_on_the_page(tmp_path, page) == ["bad"]
+    page.write_text("[bad](benchmarks/bad.py), `benchmarks.ok`\n")
+    assert scripts_not_on_the_page(tmp_path, page) == []
     page.write_text("line\n" * (MAX_PAGE_LINES + 1))
     assert page_problems(page) == [
         f"PAGE.md: {MAX_PAGE_LINES + 1} lines (at most {MAX_PAGE_LINES}: move older runs to benchmarks/HISTORY.md)"

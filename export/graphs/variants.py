@@ -110,7 +110,8 @@ def quantize_int8(
 
 def quantize_int8_dynamic(src: Path, dst: Path) -> None:
     """ONNX Runtime's dynamic quantization (one activation scale per tensor, so NOT batch-invariant):
-    kept for comparison (benchmarks/int8_invariant.py)."""
+    the baseline tests/engine/test_invariance.py tells the served int8 from, and an older bundle's int8 in
+    tests/export/test_export_build.py."""
     root = logging.getLogger()
     level = root.level
     root.setLevel(logging.ERROR)  # the quantizer's advice to pre-process is for static quantization

@@ -51,7 +51,8 @@ from attnserve.service.text.lexicon import Lexicon
 from attnserve.service.version import version
 
 # net allocations between young-generation collections (Python's default 700): above what a full batch's requests and
-# a deep queue hold at once (benchmarks/gc_cost.py counts the collections under load)
+# a deep queue hold at once (benchmarks/HISTORY.md, "Streams written from the engine's wake-ups, and no young-generation
+# collections")
 YOUNG_COLLECTION_THRESHOLD = 10_000
 
 log = logging.getLogger("attnserve.service")

@@ -1,10 +1,10 @@
-"""The per-search beam search that service/engine/beam.py replaced, kept as the reference its vectorised step
-must equal (tests/engine/test_beam_vectorised.py) and the baseline beam_ab.py times it against: the same
-candidates, hypotheses, scores and tie-breaking. Each search scans its candidates in Python and keeps each
+"""A per-search beam search, the reference that the engine's vectorised step (service/engine/beam.py) must equal
+(tests/engine/test_beam_vectorised.py, tests/engine/test_decoding.py): the same candidates, hypotheses, scores and
+tie-breaking. Each search scans its candidates in Python and keeps each
 beam's ids in a list; every row keeps its beam's place, so a beam whose parent is another row takes that row's
 cache (`place_beams`)."""
 
-# The replaced search kept whole, its state the same as the vectorised one's: pylint's duplicate check is off here.
+# A whole second search, its state the same as the vectorised one's: pylint's duplicate check is off here.
 # pylint: disable=duplicate-code
 
 from __future__ import annotations

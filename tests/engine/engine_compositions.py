@@ -2,7 +2,7 @@
 engine, and keep each request's ids and the logits its row got at every step.
 
 Batch invariance through the engine is the promise that a request's answer does not depend on
-the traffic beside it. Shared by tests/engine/test_invariance.py and benchmarks/int8_engine_invariance.py.
+the traffic beside it; tests/engine/test_invariance.py holds the engine to it.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
+import beam_reference as reference
 import numpy as np
 import pytest
 
@@ -20,7 +21,6 @@ from attnserve.service.engine.bundle import load_bundle
 from attnserve.service.engine.engine import DecodingOptions, Engine
 from attnserve.service.engine.processors import log_softmax
 from attnserve.service.engine.stopping import StoppingCriteria
-from benchmarks import beam_reference as reference
 
 EOS = 1  # within even the two-token vocabularies below
 DEFAULT_BUNDLE = Path(__file__).resolve().parents[2] / "models" / "g2p-en"

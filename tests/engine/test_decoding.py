@@ -6,6 +6,7 @@ against an independent computation without ONNX Runtime or torch."""
 import dataclasses
 import itertools
 
+import beam_reference as reference
 import numpy as np
 import pytest
 
@@ -15,7 +16,6 @@ from attnserve.service.engine.processors import greedy_tokens, log_softmax, proc
 from attnserve.service.engine.rows import RowParams, RowState, new_generation
 from attnserve.service.engine.step import choose_tokens
 from attnserve.service.engine.stopping import Hypothesis, StoppingCriteria, rank
-from benchmarks import beam_reference as reference
 
 EOS = 1
 

@@ -2,7 +2,7 @@
 
 At the graph level (export/checks/invariance.py): a row's outputs are bitwise the same alone and inside a
 padded batch of 32, for the int8 variant that the default model serves on CPU. Through the engine
-(tests/engine_compositions.py): the same requests decoded alone, in shuffled batches of 32 and under
+(tests/engine/engine_compositions.py): the same requests decoded alone, in shuffled batches of 32 and under
 continuous batching get the same ids, and each row the same logits at every step, on every CPU
 variant of the default model and of the tiny test bundle.
 """
@@ -13,11 +13,11 @@ import json
 from pathlib import Path
 
 import pytest
+from engine_compositions import invariance_words, logit_diff, three_ways
 
 from attnserve.export.checks.invariance import ConcatSteps, InPlaceSteps, batch_invariance
 from attnserve.service.engine.bundle import load_bundle
 from attnserve.service.engine.engine import DecodingOptions, Engine
-from benchmarks.engine_compositions import invariance_words, logit_diff, three_ways
 
 DEFAULT_BUNDLE = Path(__file__).resolve().parents[2] / "models" / "g2p-en"
 DEFAULT_META = json.loads((DEFAULT_BUNDLE / "bundle.json").read_text())
