@@ -1,9 +1,10 @@
-"""Serving (no torch here): three layers, each importing only those below it (pyproject.toml's import-linter contracts).
+"""Serving (no torch here): seven layers, each importing only those below it (pyproject.toml's import-linter contracts).
 
-cli, client        entry points: attnserve-serve, attnserve-generate, the in-process Generator
-http/              the HTTP API: app, routes, schemas, validation, status codes
+cli, client, demo_request   entry points: attnserve-serve, attnserve-generate, the in-process Generator, make demo's request
+http/              the HTTP API: app, routes, wire schemas (TGI and OpenAI), status codes
 settings           the server's knobs (ATTNSERVE_*), with defaults read from the layers below
-text/              reading text, the lexicon, and the request layer every front end shares
+requests/          the request layer every front end shares: validation, admission, answers, streams, scoring
+text/              reading text: words, spans and readings, the lexicon, heteronyms; knows nothing of requests
 engine/            bundle, ONNX Runtime sessions, decoding, the continuous-batching scheduler
 errors, metrics, version, extras   leaves any layer may import
 

@@ -147,3 +147,15 @@ def test_every_command_in_the_readme_runs_after_make_setup():
         args = [str(bin_dir / command), *([sub] if sub else []), "--help"]
         out = subprocess.run(args, capture_output=True, text=True, timeout=120)
         assert out.returncode == 0 and "usage:" in out.stdout, (args, out.stderr[-500:])
+
+
+def test_the_text_page_counts_the_written_forms_as_the_file_holds():
+    """docs/TEXT.md says how many cases tests/text/written_forms.tsv holds, and of how many kinds: the file's own count."""
+    rows = [
+        line.split("\t")
+        for line in (ROOT / "tests" / "text" / "written_forms.tsv").read_text(encoding="utf-8").splitlines()
+        if line and not line.startswith("#")
+    ]
+    said = re.search(r"holds ([\d,]+) written forms of (\d+) kinds", (ROOT / "docs" / "TEXT.md").read_text())
+    assert said, "docs/TEXT.md no longer says how many written forms tests/text/written_forms.tsv holds"
+    assert (int(said.group(1).replace(",", "")), int(said.group(2))) == (len(rows), len({row[0] for row in rows}))
