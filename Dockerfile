@@ -21,11 +21,16 @@ RUN case "${FLAVOUR}" in cpu|gpu) ;; *) echo "FLAVOUR must be cpu or gpu, not '$
 WORKDIR /src
 # Dependencies first, from pyproject.toml alone (no packages yet, so it builds an empty distribution):
 # a code change then rebuilds only the small layers below, not the ONNX Runtime install.
+# The core's dependencies and the server's extra; the gpu flavour puts onnxruntime-gpu (the `gpu` extra) in the place
+# of the core's onnxruntime: both wheels install the module `onnxruntime`, and one would overwrite the other's files.
 COPY pyproject.toml README.md LICENSE ./
-RUN /opt/attnserve/bin/pip install --quiet ".[${FLAVOUR}]"
+RUN /opt/attnserve/bin/python -c 'import sys, tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; x = p["optional-dependencies"]; gpu = sys.argv[1] == "gpu"; print("\n".join([d for d in p["dependencies"] if not (gpu and d.startswith("onnxruntime"))] + x["serve"] + (x["gpu"] if gpu else [])))' "${FLAVOUR}" > /tmp/requirements.txt \
+ && /opt/attnserve/bin/pip install --quiet -r /tmp/requirements.txt \
+ && rm /tmp/requirements.txt
 # Only the service: training/ and export/ need torch and stay out of the image, and so do the
 # console scripts of the packages left out (they would only fail on import), and pip itself.
-# attnserve/ is the namespace: links to the stage folders, of which only service/ is here.
+# attnserve/ is the namespace: links to the stage folders, of which only service/ is here (attnserve/models
+# links to nothing here, so the package carries no model: the image's bundle is ATTNSERVE_BUNDLE's, below).
 COPY attnserve/ attnserve/
 COPY service/ service/
 RUN /opt/attnserve/bin/pip install --quiet --no-deps --force-reinstall . \

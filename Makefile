@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 # Where the CPU build of torch lies on disk (CI machines), pin it; elsewhere pip takes the ordinary wheel.
 PIP_CONSTRAINTS ?= $(if $(wildcard /opt/wheels/torch-2.13.0*),-c constraints-ci.txt,)
 
-.PHONY: setup demo test test-all system-deps lint model clean
+.PHONY: setup demo test test-all system-deps lint model wheels clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,8 +23,14 @@ setup: $(BIN)/.installed
 $(BIN)/.installed-serve: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[cpu,loadtest]'
+	$(BIN)/pip install -q -e '.[serve,loadtest]'
 	touch $@
+
+# Every wheel of the project into dist/: attnserve, the default model inside (`pip install dist/attnserve-*.whl` is
+# the library; add [serve] for the server). build/ goes first: setuptools would copy a module deleted since into the wheel.
+wheels:
+	rm -rf build dist/attnserve-*.whl
+	$(PYTHON) -m pip wheel -q --no-deps . -w dist
 
 # Serve the default model (models/g2p-en), answer one request, then keep serving until Ctrl-C.
 # DEMO_PORT picks the port (make demo DEMO_PORT=8001). The request helper watches the server's
@@ -90,4 +96,4 @@ system-deps:
 	fi
 
 clean:
-	rm -rf $(VENV) .pytest_cache test-artifacts
+	rm -rf $(VENV) .pytest_cache test-artifacts build dist

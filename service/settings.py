@@ -18,6 +18,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from attnserve.service.engine.bundle import PACKAGED_BUNDLE
 from attnserve.service.engine.runtime import available_cpus
 from attnserve.service.text.reader import MAX_TEXT_CHARS, MAX_WORDS
 
@@ -34,11 +35,12 @@ class ConfigError(ValueError):
 
 
 def default_bundle_candidates() -> list[Path]:
-    """Where the default model is looked for: `models/g2p-en` under the working directory, then
-    beside the `service` package (the repository root of a source checkout, which the README's
-    set-up installs editable), so that the commands find it from any directory."""
-    beside_source = Path(__file__).resolve().parent.parent / DEFAULT_BUNDLE
-    return [DEFAULT_BUNDLE] if beside_source == DEFAULT_BUNDLE.resolve() else [DEFAULT_BUNDLE, beside_source]
+    """Where the default model is looked for: `models/g2p-en` under the working directory, then the one installed
+    with the package (`PACKAGED_BUNDLE`, the library's default: inside the wheel, or the checkout's models/ in an
+    editable install), so that the commands find it from any directory."""
+    if PACKAGED_BUNDLE.resolve() == DEFAULT_BUNDLE.resolve():
+        return [DEFAULT_BUNDLE]
+    return [DEFAULT_BUNDLE, PACKAGED_BUNDLE]
 
 
 def resolve_default_bundle() -> Path:
@@ -63,7 +65,7 @@ class Settings(BaseSettings):
     bundle: Path = Field(
         DEFAULT_BUNDLE,
         description="Model bundle directory (bundle.json and its graphs); default: models/g2p-en under the working "
-        "directory, else the one of the source checkout the service is installed from.",
+        "directory, else the one installed with the package.",
     )
     variant: str = Field(
         "auto", description="Graph variant from bundle.json `variants`; `auto` takes `default_variant` for the provider."

@@ -20,8 +20,8 @@ COMMANDS = [
     ("attnserve-eval", "train", "torch"),
     ("attnserve-export", "train", "torch"),
     ("attnserve-bench", "train", "torch"),
-    ("attnserve-serve", "cpu", "onnxruntime"),
-    ("attnserve-generate", "cpu", "onnxruntime"),
+    ("attnserve-serve", "serve", "fastapi"),
+    ("attnserve-generate", "serve", "fastapi"),
 ]
 
 
@@ -56,7 +56,12 @@ def test_the_install_line_says_where_to_run_it_from_elsewhere(tmp_path):
 def test_python_dash_m_says_the_same():
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run(
-        [sys.executable, "-S", "-m", "attnserve.loadtest", "--help"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-S", "-m", "attnserve.loadtest", "--help"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert out.returncode == 2 and "needs the 'loadtest' extra" in out.stderr and "Traceback" not in out.stderr
 
@@ -72,7 +77,7 @@ def test_the_docs_install_extras_from_the_checkout():
         text = doc.read_text()
         assert not re.search(r"pip install[^`\n]*'attnserve\[", text), f"{doc.name} installs attnserve from an index"
         for extra in re.findall(r"pip install -e '\.\[([a-z,]+)\]'", text):
-            assert set(extra.split(",")) <= {"cpu", "gpu", "train", "dev", "loadtest"}, (doc.name, extra)
+            assert set(extra.split(",")) <= {"cpu", "serve", "gpu", "train", "dev", "loadtest", "hf"}, (doc.name, extra)
 
 
 def test_the_code_names_extras_as_the_checkout_installs_them():

@@ -57,6 +57,12 @@ VARIANT_WEIGHT_DTYPES = {"fp32": "float32", "fp16": "float16", "int8": "int8"}
 MANIFEST_FIELD = "manifest_sha256"  # bundle.json's hash of its own content, less this field
 
 
+# The default model, inside the installed package: the wheel carries it at attnserve/models/g2p-en (pyproject.toml's
+# package-data), and a checkout's attnserve/models links to its models/, so both find it from any directory.
+DEFAULT_MODEL = "g2p-en"
+PACKAGED_BUNDLE = Path(__file__).parents[2] / "models" / DEFAULT_MODEL
+
+
 class BundleError(Exception):
     """The bundle cannot be used; the message is one line naming the file or field."""
 

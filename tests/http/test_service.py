@@ -156,7 +156,7 @@ def test_attnserve_serve_finds_the_default_model_from_another_directory(tmp_path
 
 
 def test_a_missing_default_model_names_every_path_tried(tmp_path):
-    # A copy of the service package with no models/ beside it, run from a directory with none either.
+    # A copy of the service package with no model inside it, run from a directory with none either.
     shutil.copytree(ROOT / "service", tmp_path / "src" / "service", ignore=shutil.ignore_patterns("__pycache__"))
     # the namespace as the checkout lays it out: attnserve/service links to the stage's folder
     (tmp_path / "src" / "attnserve").mkdir()
@@ -174,7 +174,8 @@ def test_a_missing_default_model_names_every_path_tried(tmp_path):
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "default model bundle not found" in lines[0], proc.stderr
-    for tried in (tmp_path / "cwd" / "models" / "g2p-en", tmp_path / "src" / "models" / "g2p-en"):
+    # under the working directory, then inside the installed package (the wheel's attnserve/models)
+    for tried in (tmp_path / "cwd" / "models" / "g2p-en", tmp_path / "src" / "attnserve" / "models" / "g2p-en"):
         assert str(tried) in lines[0]
     assert "ATTNSERVE_BUNDLE" in lines[0]
 

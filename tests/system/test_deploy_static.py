@@ -267,15 +267,35 @@ def test_grafana_dashboard_targets_the_provisioned_datasource():
 # ---- the GPU flavour
 
 
+def image_requirements(flavour: str, tmp_path: Path) -> Path:
+    """The requirements file the Dockerfile's build stage writes for `flavour`, by its own command."""
+    script = re.search(r"python -c '([^']+)' \"\$\{FLAVOUR\}\" > /tmp/requirements.txt", (REPO / "Dockerfile").read_text())
+    assert script, "the Dockerfile's build stage no longer writes its requirements with python -c"
+    proc = run(sys.executable, "-c", script.group(1), flavour)
+    assert proc.returncode == 0, proc.stderr
+    out = tmp_path / f"requirements-{flavour}.txt"
+    out.write_text(proc.stdout)
+    return out
+
+
+@pytest.mark.parametrize("flavour", ["cpu", "gpu"])
+def test_each_flavour_installs_one_onnx_runtime_and_the_server(flavour, tmp_path):
+    lines = image_requirements(flavour, tmp_path).read_text().splitlines()
+    runtimes = [line for line in lines if line.startswith("onnxruntime")]
+    assert len(runtimes) == 1 and runtimes[0].startswith("onnxruntime-gpu" if flavour == "gpu" else "onnxruntime>"), lines
+    assert any(line.startswith("fastapi") for line in lines) and not any(line.startswith("torch") for line in lines)
+
+
 @pytest.mark.slow
 def test_gpu_flavour_dependencies_resolve(tmp_path):
     # What `docker build --build-arg FLAVOUR=gpu` installs: ONNX Runtime's CUDA build with CUDA and cuDNN
-    # from wheels. Resolved against the package index (no GPU needed), nothing installed.
+    # from wheels, and not the CPU build beside it. Resolved against the package index (no GPU needed), nothing installed.
     report = tmp_path / "report.json"
     pip = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet"]
-    proc = run(*pip, "--report", report, ".[gpu]", env=dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1"))
+    requirements = image_requirements("gpu", tmp_path)
+    proc = run(*pip, "--report", report, "-r", requirements, env=dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1"))
     assert proc.returncode == 0, proc.stderr[-2000:]
     names = {item["metadata"]["name"].lower().replace("_", "-") for item in json.loads(report.read_text())["install"]}
-    assert "onnxruntime-gpu" in names
+    assert "onnxruntime-gpu" in names and "fastapi" in names
     assert any(n.startswith("nvidia-cudnn") for n in names) and any(n.startswith("nvidia-cublas") for n in names)
     assert "onnxruntime" not in names and "torch" not in names
