@@ -96,19 +96,23 @@ def evaluate_bundle(
 def evaluate_engine(
     engine, dataset: str, split: str, limit: int | None, strip_stress: bool, task: str, batch_size: int = 64, num_beams: int = 1
 ) -> dict:
-    """Task metrics of greedy (num_beams 1) or beam-search outputs from an ONNX engine (continuous
-    batching, sources truncated to the model's limit as training's evaluation does)."""
+    """Task metrics of greedy (num_beams 1) or beam-search outputs from an ONNX engine (continuous batching).
+
+    A source longer than the model's max_source_len is not decoded: the server refuses it (422), so it counts as
+    wrong here too, and `too_long` in the report says how many there were."""
     from attnserve.service.engine.engine import DecodingOptions
 
     examples = load_examples(dataset, split, strip_stress, limit)
     sources = [e.source for e in examples]
-    ids = [
-        engine.src_tokenizer.encode(s, add_special_tokens=False).ids[: engine.max_source_len] or [engine.unk_id] for s in sources
-    ]
+    ids = [engine.src_tokenizer.encode(s, add_special_tokens=False).ids or [engine.unk_id] for s in sources]
+    fits = [i for i, x in enumerate(ids) if len(x) <= engine.max_source_len]
     options = DecodingOptions(max_new_tokens=engine.max_target_len, num_beams=num_beams if num_beams > 1 else None)
-    results = engine.generate(ids, options, batch_size=max(batch_size, num_beams), refill=True)
-    hyps = [r.text for r in results]
+    results = engine.generate([ids[i] for i in fits], options, batch_size=max(batch_size, num_beams), refill=True)
+    hyps = [""] * len(sources)
+    for i, r in zip(fits, results):
+        hyps[i] = r.text
     refs = [e.targets for e in examples]
-    return task_metrics(
+    metrics = task_metrics(
         task, sources, hyps, refs, tokenize=lambda text: engine.tgt_tokenizer.encode(text, add_special_tokens=False).tokens
     )
+    return {**metrics, "too_long": len(sources) - len(fits)}
