@@ -4,7 +4,8 @@ Owns the command (cli.py), the HTTP client and its SSE parser, the runner, stati
 comparisons, the server's samples, and the Locust file.
 
 May import `attnserve.service.client` (the in-process target), `attnserve.service.extras` and
-`attnserve.training.data` (--input datasets), each inside the function that needs it, so the slim load-test image runs with loadtest/ alone.
+`attnserve.training.data` (--input datasets), each inside the function that needs it, so the slim load-test image
+runs with loadtest/ alone.
 """
 
 

