@@ -69,23 +69,22 @@ def block(client: httpx.Client, pid: int, text: str, n: int) -> float:
 
 
 def in_process(rounds: int, n: int) -> dict:
-    """The text layer alone: CPU seconds of `TextFrontEnd.admit` (read, look up, choose) per sentence, context
+    """The request layer alone: CPU seconds of `RequestLayer.admit` (read, look up, choose) per sentence, context
     asked for (on) or not (off) in the same process, A B A B; no HTTP, so far less noise than the servers'."""
     from attnserve.service.client import Generator
-    from attnserve.service.requests.frontend import TextParams
+    from attnserve.service.requests.validation import validate
 
     gen = Generator(ROOT / "models" / "g2p-en", threads=1)
-    options = gen.options(token_text=False)
     out: dict = {}
     try:
         for name, text in (("one heteronym", WITH_HOMOGRAPH), ("no heteronym", WITHOUT)):
             ms = {"on": [], "off": []}
             for _ in range(rounds):
                 for k in ("on", "off"):
-                    params = TextParams(context=k == "on")
+                    request = gen.request(text, context=k == "on", token_text=False)
                     t = time.thread_time()
                     for _ in range(n):
-                        gen.text.admit(text, params, options).wait()
+                        gen.requests.admit(validate(gen.requests, request)).wait()
                     ms[k].append(round(1000 * (time.thread_time() - t) / n, 4))
             out[name] = {
                 **{f"{k}_ms": v for k, v in ms.items()},

@@ -19,9 +19,11 @@ answer with the token ids of a lexicon one.
 Calls may come from several threads at once: they share one running batch,
 exactly as concurrent HTTP requests do.
 
-A request is checked by the HTTP routes' validator (service/requests/validation.py): a refusal is an
-`InputError` whose `field` names the part at fault as the HTTP routes' errors do
-(`parameters.temperature`, `inputs`), and a misspelt keyword an `UnknownOption` ("did you mean").
+The generate methods' keywords are this front end's wire schema: `Generator.request` (and `options`, for the
+decoding options alone) is its one edge, where they become the request layer's `Request` (service/requests/request.py)
+with every default resolved, checked by the HTTP routes' validator (service/requests/validation.py). A refusal is an
+`InputError` whose `field` names the option at fault as the TGI routes do (`FIELDS`: `parameters.temperature`,
+`inputs`), as the keywords are TGI's parameters; a misspelt keyword is an `UnknownOption` ("did you mean").
 """
 
 from __future__ import annotations
@@ -40,18 +42,31 @@ from attnserve.service.engine.bundle import load_bundle
 from attnserve.service.engine.engine import DecodingOptions, Engine, GenerationResult, InputError, StepResult
 from attnserve.service.engine.scheduler import Failed, Finished, Ticket
 from attnserve.service.errors import InvalidRequest, ServiceError
-from attnserve.service.requests.frontend import TextRequest
+from attnserve.service.requests.frontend import AdmittedRequest
+from attnserve.service.requests.request import OPTION_NAMES, OutputOptions, Request
 from attnserve.service.requests.samples import sample_inputs
 from attnserve.service.requests.scoring import ScoredTarget, admit_scores
 from attnserve.service.requests.stack import build_stack
-from attnserve.service.requests.units import TextParams
 from attnserve.service.requests.validation import Limits, check_names, decoding_options, validate
-from attnserve.service.text.forms import DATE_ORDERS
 from attnserve.service.text.lexicon import Lexicon
+from attnserve.service.text.options import ReadingOptions
 from attnserve.service.text.pronunciations import check_pronunciations
 from attnserve.service.text.reader import WORD_SEPARATOR, Skipped
 
-OPTION_NAMES = frozenset(f.name for f in dataclasses.fields(DecodingOptions))
+DECODING_KEYWORDS = frozenset(f.name for f in dataclasses.fields(DecodingOptions))
+# this front end's names of the request's options in its errors (`InputError.field`): the TGI routes' paths
+FIELDS: Mapping[str, str] = {
+    **{name: f"parameters.{name}" for name in OPTION_NAMES},
+    "inputs": "inputs",
+    "words_only": "parameters.details",
+    "targets": "targets",
+    "parameters": "parameters",
+}
+
+
+def input_error(e: InvalidRequest) -> InputError:
+    """A refusal as this front end raises it: its reason, its field by this front end's name (`FIELDS`)."""
+    return InputError(e.reason, FIELDS.get(e.field, e.field) if e.field is not None else None)
 
 
 class UnknownOption(InputError, TypeError):
@@ -159,9 +174,9 @@ class Generator:
         )
         self.metrics = stack.metrics
         self.scheduler = stack.scheduler
-        self.text = stack.text
+        self.requests = stack.requests  # the request layer (service/requests/frontend.py)
         self.limits = stack.limits
-        self.reader = self.text.reader
+        self.reader = self.requests.reader
         self.scheduler.start()
 
     def close(self) -> None:
@@ -181,13 +196,13 @@ class Generator:
         if "stop" in params and params["stop"] is not None:
             params["stop"] = tuple(params["stop"])
         try:
-            check_names([k for k in params if k not in OPTION_NAMES], OPTION_NAMES)
+            check_names([k for k in params if k not in DECODING_KEYWORDS], DECODING_KEYWORDS)
         except InvalidRequest as e:
             raise UnknownOption(e.message, f"parameters.{e.field}") from None
         try:
             return decoding_options(params, self.limits)
         except InvalidRequest as e:
-            raise InputError(e.reason, e.field) from None
+            raise input_error(e) from None
 
     def submit(self, text: str | list[int], options: DecodingOptions) -> Ticket:
         ids = self.engine.encode_text(text) if isinstance(text, str) else list(text)
@@ -228,33 +243,30 @@ class Generator:
         self,
         texts: Iterable[str],
         *,
-        lexicon: bool = True,
-        decoder_input_details: bool = False,
+        lexicon: bool | None = None,
+        decoder_input_details: bool | None = None,
         punctuation: bool | None = None,
-        date_order: str = "mdy",
+        date_order: str | None = None,
         window: int | None = None,
-        context: bool = True,
-        alphabet: str = "arpabet",
-        stress: bool = True,
+        context: bool | None = None,
+        alphabet: str | None = None,
+        stress: bool | None = None,
         pronunciations: Mapping[str, str] | None = None,
         pronunciations_alphabet: str | None = None,
         **params: object,
     ) -> Iterator[TextResult | InputError]:
-        """Results in input order, answered as the server answers (see the module's docstring); `lexicon`
-        False asks the model for every word, and so does `decoder_input_details` (as over HTTP); `context` False
-        reads heteronyms as the lexicon's first entry; `punctuation` keeps
-        running text's pauses as units of their own (the mark is their answer, source "punctuation"; default: on for
-        alphabet "espeak", off otherwise); `date_order`
-        ("mdy", "dmy", "ymd") orders dates written in numbers. A line that
-        cannot be read yields its InputError in its place. Up to `window` lines (default 4 x max_batch_size)
-        are in flight, so the model's words of many lines share the batch. `alphabet` ("arpabet", "ipa" or "espeak"),
-        `stress`, `pronunciations` ({word or words: ARPAbet, IPA or espeak-ng IPA}, for these lines only) and
-        `pronunciations_alphabet` are the HTTP parameters of the same names; a bad one raises InputError before any
-        line is read. Each result's `word_details()` gives what `details: "words"` gives over HTTP."""
-        options = self.options(**{"token_text": False, **params})  # whole answers, as from `generate`
-        if date_order not in DATE_ORDERS:
-            raise InputError(f"date_order must be one of {', '.join(DATE_ORDERS)}, got {date_order!r}", "date_order")
-        asked = TextParams(
+        """Results in input order, answered as the server answers (see the module's docstring); every keyword means
+        what the HTTP parameter of its name means, None its default (`request`). `lexicon` False asks the model for
+        every word, and so does `decoder_input_details` (as over HTTP); `context` False reads heteronyms as the
+        lexicon's first entry; `punctuation` keeps running text's pauses as units of their own (the mark is their
+        answer, source "punctuation"; default: on for alphabet "espeak", off otherwise); `date_order` orders dates
+        written in numbers. A line that cannot be read yields its InputError in its place. Up to `window` lines
+        (default 4 x max_batch_size) are in flight, so the model's words of many lines share the batch. `alphabet`
+        ("arpabet", "ipa" or "espeak"), `stress`, `pronunciations` ({word or words: ARPAbet, IPA or espeak-ng IPA},
+        for these lines only) and `pronunciations_alphabet`: a bad one raises InputError before any line is read.
+        Each result's `word_details()` gives what `details: "words"` gives over HTTP."""
+        asked = self.request(
+            "",
             lexicon=lexicon,
             decoder_input_details=decoder_input_details,
             punctuation=punctuation,
@@ -264,31 +276,69 @@ class Generator:
             stress=stress,
             pronunciations=pronunciations,
             pronunciations_alphabet=pronunciations_alphabet,
+            **{"token_text": False, **params},  # whole answers, as from `generate`
         )
         try:  # the form and the pronunciations are the same for every line: checked once, here
-            self.text.output_form(asked)
+            self.requests.output_form(asked.output)
             if pronunciations:
-                check_pronunciations(pronunciations, self.engine.tgt_tokenizer, pronunciations_alphabet)
+                check_pronunciations(pronunciations, self.engine.tgt_tokenizer, asked.reading.pronunciations_alphabet)
         except InvalidRequest as e:
-            raise InputError(e.message, e.field) from None
+            raise input_error(e) from None
 
-        def admit(text: str) -> TextRequest | InputError:
+        def admit(text: str) -> AdmittedRequest | InputError:
             try:  # the one validator, as the HTTP routes' requests
-                return self.text.admit(validate(self.text, text, asked, options))
+                return self.requests.admit(validate(self.requests, dataclasses.replace(asked, inputs=text)))
             except InvalidRequest as e:
-                return InputError(e.reason, e.field)
+                return input_error(e)
 
         yield from self._in_windows(texts, admit, self._text_result, window)
 
-    def _text_result(self, job: TextRequest) -> TextResult | InputError:
+    def request(
+        self,
+        inputs: str,
+        *,
+        lexicon: bool | None = None,
+        decoder_input_details: bool | None = None,
+        punctuation: bool | None = None,
+        date_order: str | None = None,
+        context: bool | None = None,
+        alphabet: str | None = None,
+        stress: bool | None = None,
+        pronunciations: Mapping[str, str] | None = None,
+        pronunciations_alphabet: str | None = None,
+        **params: object,
+    ) -> Request:
+        """This front end's edge: the request layer's request of `inputs` and keywords (None: the option's default;
+        `params`: the decoding options, `options`). InputError (or UnknownOption) naming the option at fault."""
+        options = self.options(**params)
+        try:
+            reading = ReadingOptions.of(
+                alphabet,
+                lexicon=lexicon,
+                context=context,
+                punctuation=punctuation,
+                date_order=date_order,
+                pronunciations=pronunciations,
+                pronunciations_alphabet=pronunciations_alphabet,
+            )
+        except InvalidRequest as e:
+            raise input_error(e) from None
+        output = OutputOptions(
+            alphabet=alphabet or OutputOptions.alphabet,
+            stress=stress is not False,
+            decoder_input_details=bool(decoder_input_details),
+        )
+        return Request(inputs, options, reading, output)
+
+    def _text_result(self, job: AdmittedRequest) -> TextResult | InputError:
         try:
             job.wait()
         except InvalidRequest as e:  # a word the engine refused
-            return InputError(e.reason, e.field)
+            return input_error(e)
         except ServiceError as e:
             raise GenerationError(e.message) from None
         answers = [[TextAnswer(a.text, a.score, a.source) for a in job.answers(u)[0]] for u in job.units]
-        separator = self.text.reader.separator if self.text.reader else ""
+        separator = self.reader.separator if self.reader else ""
         spans = tuple((u.word.start, u.word.end) for u in job.units if u.word is not None)
         joints = tuple(job.written.joints) if job.written is not None else None
         return TextResult([u.text for u in job.units], answers, separator, tuple(job.skipped), spans, joints)
@@ -296,7 +346,7 @@ class Generator:
     def samples(self) -> list[str]:
         """Inputs of the model's own task, as GET /samples offers them (service/requests/samples.py); [] when the bundle
         has no parity corpus."""
-        return list(sample_inputs(self.text))
+        return list(sample_inputs(self.requests))
 
     def score(self, text: str, targets: list[str], *, top_n_tokens: int = 0) -> list[ScoredTarget]:
         """The served model's log-probabilities of each target as the answer for `text`, as POST /score gives them
@@ -305,7 +355,7 @@ class Generator:
         if isinstance(targets, str):
             raise InputError("targets must be a list of answers, not one string")
         try:
-            return admit_scores(self.text, text, list(targets), top_n_tokens=top_n_tokens).wait()
+            return admit_scores(self.requests, text, list(targets), top_n_tokens=top_n_tokens).wait()
         except InvalidRequest as e:
             raise InputError(e.message) from None
         except ServiceError as e:
@@ -319,7 +369,7 @@ class Generator:
 
         def admit(pair: tuple[str, list[str]]):
             try:
-                return admit_scores(self.text, pair[0], list(pair[1]))
+                return admit_scores(self.requests, pair[0], list(pair[1]))
             except InvalidRequest as e:
                 return InputError(e.message)
 

@@ -22,10 +22,10 @@ class ServiceError(Exception):
 
 
 class InvalidRequest(ServiceError):
-    """Input or parameters the server cannot run. `field` names the part of the request at fault, as a path in
-    the TGI body (`inputs`, `parameters.best_of`, `parameters` for the parameters together, `targets`): a front
-    end maps it to its own names (OpenAI's `param`) without reading the message. It prefixes the message
-    (`inputs: ...`) unless `message` gives the whole text."""
+    """Input or parameters the server cannot run. `field` names the part of the request at fault by its internal
+    name (`inputs`, an option of the request: `best_of`, `date_order`; `parameters` for the options together,
+    `targets`): each front end maps it to its own wire name (service/requests/request.py `say`) without reading the
+    message. It prefixes the message (`inputs: ...`) unless `message` gives the whole text (`whole`)."""
 
     error_type = "validation"
 
@@ -33,6 +33,7 @@ class InvalidRequest(ServiceError):
         super().__init__(message if message is not None else f"{field}: {reason}" if field else reason)
         self.reason = reason  # the message without its field
         self.field = field
+        self.whole = message is not None  # the message was given whole: it names its field in its own words
 
 
 class Overloaded(ServiceError):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import orjson
 from fastapi import FastAPI, Request
@@ -25,7 +25,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Message, Receive
 
-from attnserve.service.errors import Draining, Overloaded, ServiceError, TimedOut, Unavailable
+from attnserve.service.errors import Draining, InvalidRequest, Overloaded, ServiceError, TimedOut, Unavailable
+from attnserve.service.requests.request import OPTION_NAMES, OptionRefused, say
 
 log = logging.getLogger("attnserve.service")
 
@@ -51,10 +52,32 @@ class APIError(Exception):
 STATUS = {"validation": 422, "overloaded": 429, "draining": 503, "unavailable": 503, "timeout": 504}
 
 
+# The TGI routes' names of the request's options (service/requests/request.py `OPTION_NAMES`): a path in TGI's body.
+# `field` of an APIError stays the internal name, which OpenAI's shape maps with its own table.
+TGI_NAMES: Mapping[str, str] = {
+    **{name: f"parameters.{name}" for name in OPTION_NAMES},
+    "inputs": "inputs",
+    "words_only": "parameters.details",  # `details: "words"`
+    "parameters": "parameters",  # the options together
+    "targets": "targets",  # POST /score's
+}
+
+
+def tgi_message(e: InvalidRequest) -> str:
+    """A refusal in the TGI routes' words: the engine's refusal of an option inside `parameters`, any other naming its
+    field as a path in TGI's body."""
+    if isinstance(e, OptionRefused):
+        return f"parameters: {e.message}"
+    return say(e, TGI_NAMES)[1]
+
+
 def api_error(e: ServiceError) -> APIError:
-    """An engine or text outcome as the client gets it: its status code, and Retry-After when overloaded."""
+    """An engine or text outcome as the client gets it: its status code, and Retry-After when overloaded; a refusal
+    in the TGI routes' words (`tgi_message`)."""
     headers = {"Retry-After": str(e.retry_after_s)} if isinstance(e, Overloaded) else None
-    return APIError(STATUS.get(e.error_type, 500), e.error_type, e.message, headers, getattr(e, "field", None))
+    if isinstance(e, InvalidRequest):
+        return APIError(422, e.error_type, tgi_message(e), headers, e.field)
+    return APIError(STATUS.get(e.error_type, 500), e.error_type, e.message, headers)
 
 
 def validation(message: str, field: str | None = None) -> APIError:

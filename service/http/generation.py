@@ -76,7 +76,7 @@ from attnserve.service.http.responses import (
 from attnserve.service.http.schemas import CompatGenerateRequest, GenerateRequest, GenerateResponse
 from attnserve.service.http.state import Service
 from attnserve.service.http.validation import ignored_headers
-from attnserve.service.requests.frontend import TextRequest
+from attnserve.service.requests.frontend import AdmittedRequest
 from attnserve.service.requests.streaming import StreamReader
 
 log = logging.getLogger("attnserve.service")
@@ -217,7 +217,7 @@ def _openai_answer(svc: Service, response: Response) -> Answer:
 class Pushed:
     """A stream to answer with `push_stream` (an ASGI app)."""
 
-    def __init__(self, job: TextRequest, writer, headers: list[tuple[bytes, bytes]], keepalive_s: float):
+    def __init__(self, job: AdmittedRequest, writer, headers: list[tuple[bytes, bytes]], keepalive_s: float):
         self.job, self.writer, self.headers, self.keepalive_s = job, writer, headers, keepalive_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -342,7 +342,7 @@ ROUTES: dict[str, GenerationRoute] = {route.path: route for route in TGI_ROUTES 
 
 # ---- streams pushed from the engine's wake-ups ----------------------------------------------------
 async def push_stream(
-    job: TextRequest, writer, headers: list[tuple[bytes, bytes]], keepalive_s: float, receive: Receive, send: Send
+    job: AdmittedRequest, writer, headers: list[tuple[bytes, bytes]], keepalive_s: float, receive: Receive, send: Send
 ) -> None:
     """Answer a stream: the response's start, then its body from the engine's wake-ups (`writer`: `SSEWriter` or
     /v1's `OneChoiceWriter`), until the response is complete or the client has gone."""
@@ -366,7 +366,7 @@ async def push_stream(
 class PushedStream:
     """One stream's body, written from the wake-ups of the tickets it reads (see the module's docstring)."""
 
-    def __init__(self, job: TextRequest, writer, send: Send, keepalive_s: float):
+    def __init__(self, job: AdmittedRequest, writer, send: Send, keepalive_s: float):
         self.reader = StreamReader(job)
         self.writer = writer
         self.send = send

@@ -32,7 +32,7 @@ from attnserve.service.http.schemas import (
 )
 from attnserve.service.metrics import ServiceMetrics
 from attnserve.service.requests import units as text_units
-from attnserve.service.requests.frontend import TextRequest
+from attnserve.service.requests.frontend import AdmittedRequest
 from attnserve.service.requests.units import Answer, CaughtUp, StreamToken
 
 ERROR_RESPONSES = {
@@ -86,7 +86,7 @@ def wire_steps(steps: list[list[text_units.Token] | None] | None) -> list[list[T
 
 async def client_gone(request: Request) -> None:
     """Returns when the client of an ASGI request disconnects (its body has been read, so the next message is the
-    disconnect): what the request layer's `TextRequest.collect` waits on beside the engine."""
+    disconnect): what the request layer's `AdmittedRequest.collect` waits on beside the engine."""
     while True:
         message = await request.receive()
         if message["type"] == "http.disconnect":
@@ -94,7 +94,7 @@ async def client_gone(request: Request) -> None:
 
 
 def disconnect_watch(request: Request) -> asyncio.Future:
-    """`client_gone` of this request, running: the future the request layer's `TextRequest.collect` waits on."""
+    """`client_gone` of this request, running: the future the request layer's `AdmittedRequest.collect` waits on."""
     return asyncio.ensure_future(client_gone(request))
 
 
@@ -103,16 +103,16 @@ def prefill(engine: Engine, decoder_input_details: bool) -> list[PrefillToken]:
     return [PrefillToken(id=engine.bos_id, text="", logprob=None)] if decoder_input_details else []
 
 
-def generate_response(job: TextRequest) -> GenerateResponse:
-    """The /generate body of a request whose units have all finished (`TextRequest.collect`).
+def generate_response(job: AdmittedRequest) -> GenerateResponse:
+    """The /generate body of a request whose units have all finished (`AdmittedRequest.collect`).
 
     With details: a single unit's tokens, score and source, and its other answers as best_of_sequences;
-    running text's tokens are all the words' (`TextRequest.separated`), `finish_reason` is the last word's,
+    running text's tokens are all the words' (`AdmittedRequest.separated`), `finish_reason` is the last word's,
     `score` the mean log-probability of all the tokens (null when a lexicon word has none), `source` is
     `lexicon` only when every word's is, and `details.words` describes each word, with its alternatives
     under best_of (running text of several words has no `best_of_sequences`)."""
     text = job.generated_text()
-    params = job.params
+    params = job.output
     if not params.details:
         return GenerateResponse(generated_text=text)
     if params.words_only:
@@ -164,7 +164,7 @@ def generate_response(job: TextRequest) -> GenerateResponse:
     return GenerateResponse(generated_text=text, details=details)
 
 
-def words_response(job: TextRequest, text: str) -> GenerateResponse:
+def words_response(job: AdmittedRequest, text: str) -> GenerateResponse:
     """The /generate body with `details: "words"`: the words with their spans, answers and sources, and the answer's
     summary (finish reason, tokens generated, seed, score, source), without the per-token list."""
     answered = [job.answers(u)[0] for u in job.units]
@@ -174,7 +174,7 @@ def words_response(job: TextRequest, text: str) -> GenerateResponse:
         finish_reason=bests[-1].finish_reason,
         generated_tokens=sum(b.generated_tokens for b in bests),
         seed=job.seed,
-        prefill=prefill(job.engine, job.params.decoder_input_details),
+        prefill=prefill(job.engine, job.output.decoder_input_details),
         tokens=None,
         score=float(np.mean(logprobs)) if logprobs and None not in logprobs else None,
         source=bests[0].source if len(bests) == 1 else answer_source(bests),
@@ -190,7 +190,7 @@ def answer_source(bests: list[Answer]) -> str:
     return "lexicon" if all(b.source in ("lexicon", "punctuation", "context") for b in bests) else "model"
 
 
-def word_details(job: TextRequest, answered: list[list[Answer]]) -> list[WordDetails]:
+def word_details(job: AdmittedRequest, answered: list[list[Answer]]) -> list[WordDetails]:
     """Each word of running text: its span, its best answer, and its other answers under best_of."""
     out = []
     for u, answers in zip(job.units, answered):
@@ -213,7 +213,7 @@ def word_details(job: TextRequest, answered: list[list[Answer]]) -> list[WordDet
     return out
 
 
-def warnings(job: TextRequest) -> list[TextWarning] | None:
+def warnings(job: AdmittedRequest) -> list[TextWarning] | None:
     """The characters of running text that were skipped; null when none were (or the bundle reads inputs whole), so
     an answer with nothing skipped is unchanged."""
     if not job.skipped:
@@ -221,7 +221,7 @@ def warnings(job: TextRequest) -> list[TextWarning] | None:
     return [TextWarning(start=s.start, end=s.end, text=s.text, message=s.message) for s in job.skipped]
 
 
-def word_span(job: TextRequest, k: int) -> dict:
+def word_span(job: AdmittedRequest, k: int) -> dict:
     """Unit k's index and span in `inputs`, as a stream event that completes it carries them (`details: "words"`)."""
     w = job.units[k].word
     return {"index": k, "start": w.start, "end": w.end} if w is not None else {"index": k, "start": 0, "end": len(job.inputs)}
@@ -265,7 +265,7 @@ class SSEWriter:
     the request counted with its outcome and, unless it succeeded, its tickets cancelled (their rows leave the
     batch at the next step)."""
 
-    def __init__(self, job: TextRequest, route: str, metrics: ServiceMetrics):
+    def __init__(self, job: AdmittedRequest, route: str, metrics: ServiceMetrics):
         self.job, self.route, self.metrics = job, route, metrics
         self.ended = self.closed = False
         self.outcome = "cancelled"
@@ -311,7 +311,7 @@ class SSEWriter:
 
     def _word(self, item: StreamToken) -> bytes:
         """`,"word":{...}`: the span of the word an event completes, with `details: "words"`; b"" otherwise."""
-        if not self.job.params.words_only:
+        if not self.job.output.words_only:
             return b""
         return b',"word":' + _json(word_span(self.job, item.word))
 
@@ -322,11 +322,11 @@ class SSEWriter:
             "index": self._index,
             "token": token_object(item.token),
             "top_tokens": top_tokens,
-            **({"word": word_span(job, item.word)} if item.word is not None and job.params.words_only else {}),
+            **({"word": word_span(job, item.word)} if item.word is not None and job.output.words_only else {}),
             "generated_text": job.generated_text(),
             "details": None,
         }
-        if job.params.details:
+        if job.output.details:
             event["details"] = {
                 "finish_reason": item.finish_reason,
                 "generated_tokens": self._index,
@@ -346,13 +346,13 @@ class SSEWriter:
         self.metrics.request_done(self.route, self.outcome)
 
 
-async def sse_events(job: TextRequest, route: str, metrics: ServiceMetrics, keepalive_s: float) -> AsyncIterator[bytes]:
+async def sse_events(job: AdmittedRequest, route: str, metrics: ServiceMetrics, keepalive_s: float) -> AsyncIterator[bytes]:
     """The body of a /generate_stream answer (`SSEWriter`) from the request's `stream_items`."""
     async for chunk in written(job, SSEWriter(job, route, metrics), keepalive_s):
         yield chunk
 
 
-async def written(job: TextRequest, writer, keepalive_s: float) -> AsyncIterator[bytes]:
+async def written(job: AdmittedRequest, writer, keepalive_s: float) -> AsyncIterator[bytes]:
     """What `writer` (`SSEWriter`, or /v1's `OneChoiceWriter`) makes of the request's `stream_items`, chunk by chunk.
 
     If the client disconnects, Starlette cancels this generator at its await;
@@ -374,6 +374,6 @@ class WrittenResponse(SSEResponse):
     """A stream whose body `writer` makes from one request's items: the app's stack iterates its body (`written`);
     the generation routes push it from the engine's wake-ups instead (service/http/generation.py)."""
 
-    def __init__(self, job: TextRequest, writer, keepalive_s: float, headers: dict[str, str]):
+    def __init__(self, job: AdmittedRequest, writer, keepalive_s: float, headers: dict[str, str]):
         super().__init__(written(job, writer, keepalive_s), headers=headers)
         self.job, self.writer = job, writer

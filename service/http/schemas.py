@@ -131,7 +131,7 @@ class GenerateParameters(BaseModel):
         "alphabet `espeak` (a Piper voice pauses on the marks), off otherwise.",
     )
     date_order: DateOrder | None = Field(None, description=DATE_ORDER_DESCRIPTION)
-    # output forms and per-request pronunciations (service/requests/forms.py, service/text/pronunciations.py)
+    # output forms and per-request pronunciations (service/requests/alphabets.py, service/text/pronunciations.py)
     alphabet: Literal["arpabet", "ipa", "espeak"] | None = Field(
         None,
         description="Extension: `arpabet` (default: the model's own phones), `ipa` (written from them, stress marks "

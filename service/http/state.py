@@ -6,16 +6,15 @@ Routes reach it through the `get_service` dependency (service/http/dependencies.
 from __future__ import annotations
 
 import asyncio
-import functools
 
 from attnserve.service.engine.bundle import load_bundle
 from attnserve.service.engine.engine import DecodingOptions, Engine
 from attnserve.service.engine.explain import Explainer
-from attnserve.service.http.schemas import GenerateParameters, GenerateRequest
-from attnserve.service.http.validation import check_field_names
-from attnserve.service.requests.frontend import TextRequest
+from attnserve.service.http.schemas import GenerateRequest
+from attnserve.service.http.validation import tgi_request
+from attnserve.service.requests.frontend import AdmittedRequest
 from attnserve.service.requests.stack import build_stack
-from attnserve.service.requests.validation import Limits, ValidRequest, text_params, validate
+from attnserve.service.requests.validation import Limits, ValidRequest, validate
 from attnserve.service.settings import ConfigError, Settings
 from attnserve.service.text.lexicon import Lexicon
 
@@ -84,10 +83,10 @@ class Service:
         )
         self.metrics = stack.metrics
         self.scheduler = stack.scheduler
-        self.text = stack.text  # the request layer (service/requests/frontend.py)
+        self.requests = stack.requests  # the request layer (service/requests/frontend.py)
         self.validator = stack.validator
         self.lexicon = lexicon
-        self.reader = self.text.reader  # None: inputs are read whole
+        self.reader = self.requests.reader  # None: inputs are read whole
         self.ready = False
         self.draining = False
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -95,19 +94,15 @@ class Service:
 
     def use_lexicon(self, lexicon: Lexicon) -> None:
         """Answer later requests from `lexicon` (the operator's file read again); on the event loop's thread."""
-        self.lexicon = self.text.lexicon = lexicon
+        self.lexicon = self.requests.lexicon = lexicon
 
     def validate(self, body: GenerateRequest, stream: bool) -> ValidRequest:
-        """A TGI body through the one validator (service/requests/validation.py): its unknown fields, its parameters, its
-        input. Raises InvalidRequest (422) naming the field at fault."""
-        p = body.parameters or GenerateParameters()
-        check_field_names(body)
-        self.validator.check_supported(p)
-        # the options are made by the request layer's validator once the input is read (no call back into this layer)
-        return validate(self.text, body.inputs, text_params(p), functools.partial(self.validator.options, p, stream))
+        """A TGI body as the internal request (service/http/validation.py `tgi_request`) through the one validator
+        (service/requests/validation.py). Raises InvalidRequest (422) naming the option at fault."""
+        return validate(self.requests, tgi_request(body, stream, self.validator))
 
-    def admit(self, body: GenerateRequest, stream: bool) -> TextRequest:
+    def admit(self, body: GenerateRequest, stream: bool) -> AdmittedRequest:
         """Validate a generation request, answer what the lexicon knows and queue the rest for the engine
         (service/requests/frontend.py). Raises the validator's InvalidRequest (422), or the scheduler's ServiceErrors
         (429, 503), which the app's handlers and the generation routes' handler answer alike."""
-        return self.text.admit(self.validate(body, stream), stream=stream, loop=self.loop)
+        return self.requests.admit(self.validate(body, stream), stream=stream, loop=self.loop)

@@ -1,10 +1,13 @@
-"""What the TGI routes' validation adds to the one validator (service/requests/validation.py): the body's unknown fields.
+"""The TGI routes' edge: a TGI body -> the internal request (`tgi_request`), and the body's unknown fields.
 
-The schema (service/http/schemas.py) checks JSON types field by field; `Service.validate`
-(service/http/state.py) hands the rest to `attnserve.service.requests.validation.validate`, which every front end
-shares. Here (`check_field_names`): a generation parameter sent at the top level of the body, beside `inputs`, is a
-422 saying to move it into `parameters`; an unknown field that looks like a misspelling of a known one is a 422
-naming it; the others are ignored, logged once and named in a response header.
+The schema (service/http/schemas.py) checks JSON types field by field; `tgi_request` is the one place TGI's
+parameters become the request layer's `Request` (service/requests/request.py), every default resolved, which
+`Service.validate` (service/http/state.py) hands to the one validator every front end shares
+(`attnserve.service.requests.validation.validate`). A refusal names an internal option; the TGI routes say it as a
+path in their body (service/http/errors.py `TGI_NAMES`). Here too (`check_field_names`): a generation parameter
+sent at the top level of the body, beside `inputs`, is a 422 saying to move it into `parameters`; an unknown field
+that looks like a misspelling of a known one is a 422 naming it; the others are ignored, logged once and named in a
+response header.
 """
 
 from __future__ import annotations
@@ -14,7 +17,19 @@ from collections.abc import Iterable
 from attnserve.service.errors import InvalidRequest
 from attnserve.service.http import fields
 from attnserve.service.http.schemas import GenerateParameters, GenerateRequest
-from attnserve.service.requests.validation import check_names, close_match
+from attnserve.service.requests.request import Request
+from attnserve.service.requests.validation import Validator, check_names, close_match, tgi_output, tgi_reading
+
+NO_PARAMETERS = GenerateParameters()  # a body without `parameters`: every default
+
+
+def tgi_request(body: GenerateRequest, stream: bool, validator: Validator) -> Request:
+    """The internal request of a TGI body: its decoding options (within the server's limits: `validator`), reading
+    options and output options. InvalidRequest naming the option at fault."""
+    p = body.parameters or NO_PARAMETERS
+    check_field_names(body)
+    validator.check_supported(p)
+    return Request(body.inputs, validator.options(p, stream), tgi_reading(p), tgi_output(p))
 
 
 def ignored_fields(body: GenerateRequest) -> list[str]:

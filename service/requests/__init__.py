@@ -2,7 +2,7 @@
 an answer, so they answer alike by construction.
 
 Owns the one validator (validation.py: a request -> ValidRequest whose refusals name their field), admission
-and answers (frontend.py, `TextFrontEnd`), the answers' domain objects (units.py: answers and tokens; http/
+and answers (frontend.py, `RequestLayer`), the answers' domain objects (units.py: answers and tokens; http/
 alone writes them as TGI or OpenAI JSON), output forms of an answer's tokens (forms.py), streams
 (streaming.py), scoring (scoring.py), the bundle's samples (samples.py), and stack.py, where the HTTP service
 and the in-process Generator build the same scheduler, request layer and validator.

@@ -3,17 +3,18 @@
 Every front end calls it: the HTTP routes (service/http/) and the in-process `Generator`
 (service/client.py, `attnserve-generate`), so they answer alike by construction:
 
-    front = TextFrontEnd(engine, scheduler, lexicon=..., max_input_tokens=...)   # once
-    valid = validate(front, inputs, TextParams(...), options)  # read and check (service/requests/validation.py)
-    job = front.admit(valid, loop=loop, stream=False)  # look up, queue (in chunks)
+    layer = RequestLayer(engine, scheduler, lexicon=..., max_input_tokens=...)   # once
+    valid = validate(layer, Request(inputs, decoding, reading, output))  # read and check (service/requests/validation.py)
+    job = layer.admit(valid, loop=loop, stream=False)  # look up, queue (in chunks)
     await job.collect(gone)  # an event loop's owner: every unit finished (False: the client went away)
     job.wait()                    # a thread's owner: every unit finished
     job.answers(unit)             # a finished unit's answers, best first: the lexicon's, then the model's
     job.stream_items(keepalive_s) # a stream: tokens in text order, as they come
 
-`validate` (service/requests/validation.py, the one validator every front end calls) reads the input
-and checks the engine's `DecodingOptions`; `TextParams` say the rest: truncation, whether the lexicon
-may answer, and which details are asked for. Refusals are `attnserve.service.errors.InvalidRequest` (what to
+Each front end builds the `Request` once at its edge (service/requests/request.py): the engine's `DecodingOptions`,
+the `ReadingOptions` (truncation, whether the lexicon may answer, punctuation, dates, pronunciations) and the
+`OutputOptions` (alphabet, stress, which details are asked for). `validate` (service/requests/validation.py, the one
+validator every front end calls) reads its input. Refusals are `attnserve.service.errors.InvalidRequest` (what to
 fix, and its `field`) and the scheduler's `Overloaded` / `Unavailable`; HTTP maps them to status codes.
 What this layer gives back are domain objects (units, answers, stream tokens: service/requests/units.py);
 service/http/ alone writes them in a wire format.
@@ -43,7 +44,7 @@ stop sequence ends it after the first token that completes it (finish reason `st
 
 Running text's answer: `generated_text` is the words' best answers joined by the word
 separator (`" | "`); the tokens are all the words' tokens, end tokens included, with the
-separator put in front of the text of each word's first token (`TextRequest.separated`), so
+separator put in front of the text of each word's first token (`AdmittedRequest.separated`), so
 the token texts concatenate to `generated_text`, in the details as in the stream. A single
 unit answers as the model alone would, with the lexicon's answers first.
 """
@@ -62,16 +63,16 @@ from attnserve.service.engine.engine import DecodingOptions, Engine, InputError
 from attnserve.service.engine.options import request_seed
 from attnserve.service.engine.scheduler import Failed, Finished, Scheduler
 from attnserve.service.errors import InvalidRequest
-from attnserve.service.requests.forms import EspeakText, FormUnsupported, OutputForm, output_form
+from attnserve.service.requests.alphabets import EspeakText, FormUnsupported, OutputForm, output_form
 from attnserve.service.requests.overrides import pronounce
 from attnserve.service.requests.parts import PartsPlan, PartsTicket, compound_ids
+from attnserve.service.requests.request import OutputOptions
 from attnserve.service.requests.streaming import StreamReader
 from attnserve.service.requests.units import (
     CAUGHT_UP,
     Answer,
     CaughtUp,
     StreamToken,
-    TextParams,
     Token,
     Unit,
     hypothesis_tokens,
@@ -84,12 +85,12 @@ from attnserve.service.requests.units import (
 from attnserve.service.requests.validation import ValidRequest
 from attnserve.service.text.context import ContextChooser, rank_by_context
 from attnserve.service.text.lexicon import Lexicon
-from attnserve.service.text.options import ReadingOptions
+from attnserve.service.text.options import DEFAULT_READING, ReadingOptions
 from attnserve.service.text.parts import InParts, split_word
 from attnserve.service.text.pronunciations import Pronunciations
 from attnserve.service.text.reader import MAX_TEXT_CHARS, MAX_WORDS, Skipped, TextError, TextReader, Word
 
-ANSWERS_KEPT = 1 << 16  # distinct lexicon answers kept made (`TextFrontEnd.known_answer`); more start again
+ANSWERS_KEPT = 1 << 16  # distinct lexicon answers kept made (`RequestLayer.known_answer`); more start again
 
 
 def word_reader(
@@ -106,7 +107,7 @@ def word_reader(
     return TextReader(src_tokenizer, tgt_tokenizer, max_chars=max_chars, max_words=max_words)
 
 
-class TextFrontEnd:
+class RequestLayer:
     """The request layer of one engine and its scheduler: `admit` turns an input into units, answers what
     the lexicon knows and queues the rest. `max_input_tokens`: the longest input, or word, in source tokens
     (default: the bundle's `max_source_len`); `max_chars` and `max_words` bound running text."""
@@ -138,12 +139,15 @@ class TextFrontEnd:
         self._answered_by: Lexicon | None = None
         self._forms: dict[tuple[str, bool], OutputForm | None] = {}
 
-    def admit(self, valid: ValidRequest, *, stream: bool = False, loop: asyncio.AbstractEventLoop | None = None) -> TextRequest:
+    def admit(
+        self, valid: ValidRequest, *, stream: bool = False, loop: asyncio.AbstractEventLoop | None = None
+    ) -> AdmittedRequest:
         """Answer what the lexicon knows of a validated request (service/requests/validation.py `validate`) and queue
         the rest on the engine (in chunks). `loop`: the event loop of an asyncio owner (None: a thread waits with
         `wait`); `stream`: the owner reads tokens as they come. Raises the scheduler's Overloaded / Unavailable
         (InvalidRequest only for what the engine itself refuses)."""
-        inputs, params, options, units = valid.inputs, valid.params, valid.options, valid.units
+        request, units = valid.request, valid.units
+        inputs, options, reading, output = request.inputs, request.decoding, request.reading, request.output
         if options.sampling and options.seed is None:
             # one seed for every word, picked here (the engine's rule) and reported back: the same request reproduces
             options = dataclasses.replace(options, seed=request_seed(options))
@@ -152,8 +156,8 @@ class TextFrontEnd:
         espeak = valid.form is not None and valid.form.alphabet == "espeak" and self.reader is not None
         # the request's own readings, which keep their answer in espeak's running text
         pinned = frozenset(k for k, u in enumerate(units) if u.known and not is_mark(u)) if espeak else frozenset()
-        if lexicon_answers(params, options):
-            self.answer_known(inputs, units, params, options)
+        if lexicon_answers(reading, output, options):
+            self.answer_known(inputs, units, reading, options)
         # running text as Piper's phonemizer joins it: weak forms, marks, spaces
         written = EspeakText(valid.form, inputs, units, pinned) if espeak else None
         to_model = [u for u in units if len(u.known) < options.n_best and not is_mark(u)]
@@ -163,16 +167,18 @@ class TextFrontEnd:
         if to_model:
             # in chunks: a text of more such words than the bound is admitted as the queue allows, not refused
             # (Overloaded only when the queue has no room for its first word); its other words wait their turn
-            parted = self.parts_plan(params, options).queue(inputs, to_model, options, loop, ready)
-        job = TextRequest(self.engine, self.reader, inputs, params, options, units, valid.t_arrival, ready, valid.form, written)
+            parted = self.parts_plan(reading, output, options).queue(inputs, to_model, options, loop, ready)
+        job = AdmittedRequest(
+            self.engine, self.reader, inputs, output, options, units, valid.t_arrival, ready, valid.form, written
+        )
         job.skipped = valid.skipped
         for t in parted:  # a word read again in parts is named in the answer's warnings
             t.warnings = job.skipped
         return job
 
-    def parts_plan(self, params: TextParams, options: DecodingOptions) -> PartsPlan:
+    def parts_plan(self, reading: ReadingOptions, output: OutputOptions, options: DecodingOptions) -> PartsPlan:
         """How this request's words reach the model, the long ones in parts (service/requests/parts.py)."""
-        known = self.part_ids if self.lexicon is not None and lexicon_answers(params, options) else None
+        known = self.part_ids if self.lexicon is not None and lexicon_answers(reading, output, options) else None
         encode = self.reader.encode if self.reader is not None else self.engine.tokenize_text
         return PartsPlan(self.scheduler, self.engine, encode, known, self.lexicon, self.max_input_tokens)
 
@@ -181,11 +187,11 @@ class TextFrontEnd:
         entries = self.lexicon.lookup(part)
         return entries[0].ids if entries else None
 
-    def answer_known(self, inputs: str, units: list[Unit], params: TextParams, options: DecodingOptions) -> None:
+    def answer_known(self, inputs: str, units: list[Unit], reading: ReadingOptions, options: DecodingOptions) -> None:
         """Give the units the lexicon knows their answers (at most n_best each): a reading the reader's rules fixed,
         or the lexicon's entries, a heteronym's ordered by its sentence. A word's answers are made once per distinct
         word and request shape (`_word_answers`) and shared by its occurrences."""
-        chooser = self.context if params.context else None
+        chooser = self.context if reading.context else None
         lexicon = self.lexicon
         made = self._word_answers(options)
         for u in units:
@@ -248,37 +254,37 @@ class TextFrontEnd:
             self._fixed[pronunciation] = ids
         return ids
 
-    def output_form(self, params: TextParams) -> OutputForm | None:
+    def output_form(self, output: OutputOptions) -> OutputForm | None:
         """The form the answer is written in (None: the model's own); InvalidRequest when the model has no other."""
-        key = (params.alphabet, params.stress)
+        key = (output.alphabet, output.stress)
         if key not in self._forms:
             tgt = self.engine.tgt_tokenizer
             try:
-                self._forms[key] = output_form(params.alphabet, params.stress, tgt, set(self.engine.special_token_ids))
+                self._forms[key] = output_form(output.alphabet, output.stress, tgt, set(self.engine.special_token_ids))
             except FormUnsupported as e:
-                raise InvalidRequest(
-                    str(e), field="parameters.alphabet" if params.alphabet != "arpabet" else "parameters.stress"
-                ) from None
+                raise InvalidRequest(str(e), field="alphabet" if output.alphabet != "arpabet" else "stress") from None
             except ValueError as e:
-                raise InvalidRequest(str(e), field="parameters.alphabet") from None
+                raise InvalidRequest(str(e), field="alphabet") from None
         return self._forms[key]
 
     def pronounce(self, inputs: str, units: list[Unit], found: Pronunciations, options: DecodingOptions) -> list[Unit]:
         """Give the words a request's pronunciations name their answer (service/requests/overrides.py)."""
         return pronounce(self.engine, inputs, units, found, options)
 
-    def units(self, text: str, truncate: int | None) -> list[Unit]:
+    def units(self, text: str, reading: ReadingOptions | None = None) -> list[Unit]:
         """The units of an input: its words (a word-level bundle), else the whole input, each within
-        `max_input_tokens`. TGI's `truncate` keeps the input's last `truncate` source tokens before it is
+        `max_input_tokens`. `reading.truncate` keeps the input's last `truncate` source tokens before it is
         read. Raises InvalidRequest naming what cannot be read."""
-        return self.read(text, truncate)[0]
+        return self.read(text, reading)[0]
 
-    def read(
-        self, text: str, truncate: int | None, punctuation: bool = False, date_order: str = "mdy"
-    ) -> tuple[list[Unit], list[Skipped]]:
-        """`units`, and the characters of running text that were skipped (unreadable symbols, emoji, other scripts).
-        `punctuation`: running text's pauses are units too, answered by their mark (`punctuation_answer`);
-        `date_order`: the order of a date written in numbers."""
+    def read(self, text: str, reading: ReadingOptions | None = None) -> tuple[list[Unit], list[Skipped]]:
+        """`units`, and the characters of running text that were skipped (unreadable symbols, emoji, other scripts),
+        read as `reading` says (None: the defaults): `punctuation` makes running text's pauses units too, answered by
+        their mark (`punctuation_answer`); `date_order` orders a date written in numbers."""
+        reading = reading or DEFAULT_READING
+        truncate = reading.truncate
+        if not text.strip():  # nothing to read, whether empty or blank
+            raise InvalidRequest("input text is empty", field="inputs")
         skipped: list[Skipped] = []
         if self.reader is None:
             try:
@@ -289,7 +295,7 @@ class TextFrontEnd:
                 raise InvalidRequest(str(e), field="inputs") from None
             self.check_length(units[0])
             return units, skipped
-        words, skipped = self.read_words(text, truncate, punctuation, date_order)
+        words, skipped = self.read_words(text, reading)
         units, limit = [], self.max_input_tokens
         for w in words:
             u = Unit(w.text, w, list(w.source_ids), [])
@@ -322,19 +328,15 @@ class TextFrontEnd:
         token = Token(self.engine.tgt_tokenizer.token_to_id("<unk>"), mark, None, False)
         return Answer(mark, [token], "eos_token", 1, None, "punctuation")
 
-    def read_words(
-        self, text: str, truncate: int | None, punctuation: bool = False, date_order: str = "mdy"
-    ) -> tuple[list[Word], list[Skipped]]:
+    def read_words(self, text: str, options: ReadingOptions) -> tuple[list[Word], list[Skipped]]:
         """The words of running text, spans into `text`, and what was skipped; InvalidRequest naming what cannot
         be read. The lexicon tells the reader which all-capital words are words (NASA) and which are spelt (GPU)."""
-        if not text.strip():
-            raise InvalidRequest("input text is empty", field="inputs")
         offset = 0
-        if truncate is not None:
-            kept = self.keep_last_tokens(text, truncate)
+        if options.truncate is not None:
+            kept = self.keep_last_tokens(text, options.truncate)
             offset, text = len(text) - len(kept), kept
         try:
-            reading = self.reader.read(text, self.lexicon, ReadingOptions(punctuation=punctuation, date_order=date_order))
+            reading = self.reader.read(text, self.lexicon, options)
         except TextError as e:
             raise InvalidRequest(str(e), field="inputs") from None
         if not offset:
@@ -349,15 +351,15 @@ class TextFrontEnd:
         return text if len(offsets) <= n else text[offsets[-n][0] :]
 
 
-class TextRequest:
-    """One generation request: its units, the lexicon's answers, the engine's tickets. Made by `TextFrontEnd.admit`."""
+class AdmittedRequest:
+    """One generation request: its units, the lexicon's answers, the engine's tickets. Made by `RequestLayer.admit`."""
 
     def __init__(
         self,
         engine: Engine,
         reader: TextReader | None,
         inputs: str,
-        params: TextParams,
+        output: OutputOptions,
         options: DecodingOptions,
         units: list[Unit],
         t_arrival: float,
@@ -368,13 +370,13 @@ class TextRequest:
         self.engine = engine
         self.reader = reader
         self.inputs = inputs
-        self.params = params
+        self.output = output  # what the answer shows (details, words, the input in front)
         self.options = options
         self.units = units
         self.t_arrival = t_arrival
         self.ready = ready  # what the tickets set when one ends (an asyncio owner reading whole answers: `collect`)
         self.skipped: list[Skipped] = []  # running text's characters that were not read (the details' warnings)
-        self.form = form  # the answer's alphabet and stress (service/requests/forms.py); None: the model's own
+        self.form = form  # the answer's alphabet and stress (service/requests/alphabets.py); None: the model's own
         # espeak's running text: weak forms, marks and joints by unit (None in every other form)
         self.written = written
         self._index = {id(u): k for k, u in enumerate(units)} if written is not None else None
@@ -414,7 +416,7 @@ class TextRequest:
             text = self.written.join(texts)
         else:
             text = self.reader.join(texts) if self.reader is not None else texts[0]
-        return self.inputs + text if self.params.return_full_text else text
+        return self.inputs + text if self.output.return_full_text else text
 
     def answers(self, u: Unit) -> tuple[list[Answer], list[list[Token] | None] | None]:
         """A finished unit's answers, best first (the lexicon's, then the model's beams that differ from

@@ -67,7 +67,7 @@ class PartsTicket:
         # an owner reading answers whole shares its `ready`; a stream's owner waits on this ticket's own
         self.event = ready if ready is not None else (asyncio.Event() if loop is not None else None)
         self.on_ready: Callable[[], None] | None = None  # a pushed stream (http/generation.py) instead of `event`
-        self.warnings: list | None = None  # the request's warnings (`TextRequest.skipped`): a retry adds one
+        self.warnings: list | None = None  # the request's warnings (`AdmittedRequest.skipped`): a retry adds one
         self.span = (0, 0, word)  # the word's span in the request's text, for the warning
         self.generation: _Joined | None = None
         self.source = "parts"  # "model" when the whole reading was kept

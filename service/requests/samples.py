@@ -15,7 +15,7 @@ import json
 from attnserve.service.engine.bundle import LoadedBundle
 from attnserve.service.engine.engine import InputError
 from attnserve.service.errors import InvalidRequest
-from attnserve.service.requests.frontend import TextFrontEnd
+from attnserve.service.requests.frontend import RequestLayer
 
 MAX_SAMPLES = 500  # "a few hundred": enough that a load test's rows vary, small enough to send at once
 
@@ -37,7 +37,7 @@ def parity_sources(bundle: LoadedBundle) -> list[str]:
     return [s for s in sources if isinstance(s, str) and s.strip()]
 
 
-def read_as_is(front: TextFrontEnd, source: str) -> bool:
+def read_as_is(front: RequestLayer, source: str) -> bool:
     """Whether the request layer reads `source` as one unit (one word of a word-level bundle, or a whole input) with
     the source ids the model reads the whole text as."""
     try:
@@ -47,7 +47,7 @@ def read_as_is(front: TextFrontEnd, source: str) -> bool:
         return False
 
 
-def sample_inputs(front: TextFrontEnd) -> list[str]:
+def sample_inputs(front: RequestLayer) -> list[str]:
     """At most MAX_SAMPLES parity sources read as they are, in the corpus' order; [] when the bundle has none."""
     bundle = front.engine.bundle
     if bundle.sha256 not in _OFFERED:

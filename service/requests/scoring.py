@@ -7,7 +7,7 @@ give the same numbers by construction:
     scored = await job.finished()    # an event loop's owner (job.wait() from a thread)
     scored[0].total, scored[0].score, scored[0].tokens
 
-The input is read as generation reads it (`TextFrontEnd.units`): a word-level bundle reads running text
+The input is read as generation reads it (`RequestLayer.units`): a word-level bundle reads running text
 word by word, and a request scores the answers of ONE word (its text as read: case folded, a number
 spelt out). The lexicon is never consulted: the scores are the model's. A target is written in the
 model's output symbols (for G2P, ARPAbet with stress, space-separated) and read by the bundle's target
@@ -26,7 +26,7 @@ from attnserve.service.engine.scheduler import Failed, Finished, ScoreTicket
 from attnserve.service.engine.scoring import TargetScore
 from attnserve.service.engine.stopping import Hypothesis
 from attnserve.service.errors import InvalidRequest
-from attnserve.service.requests.frontend import TextFrontEnd
+from attnserve.service.requests.frontend import RequestLayer
 from attnserve.service.requests.units import Token, hypothesis_tokens, top_tokens
 
 
@@ -73,7 +73,7 @@ def target_ids(engine: Engine, targets: Sequence[str]) -> list[list[int]]:
 
 
 def admit_scores(
-    front: TextFrontEnd,
+    front: RequestLayer,
     inputs: str,
     targets: Sequence[str],
     *,

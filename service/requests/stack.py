@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from attnserve.service.engine.engine import Engine
 from attnserve.service.engine.scheduler import Scheduler
 from attnserve.service.metrics import ServiceMetrics
-from attnserve.service.requests.frontend import TextFrontEnd
+from attnserve.service.requests.frontend import RequestLayer
 from attnserve.service.requests.validation import Limits, Validator
 from attnserve.service.text.lexicon import Lexicon
 from attnserve.service.text.reader import MAX_TEXT_CHARS, MAX_WORDS
@@ -26,7 +26,7 @@ class Stack:
     engine: Engine
     metrics: ServiceMetrics
     scheduler: Scheduler
-    text: TextFrontEnd  # the request layer (service/requests/frontend.py)
+    requests: RequestLayer  # the request layer (service/requests/frontend.py)
     validator: Validator  # the one validator (service/requests/validation.py), with the limits below
     limits: Limits
 
@@ -57,7 +57,7 @@ def build_stack(
         stream_interval_s=stream_interval_s,
     )
     # the request layer: inputs -> words, the lexicon's answers, the engine's tickets
-    text = TextFrontEnd(
+    requests = RequestLayer(
         engine,
         scheduler,
         lexicon=lexicon,
@@ -66,4 +66,4 @@ def build_stack(
         max_words=max_words,
         context=context,
     )
-    return Stack(engine, metrics, scheduler, text, Validator(limits), limits)
+    return Stack(engine, metrics, scheduler, requests, Validator(limits), limits)

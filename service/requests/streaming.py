@@ -6,7 +6,7 @@ lexicon word's at once, an engine word's as far as its ticket has events); or a 
 Then `reading` is the ticket whose events come next, or `ended` is true.
 
 Two owners read a stream this way: service/http/generation.py (/generate_stream and a one-choice /v1 stream, handed
-each wake-up by the scheduler's per-step callback) and `TextRequest.stream_items` (an async generator that waits on
+each wake-up by the scheduler's per-step callback) and `AdmittedRequest.stream_items` (an async generator that waits on
 the ticket: a /v1 stream of several choices, whose chunks are merged).
 """
 
@@ -16,12 +16,12 @@ from typing import Protocol
 
 from attnserve.service.engine.engine import Engine
 from attnserve.service.engine.scheduler import Failed, Finished, Ticket
-from attnserve.service.requests.forms import FormStream, OutputForm
+from attnserve.service.requests.alphabets import FormStream, OutputForm
 from attnserve.service.requests.units import CAUGHT_UP, CaughtUp, StreamToken, Token, Unit, step_token, top_tokens
 
 
 class Streamed(Protocol):
-    """What a stream reads of its request (service.requests.frontend.TextRequest, which imports this module)."""
+    """What a stream reads of its request (service.requests.frontend.AdmittedRequest, which imports this module)."""
 
     engine: Engine
     units: list[Unit]

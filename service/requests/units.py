@@ -6,12 +6,14 @@ slots a request needs both read.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from attnserve.service.engine.engine import DecodingOptions, Engine, StepResult
 from attnserve.service.engine.scheduler import Finished, Ticket
 from attnserve.service.engine.stopping import Hypothesis, StoppingCriteria
+from attnserve.service.requests.request import OutputOptions
+from attnserve.service.text.options import ReadingOptions
 from attnserve.service.text.reader import Word
 
 
@@ -74,32 +76,6 @@ def hypothesis_tokens(engine: Engine, h: Hypothesis) -> list[Token]:
     return out
 
 
-@dataclass(frozen=True)
-class TextParams:
-    """What a request asks of the text layer beside its decoding options (TGI's parameters of the same names)."""
-
-    truncate: int | None = None  # keep the input's last `truncate` source tokens
-    lexicon: bool = True  # False: the model answers every unit
-    details: bool = False
-    words_only: bool = False  # `details: "words"`: the words with their spans, no per-token list
-    decoder_input_details: bool = False  # asks for the model's own prefill: the model answers
-    return_full_text: bool = False  # generated_text starts with the input
-    # running text: sentence and phrase punctuation kept as its own units between words; None: the alphabet's default
-    # (on for "espeak", whose readers are TTS voices that pause on the marks; off for the others)
-    punctuation: bool | None = None
-    date_order: str = "mdy"  # running text: the order of a date written in numbers ("mdy", "dmy", "ymd")
-    # output form and per-request pronunciations (service/requests/forms.py, service/text/pronunciations.py)
-    alphabet: str = "arpabet"  # or "ipa", "espeak"
-    stress: bool = True  # False: no stress digits (ARPAbet) or marks (IPA)
-    pronunciations: Mapping[str, str] | None = None  # word(s) -> phones, this request only
-    pronunciations_alphabet: str | None = None  # how pronunciations are written; None: each one's detected
-    context: bool = True  # False: a heteronym reads as the lexicon's first entry, whatever the sentence
-
-    def __post_init__(self) -> None:
-        if self.punctuation is None:
-            object.__setattr__(self, "punctuation", self.alphabet == "espeak")
-
-
 @dataclass
 class Answer:
     """One answer of a unit: its text, its tokens (the end token last when it ended), and where it came from. Not
@@ -148,9 +124,10 @@ class StreamToken:
     word: int | None = None
 
 
-def lexicon_answers(params: TextParams, options: DecodingOptions) -> bool:
-    """Whether the lexicon may answer this request (see the module's docstring)."""
-    return params.lexicon and not options.sampling and not options.top_n_tokens and not params.decoder_input_details
+def lexicon_answers(reading: ReadingOptions, output: OutputOptions, options: DecodingOptions) -> bool:
+    """Whether the lexicon may answer this request (service/requests/frontend.py's docstring): the model's own
+    distribution or prefill asked for goes to the model."""
+    return reading.lexicon and not options.sampling and not options.top_n_tokens and not output.decoder_input_details
 
 
 def lexicon_answer(engine: Engine, ids: tuple[int, ...], max_new_tokens: int, stop: tuple[str, ...] = ()) -> Answer:

@@ -1,27 +1,24 @@
-"""The one validator: a request -> a `ValidRequest` the engine can run, or an `InvalidRequest` naming its field.
+"""The one validator: an internal request (service/requests/request.py `Request`) -> a `ValidRequest` the engine can
+run, or an `InvalidRequest` naming the option at fault.
 
-Every front end builds its requests through `validate`: the TGI routes (/generate, /generate_stream, /,
-/explain), the OpenAI routes (whose bodies become TGI parameters) and the in-process `Generator`
-(service/client.py), so they refuse the same requests for the same reasons. The checks, in the order a
-request meets them:
+Every front end builds its `Request` once at its edge (the TGI routes, the OpenAI routes, the in-process
+`Generator`), and every one passes it through `validate`, so they refuse the same requests for the same reasons. The
+checks, in the order a request meets them:
 
 - the wire schema (service/http/schemas.py, service/http/openai/schemas.py) checks each field's JSON type;
-- `validate` reads the input (its words, its length, `truncate`: the request layer's `TextFrontEnd.read`), then
-  checks the output form, the decoding options and the per-request pronunciations;
+- building the request checks its options: `DecodingOptions` its own ranges (service/engine/options.py `BOUNDS`)
+  and rules across options (`decoding_options` turns them into refusals naming the option), `ReadingOptions` the
+  date order;
 - `Limits` is the one place a request is compared with the server's bounds (`max_new_tokens`, `max_best_of`,
   `max_top_n_tokens`, batch rows, `max_concurrent_requests`);
-- `decoding_options` is the one place the engine's `DecodingOptions` is built from a request, its own checks
-  (service/engine/options.py: every parameter's range and the rules across parameters) turned into refusals that
-  name their field.
+- `validate` reads the input (its words, its length, `truncate`: the request layer's `RequestLayer.read`), then
+  checks the output form and the per-request pronunciations.
 
-Every refusal is an `InvalidRequest` whose `field` names the part of the request at fault as a path in TGI's
-body (`inputs`, `parameters.max_new_tokens`, `parameters` for the parameters together); the OpenAI layer maps
-it to OpenAI's `param` with a table (service/http/openai/errors.py), and the in-process client raises it as an
-`InputError` with the same `field`.
+Every refusal is an `InvalidRequest` whose `field` is the internal name of what is at fault (`inputs`,
+`max_new_tokens`, `date_order`, `parameters` for the options together); each front end says it in its own words
+through its table of names (service/requests/request.py `say`).
 
-A new TGI parameter takes three steps: its field in `GenerateParameters` (service/http/schemas.py), its check
-here (`UNSUPPORTED` while the engine cannot honour it, or a step in `Validator`), and its place in
-`Validator.option_values`.
+`Validator` reads TGI's parameters (the TGI front end's edge, service/http/validation.py `tgi_request`).
 """
 
 from __future__ import annotations
@@ -37,8 +34,10 @@ from attnserve.service.engine.engine import DecodingOptions, InputError
 from attnserve.service.engine.options import BOUNDS, check_bound
 from attnserve.service.engine.scheduler import check_rows
 from attnserve.service.errors import InvalidRequest
-from attnserve.service.requests.forms import OutputForm
-from attnserve.service.requests.units import TextParams, Unit
+from attnserve.service.requests.alphabets import OutputForm
+from attnserve.service.requests.request import OptionRefused, OutputOptions, Request
+from attnserve.service.requests.units import Unit
+from attnserve.service.text.options import ReadingOptions
 from attnserve.service.text.pronunciations import Pronunciations, check_pronunciations
 from attnserve.service.text.reader import Skipped
 
@@ -94,49 +93,39 @@ class Limits:
     max_concurrent_requests: int | None = None
 
     def new_tokens(self, n: int | None) -> int | None:
-        """TGI's `max_new_tokens`: the server's bound is its default and its ceiling."""
+        """TGI's `max_new_tokens`: the server's bound is its default and its ceiling, and its range is the engine's
+        low end (`BOUNDS`) to that ceiling: checked here, once, the engine's options built from a value within it."""
         if self.max_new_tokens is None:
             return n
         n = self.max_new_tokens if n is None else n
-        try:
-            check_bound("max_new_tokens", n)
-        except InputError as e:
-            raise InvalidRequest(str(e), "parameters.max_new_tokens") from None
+        bound = BOUNDS["max_new_tokens"]
+        if not bound.contains(n):
+            raise InvalidRequest(f"must be {bound.says()}, got {n!r}", "max_new_tokens")
         if n > self.max_new_tokens:
-            low = BOUNDS["max_new_tokens"].low
-            raise invalid(
-                "parameters.max_new_tokens",
-                f"parameters.max_new_tokens must be between {low:g} and {self.max_new_tokens}, got {n}",
-            )
+            raise invalid("max_new_tokens", f"max_new_tokens must be between {bound.low:g} and {self.max_new_tokens}, got {n}")
         return n
 
     @staticmethod
-    def at_most(field: str, value: int | None, limit: int | None, name: str | None = None, setting: str = "") -> None:
-        """A value over its bound: `{name} must be at most {limit} on this server{setting}, got {value}`; `name`: the
-        field as the front end calls it (default: `field`)."""
+    def at_most(field: str, value: int | None, limit: int | None, setting: str = "") -> None:
+        """A value over its bound: `{field} must be at most {limit} on this server{setting}, got {value}` (a front end
+        says `field` in its own words)."""
         if value is not None and limit is not None and value > limit:
-            raise invalid(field, f"{name or field} must be at most {limit} on this server{setting}, got {value}")
+            raise invalid(field, f"{field} must be at most {limit} on this server{setting}, got {value}")
 
-    def n_best(
-        self, best_of: int | None, num_beams: int | None, top_n_tokens: int | None, names: Mapping[str, str] | None = None
-    ) -> None:
-        """The bounds on n-best and alternatives (the engine checks the values themselves); `names`: how the front end
-        calls `parameters.best_of`, `parameters.num_beams` and `parameters.top_n_tokens` (default: so)."""
-        names = names or {}
-        for field, value in (("parameters.best_of", best_of), ("parameters.num_beams", num_beams)):
-            self.at_most(field, value, self.max_best_of, names.get(field))
-        field = "parameters.top_n_tokens"
-        self.at_most(field, top_n_tokens, self.max_top_n_tokens, names.get(field))
+    def n_best(self, best_of: int | None, num_beams: int | None, top_n_tokens: int | None) -> None:
+        """The bounds on n-best and alternatives (the engine checks the values themselves)."""
+        self.at_most("best_of", best_of, self.max_best_of)
+        self.at_most("num_beams", num_beams, self.max_best_of)
+        self.at_most("top_n_tokens", top_n_tokens, self.max_top_n_tokens)
 
     def score_top_n_tokens(self, n: int) -> None:
         """POST /score's `top_n_tokens` within its range (the engine's) and `max_top_n_tokens`."""
         try:
             check_bound("top_n_tokens", n)
         except InputError as e:
-            raise InvalidRequest(str(e), "parameters.top_n_tokens") from None
+            raise OptionRefused(str(e), "top_n_tokens") from None
         if self.max_top_n_tokens is not None and n > self.max_top_n_tokens:
-            limit = self.max_top_n_tokens
-            raise invalid("parameters.top_n_tokens", f"parameters.top_n_tokens: at most {limit} (max_top_n_tokens)")
+            raise InvalidRequest(f"at most {self.max_top_n_tokens} (max_top_n_tokens)", "top_n_tokens")
 
     def rows(self, options: DecodingOptions) -> None:
         """The batch rows a request needs (beams, best_of samples) within a batch (the scheduler's rule, `check_rows`)."""
@@ -153,13 +142,12 @@ class Limits:
 # ---- decoding options -------------------------------------------------------------------------------
 def decoding_options(values: Mapping[str, Any], limits: Limits, stream: bool = False) -> DecodingOptions:
     """The engine's options of a request (keyword arguments of `DecodingOptions`), within the limits' batch rows;
-    InvalidRequest naming the field (`parameters.temperature`) with the message `parameters: ...`. `stream`: a
-    request whose answer is known only at its end is refused."""
+    OptionRefused naming the option (`temperature`) otherwise. `stream`: a request whose answer is known only at its
+    end is refused."""
     try:
         options = DecodingOptions(**values)
     except InputError as e:
-        field = f"parameters.{e.field}" if e.field else "parameters"
-        raise InvalidRequest(str(e), field, message=f"parameters: {e}") from None
+        raise OptionRefused(str(e), e.field or "parameters") from None
     limits.rows(options)
     if stream and not options.streams:
         what = "beam search (best_of or num_beams without sampling)" if options.beam_search else "best_of > 1"
@@ -263,34 +251,39 @@ class Validator:
         }
 
 
-def text_params(p: Any) -> TextParams:
-    """What the request layer reads of TGI's parameters beside the decoding options."""
-    return TextParams(
+def tgi_reading(p: Any) -> ReadingOptions:
+    """The reading options of TGI's parameters (null: the option's default)."""
+    return ReadingOptions.of(
+        p.alphabet,
+        lexicon=p.lexicon,
+        context=p.context,
+        punctuation=p.punctuation,
+        date_order=p.date_order,
         truncate=p.truncate,
-        lexicon=p.lexicon is not False,
-        context=p.context is not False,
-        details=bool(p.details),
-        decoder_input_details=bool(p.decoder_input_details),
-        return_full_text=bool(p.return_full_text),
-        punctuation=p.punctuation,  # None: the alphabet's default (TextParams)
-        date_order=p.date_order or "mdy",
-        alphabet=p.alphabet or "arpabet",
-        stress=p.stress is not False,
         pronunciations=p.pronunciations,
         pronunciations_alphabet=p.pronunciations_alphabet,
+    )
+
+
+def tgi_output(p: Any) -> OutputOptions:
+    """The output options of TGI's parameters (null: the option's default)."""
+    return OutputOptions(
+        alphabet=p.alphabet or OutputOptions.alphabet,
+        stress=p.stress is not False,
+        details=bool(p.details),
         words_only=p.details == "words",
+        decoder_input_details=bool(p.decoder_input_details),
+        return_full_text=bool(p.return_full_text),
     )
 
 
 # ---- the validated request --------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ValidRequest:
-    """A request every check has passed: its input read into units, its decoding options, what it asks of the text
-    layer, its output form and pronunciations. `TextFrontEnd.admit` answers and queues it."""
+    """A request every check has passed: the request, its input read into units, its output form and pronunciations.
+    `RequestLayer.admit` answers and queues it."""
 
-    inputs: str
-    params: TextParams
-    options: DecodingOptions
+    request: Request
     units: list[Unit]
     skipped: list[Skipped]
     form: OutputForm | None
@@ -299,35 +292,24 @@ class ValidRequest:
 
 
 class Reads(Protocol):
-    """What `validate` asks of the request layer (service/requests/frontend.py `TextFrontEnd`)."""
+    """What `validate` asks of the request layer (service/requests/frontend.py `RequestLayer`)."""
 
     engine: Any
 
-    def output_form(self, params: TextParams) -> OutputForm | None: ...
-    def read(
-        self, text: str, truncate: int | None, punctuation: bool = False, date_order: str = "mdy"
-    ) -> tuple[list[Unit], list[Skipped]]: ...
+    def output_form(self, output: OutputOptions) -> OutputForm | None: ...
+    def read(self, text: str, reading: ReadingOptions) -> tuple[list[Unit], list[Skipped]]: ...
 
 
-def validate(
-    front: Reads,
-    inputs: str,
-    params: TextParams,
-    options: DecodingOptions | Callable[[], DecodingOptions],
-    check_units: Callable[[list[Unit]], None] | None = None,
-) -> ValidRequest:
+def validate(front: Reads, request: Request, check_units: Callable[[list[Unit]], None] | None = None) -> ValidRequest:
     """The one validation of a request, for every front end: the output form, the input read into units (and what
-    the route asks of them, `check_units`), the decoding options (`options`, or what checks and makes them: called
-    once the input is read, so a request wrong in both is told about its input first), the pronunciations. Raises
-    InvalidRequest naming the field at fault."""
+    the route asks of them, `check_units`), the pronunciations. Raises InvalidRequest naming the option at fault."""
     t_arrival = time.perf_counter()
-    form = front.output_form(params)
-    units, skipped = front.read(inputs, params.truncate, params.punctuation, params.date_order)
+    form = front.output_form(request.output)
+    reading = request.reading
+    units, skipped = front.read(request.inputs, reading)
     if check_units is not None:
         check_units(units)
-    if callable(options):
-        options = options()
     found = None
-    if params.pronunciations:
-        found = check_pronunciations(params.pronunciations, front.engine.tgt_tokenizer, params.pronunciations_alphabet)
-    return ValidRequest(inputs, params, options, units, skipped, form, found, t_arrival)
+    if reading.pronunciations:
+        found = check_pronunciations(reading.pronunciations, front.engine.tgt_tokenizer, reading.pronunciations_alphabet)
+    return ValidRequest(request, units, skipped, form, found, t_arrival)

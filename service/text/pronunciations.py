@@ -35,8 +35,8 @@ from attnserve.service.errors import InvalidRequest
 from attnserve.service.text import ipa
 from attnserve.service.text.phone_input import ALPHABETS, PhoneInputError, read_phones
 
-FIELD = "parameters.pronunciations"  # what an error names
-ALPHABET_FIELD = "parameters.pronunciations_alphabet"
+FIELD = "pronunciations"  # what an error names: the option (each front end says it in its own words)
+ALPHABET_FIELD = "pronunciations_alphabet"
 MAX_ENTRIES = 1000  # per request: far more than a text has words to fix, few enough to check at once
 MAX_KEY_WORDS = 8  # words in one key: a name or a phrase, not a sentence
 

@@ -17,7 +17,7 @@ from service_harness import serving
 from attnserve.service.client import Generator, UnknownOption
 from attnserve.service.engine.engine import InputError
 from attnserve.service.errors import InvalidRequest
-from attnserve.service.http.openai.errors import PARAMS, from_error, param_names
+from attnserve.service.http.openai.errors import PARAMS, from_error, param_table
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_BUNDLE = ROOT / "models" / "g2p-en"
@@ -57,7 +57,7 @@ def test_max_new_tokens_over_the_servers_limit_names_it_on_both_routes(server):
         f"parameters.max_new_tokens must be between 1 and {MAX_NEW_TOKENS}, got {MAX_NEW_TOKENS + 1}"
     )
     error = openai(server, "hello", max_tokens=MAX_NEW_TOKENS + 1)
-    assert error["param"] == "max_tokens" == PARAMS["parameters.max_new_tokens"]
+    assert error["param"] == "max_tokens" == PARAMS["max_new_tokens"]
     assert error["message"] == f"max_tokens must be at most {MAX_NEW_TOKENS} on this server, got {MAX_NEW_TOKENS + 1}"
 
 
@@ -114,10 +114,10 @@ def test_too_many_best_of_names_best_of_on_both_routes(server):
 def test_openai_param_comes_from_the_errors_field_not_its_message():
     """A refusal whose message names no field still gets its param, and one whose message looks like a field path
     but whose field is another gets the field's: the table is read, the text never."""
-    err = from_error(InvalidRequest("no field in these words", "parameters.stress"), param_names("messages"))
+    err = from_error(InvalidRequest("no field in these words", "stress"), param_table("messages"))
     assert err.param == "stress" and err.status == 400
-    err = from_error(InvalidRequest("inputs: looks like the input", "parameters"), param_names("messages"))
+    err = from_error(InvalidRequest("inputs: looks like the input", "parameters"), param_table("messages"))
     assert err.param is None
-    assert from_error(InvalidRequest("x", "inputs"), param_names("messages")).param == "messages"
-    renamed = param_names("messages", max_new_tokens="max_completion_tokens")
-    assert from_error(InvalidRequest("x", "parameters.max_new_tokens"), renamed).param == "max_completion_tokens"
+    assert from_error(InvalidRequest("x", "inputs"), param_table("messages")).param == "messages"
+    renamed = param_table("messages", "max_completion_tokens")
+    assert from_error(InvalidRequest("x", "max_new_tokens"), renamed).param == "max_completion_tokens"

@@ -39,7 +39,7 @@ def test_samples_are_the_bundles_parity_corpus_sources(server, tiny_bundle_dir):
     assert 100 <= len(samples) <= 500 and set(samples) < set(corpus["sources"])
     assert samples == [s for s in corpus["sources"] if s in set(samples)]
     dropped = [s for s in corpus["sources"] if s not in set(samples)]
-    assert dropped and all([u.text for u in server.service.text.units(s, None)] != [s] for s in dropped)
+    assert dropped and all([u.text for u in server.service.requests.units(s, None)] != [s] for s in dropped)
     assert r.json()["source"] == "parity_corpus.json (g2p-tiny)"
 
 

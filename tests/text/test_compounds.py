@@ -50,7 +50,7 @@ def test_later_parts_primary_stress_becomes_secondary():
     [("PyTorch", "P AY1 T AO2 R CH"), ("TensorFlow", "T EH1 N S ER0 F L OW2"), ("NumPy", "N AH1 M P AY2")],
 )
 def test_camel_case_words_are_one_word_read_from_their_parts(gen, word, reading):
-    assert word.lower() not in gen.text.lexicon
+    assert word.lower() not in gen.requests.lexicon
     r = one(gen, f"I use {word} daily.")
     assert r.text.split(" | ")[2] == reading and len(r.answers) == 4
     assert r.answers[2][0].source == "parts" and r.answers[2][0].score is None
@@ -95,7 +95,7 @@ def test_test_split_words_that_split_into_two_dictionary_words_are_read_as_well_
     splits = closed_splits(set(kept), test)
     assert len(splits) >= 500
     with Generator(DEFAULT_BUNDLE) as g:
-        g.text.lexicon = Lexicon(kept, g.engine.src_tokenizer, g.engine.tgt_tokenizer, one_word=True)
+        g.requests.lexicon = Lexicon(kept, g.engine.src_tokenizer, g.engine.tgt_tokenizer, one_word=True)
         words = sorted(splits)
         results = list(g.generate_text_many(words))
 

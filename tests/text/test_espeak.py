@@ -14,7 +14,7 @@ import pytest
 from service_harness import serving, stream
 
 from attnserve.service.client import Generator
-from attnserve.service.requests.units import TextParams
+from attnserve.service.requests.request import OutputOptions
 from attnserve.service.text import espeak
 from attnserve.training.data import cmudict_path, parse_cmudict
 
@@ -189,7 +189,7 @@ def test_a_3000_word_mixed_text_is_all_piper_symbols(generator):
 
 
 def test_a_word_is_written_alike_from_its_token_ids_and_from_its_answer_text(generator):
-    form = generator.text.output_form(TextParams(alphabet="espeak"))
+    form = generator.requests.output_form(OutputOptions(alphabet="espeak"))
     tokenizer = generator.engine.tgt_tokenizer
     for pron in ("AH0 T EH1 N SH AH0 N", "B AH1 T AH0 N", "W AO1 T ER0", "EH1 F B IY1 AY1"):
         ids = tokenizer.encode(pron, add_special_tokens=False).ids

@@ -131,10 +131,10 @@ def test_a_word_longer_than_the_model_reads_is_read_in_parts():
     from attnserve.service.engine.engine import Engine
     from attnserve.service.engine.scheduler import Scheduler
     from attnserve.service.metrics import ServiceMetrics
-    from attnserve.service.requests.frontend import TextFrontEnd
+    from attnserve.service.requests.frontend import RequestLayer
 
     engine = Engine(load_bundle(DEFAULT_BUNDLE), threads=1)
-    front = TextFrontEnd(engine, Scheduler(engine, ServiceMetrics("t")))
+    front = RequestLayer(engine, Scheduler(engine, ServiceMetrics("t")))
     assert front.max_input_tokens == 48 and [u.text for u in front.units("a" * 48 + " b", None)] == ["a" * 48, "b"]
     assert front.units("a" * 48, None)[0].parts is None
     (unit,), (warning,) = front.read("a" * 49, None)

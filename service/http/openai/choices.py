@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from attnserve.service.http.responses import warnings, word_details
-from attnserve.service.requests.frontend import TextRequest
+from attnserve.service.requests.frontend import AdmittedRequest
 from attnserve.service.requests.units import Token
 
 FINISH = {"eos_token": "stop", "stop_sequence": "stop", "length": "length"}
@@ -96,19 +96,19 @@ class Choice:
     words: list[dict] | None = None  # with `details`: its words, as /generate's details.words; None: not asked
 
 
-def answered_choices(job: TextRequest, k: int, base: int, stop: tuple[str, ...]) -> list[Choice]:
+def answered_choices(job: AdmittedRequest, k: int, base: int, stop: tuple[str, ...]) -> list[Choice]:
     """The first k answers of a finished request as choices base, base + 1, ... Running text (several units)
     has one answer: its words' best answers joined by the word separator."""
     words: list[list[dict] | None] = [None] * k
     if len(job.units) == 1:
         answers, top = job.answers(job.units[0])
         candidates = [(a.tokens, top if j == 0 else None, a.finish_reason) for j, a in enumerate(answers[:k])]
-        if job.params.words_only and job.reader is not None:
+        if job.output.words_only and job.reader is not None:
             words = [[w.model_dump() for w in word_details(job, [[a]])] for a in answers[:k]]
     else:
         tokens, tops, finish = [], [], "eos_token"
         answered = [job.answers(u) for u in job.units]
-        if job.params.words_only:
+        if job.output.words_only:
             words = [[w.model_dump() for w in word_details(job, [answers for answers, _ in answered])]]
         for i, (answers, top) in enumerate(answered):
             tokens += [job.separated(t, i, j) for j, t in enumerate(answers[0].tokens)]
@@ -130,12 +130,12 @@ def answered_choices(job: TextRequest, k: int, base: int, stop: tuple[str, ...])
     return out
 
 
-def skipped_warnings(job: TextRequest) -> list[dict] | None:
+def skipped_warnings(job: AdmittedRequest) -> list[dict] | None:
     """The prompt's characters that running text skipped, as the TGI routes' `details.warnings`; None when none were."""
     return [w.model_dump() for w in warnings(job)] if job.skipped else None
 
 
-def warnings_headers(jobs: list[list[TextRequest]]) -> dict[str, str]:
+def warnings_headers(jobs: list[list[AdmittedRequest]]) -> dict[str, str]:
     """`x-attnserve-skipped-characters`: how many spans of the prompts' characters were skipped (each prompt read
     once), known at admission, so a stream has it too; {} when none were. The spans themselves are each choice's
     `warnings` in a whole answer."""

@@ -1,8 +1,11 @@
-"""OpenAI requests as the TGI routes' requests, and the answers back in OpenAI's shapes.
+"""OpenAI requests as the request layer's requests, and the answers back in OpenAI's shapes.
 
-A completion (or a chat's one user message) becomes one or more `GenerateRequest`s, admitted through
-`Service.admit` exactly as /generate and /generate_stream admit theirs: the same validator, request
-layer (service/requests/frontend.py: running text, the lexicon), scheduler, limits and metrics.
+A completion (or a chat's one user message) is planned here (`plan`, this front end's edge): its decoding options
+(one `DecodingOptions` per request of a prompt), its reading options and its output options, every default resolved,
+so each prompt's requests are the request layer's own `Request`s (service/requests/request.py), admitted through the
+same validator, request layer (service/requests/frontend.py: running text, the lexicon), scheduler, limits and
+metrics as /generate's. A refusal names an internal option; this front end says it by its OpenAI field (`param`:
+service/http/openai/errors.py, one table per route).
 
 How the OpenAI parameters map:
 
@@ -10,14 +13,14 @@ How the OpenAI parameters map:
   greedy, where OpenAI's default is 1). `top_p` and `top_k` apply only when sampling; `seed` only seeds
   a sampled request.
 - `n` > 1 (or `best_of` > 1, or `num_beams`) without sampling: one request, the beam search n-best
-  (TGI's `best_of` without sampling), the first `n` returned. It cannot be streamed.
+  (`best_of` without sampling), the first `n` returned. It cannot be streamed.
 - `n` > 1 with sampling: n requests, the j-th seeded with seed + j (the server picks the seed when none
   is given), so every sample is reproducible and streams. `best_of` > `n` with sampling: one request
-  with TGI's sampled `best_of`, the `n` best by mean log-probability returned (not streamable).
+  with sampled `best_of` candidates, the `n` best by mean log-probability returned (not streamable).
 - A list of prompts: its prompts' requests, answered in order; prompt i's j-th choice has index i*n + j.
 - `stop`: OpenAI's rule, the text ends before the first stop sequence generated (the engine stops
   there too). A stream holds back the last few characters that could begin a stop sequence.
-- `logprobs` (`top_logprobs` for chat): TGI's token log-probabilities and `top_n_tokens`.
+- `logprobs` (`top_logprobs` for chat): the tokens' log-probabilities and `top_n_tokens`.
 
 Skipped characters (running text: an emoji, a letter of another script) are reported as the TGI routes'
 `details.warnings` are: on each choice of a whole answer as the extension field `warnings` (absent when
@@ -27,27 +30,27 @@ nothing was skipped), and as a count in the `x-attnserve-skipped-characters` hea
 
 from __future__ import annotations
 
-import functools
 import logging
 import random
 import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
 
+from attnserve.service.engine.options import DecodingOptions
 from attnserve.service.errors import InvalidRequest, ServiceError
 from attnserve.service.http import errors, fields
 from attnserve.service.http.openai.choices import Choice, answered_choices
-from attnserve.service.http.openai.errors import OpenAIError, bad_request, from_error, param_names
+from attnserve.service.http.openai.errors import OpenAIError, bad_request, from_error, param_table
 from attnserve.service.http.openai.ranges import check_ranges
 from attnserve.service.http.openai.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
 from attnserve.service.http.responses import disconnect_watch
-from attnserve.service.http.schemas import GenerateParameters, GenerateRequest
 from attnserve.service.http.state import Service
-from attnserve.service.requests.frontend import TextRequest
+from attnserve.service.requests.frontend import AdmittedRequest
+from attnserve.service.requests.request import OutputOptions, Request
 from attnserve.service.requests.units import lexicon_answers
-from attnserve.service.requests.validation import Limits, ParameterMemo, check_names, invalid, text_params
+from attnserve.service.requests.validation import Limits, check_names, decoding_options, invalid, validate
+from attnserve.service.text.options import ReadingOptions
 
 log = logging.getLogger("attnserve.service")
 
@@ -56,26 +59,32 @@ def served_model_name(svc: Service) -> str:
     return svc.settings.served_model_name or svc.engine.bundle.model_id
 
 
-# ---- the request as the TGI routes' requests -------------------------------------------------------
+# ---- the request as the request layer's requests -------------------------------------------------
 @dataclass(frozen=True)
 class Plan:
-    """What a completion asks for: each prompt's requests (one, or n seeded samples), how many choices each
-    gives, and what the answer shows."""
+    """What a completion asks for: each prompt's requests (one, or n seeded samples: their decoding options), how
+    many choices each gives, and what the answer shows."""
 
     prompts: list[str]
     n: int
-    parameters: list[GenerateParameters]  # one per request of a prompt
+    decodings: list[DecodingOptions]  # one per request of a prompt
+    reading: ReadingOptions
+    output: OutputOptions
     choices_per_request: int  # n when one request answers all n choices, else 1
     stream: bool
     stop: tuple[str, ...]
     logprobs: int | None  # None: none asked; k: each token's and the k most likely at each step
     include_usage: bool
     input_param: str  # the field the prompt came in: "prompt" or "messages"
-    params: Mapping[str, str]  # the shared layers' fields as this request's OpenAI params (errors.param_names)
+    params: Mapping[str, str]  # this route's table of names: internal -> OpenAI's (errors.PARAMS...)
 
     @property
     def n_requests(self) -> int:
-        return len(self.prompts) * len(self.parameters)
+        return len(self.prompts) * len(self.decodings)
+
+    def requests(self, prompt: str) -> list[Request]:
+        """The request layer's requests of one prompt."""
+        return [Request(prompt, d, self.reading, self.output) for d in self.decodings]
 
 
 def unknown_fields(body: SamplingFields, route: str) -> None:
@@ -119,58 +128,66 @@ def plan(
     logprobs: tuple[str, int | None],
     input_param: str,
 ) -> Plan:
-    """Check the parameters against the server's limits (400s naming the field) and build the requests' parameters.
-    `max_tokens`, `logprobs`: (the field's name in this route, its value)."""
-    params = plan_params(input_param, max_tokens[0], logprobs[0])
+    """This front end's edge: check the fields against the server's limits and build the requests' options, every
+    default resolved (400s naming the field). `max_tokens`, `logprobs`: (the field's name in this route, its value)."""
+    params = param_table(input_param, max_tokens[0])
     check_model(svc, body.model)
     check_prompts(prompts, input_param)
     check_ranges(body)
-    try:
-        check_limits(svc.limits, body, max_tokens=max_tokens, best_of=best_of, logprobs=logprobs)
-    except InvalidRequest as e:
-        raise from_error(e, params) from None
     n = body.n or 1
     stream = bool(body.stream)
-    sampling, beam, ranked = decoding_kind(body, n, best_of, stream)
-    seed = (body.seed if body.seed is not None else secrets.randbits(63)) if sampling else None
     max_value, lp_value = max_tokens[1], logprobs[1]
+    try:
+        check_limits(svc.limits, body, max_new_tokens=max_value, best_of=best_of, top_n_tokens=lp_value)
+        sampling, beam, ranked = decoding_kind(body, n, best_of, stream)
+        seed = (body.seed if body.seed is not None else secrets.randbits(63)) if sampling else None
 
-    def request(seed_j: int | None, tgi_best_of: int | None) -> GenerateParameters:
-        return request_parameters(body, sampling, max_value, lp_value, seed_j, tgi_best_of)
+        def options(seed_j: int | None, n_best: int | None) -> DecodingOptions:
+            values = decoding_values(body, sampling, max_value or svc.limits.max_new_tokens, lp_value, seed_j, n_best)
+            return decoding_options(values, svc.limits, stream)
 
-    if beam:
-        requests, per_request = [request(None, max(n, best_of or 1))], n
-    elif ranked:
-        requests, per_request = [request(seed, best_of)], n
-    elif sampling:
-        requests, per_request = [request(seed + j, None) for j in range(n)], 1
-    else:
-        requests, per_request = [request(None, None)], 1
+        if beam:
+            decodings, per_request = [options(None, max(n, best_of or 1))], n
+        elif ranked:
+            decodings, per_request = [options(seed, best_of)], n
+        elif sampling:
+            decodings, per_request = [options(seed + j, None) for j in range(n)], 1
+        else:
+            decodings, per_request = [options(None, None)], 1
+        reading = ReadingOptions.of(
+            body.alphabet,
+            lexicon=body.lexicon,
+            context=body.context,
+            punctuation=body.punctuation,
+            date_order=body.date_order,
+            pronunciations=body.pronunciations,
+            pronunciations_alphabet=body.pronunciations_alphabet,
+        )
+    except InvalidRequest as e:
+        raise from_error(e, params) from None
+    output = OutputOptions(
+        alphabet=body.alphabet or OutputOptions.alphabet,
+        stress=body.stress is not False,
+        details=True,  # the choices' tokens and words are read from the answer's details
+        words_only=bool(body.details),
+    )
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     stop = tuple(body.stop or ())
-    planned = Plan(prompts, n, requests, per_request, stream, stop, lp_value, include_usage, input_param, params)
+    planned = Plan(
+        prompts, n, decodings, reading, output, per_request, stream, stop, lp_value, include_usage, input_param, params
+    )
     try:
         svc.limits.requests(
             planned.n_requests,
             input_param if len(prompts) > 1 else "n",
             lambda limit: (
-                f"{len(prompts)} prompt(s) x {len(requests)} request(s) each = {planned.n_requests} requests, and "
+                f"{len(prompts)} prompt(s) x {len(decodings)} request(s) each = {planned.n_requests} requests, and "
                 f"this server runs at most {limit} at once (max_concurrent_requests); send fewer prompts per request"
             ),
         )
     except InvalidRequest as e:  # a field of OpenAI's body: its name is its param
         raise bad_request(e.field, e.message) from None
     return planned
-
-
-OWN_PARAMS = {"n": "n", "stream_options": "stream_options"}
-
-
-@functools.lru_cache(maxsize=16)
-def plan_params(input_param: str, max_tokens_name: str, logprobs_name: str) -> Mapping[str, str]:
-    """The param table of a request (`param_names`) with OpenAI's own fields (n, stream_options) as their own params:
-    a few tables serve every request (the routes' field names), so each is built once."""
-    return MappingProxyType(param_names(input_param, max_new_tokens=max_tokens_name, top_n_tokens=logprobs_name) | OWN_PARAMS)
 
 
 def check_prompts(prompts: list[str], input_param: str) -> None:
@@ -180,23 +197,16 @@ def check_prompts(prompts: list[str], input_param: str) -> None:
 
 
 def check_limits(
-    limits: Limits,
-    body: SamplingFields,
-    *,
-    max_tokens: tuple[str, int | None],
-    best_of: int | None,
-    logprobs: tuple[str, int | None],
+    limits: Limits, body: SamplingFields, *, max_new_tokens: int | None, best_of: int | None, top_n_tokens: int | None
 ) -> None:
-    """Every bound of this server's settings (`Limits`, the one place they are compared), in OpenAI's names; an
-    InvalidRequest naming the field (as a path in TGI's body; `n` and `stream_options` are OpenAI's own) breaks one."""
-    max_name, max_value = max_tokens
-    limits.at_most("parameters.max_new_tokens", max_value, limits.max_new_tokens, max_name)
+    """Every bound of this server's settings (`Limits`, the one place they are compared): an InvalidRequest naming
+    the internal option (`n` and `stream_options` are OpenAI's own fields) breaks one."""
+    limits.at_most("max_new_tokens", max_new_tokens, limits.max_new_tokens)
     n = body.n or 1
     limits.at_most("n", n, limits.max_best_of, setting=" (max_best_of)")
     if best_of is not None and best_of < n:
-        raise invalid("parameters.best_of", f"best_of must be at least n ({n}), got {best_of}")
-    names = {"parameters.best_of": "best_of", "parameters.num_beams": "num_beams", "parameters.top_n_tokens": logprobs[0]}
-    limits.n_best(best_of, body.num_beams, logprobs[1], names)
+        raise invalid("best_of", f"best_of must be at least n ({n}), got {best_of}")
+    limits.n_best(best_of, body.num_beams, top_n_tokens)
     if body.stream_options is not None and not body.stream:
         raise invalid("stream_options", "stream_options is only allowed with stream: true")
 
@@ -220,19 +230,19 @@ def decoding_kind(body: SamplingFields, n: int, best_of: int | None, stream: boo
     return sampling, beam, ranked
 
 
-def request_parameters(
+def decoding_values(
     body: SamplingFields,
     sampling: bool,
     max_new_tokens: int | None,
     top_n_tokens: int | None,
     seed: int | None,
     best_of: int | None,
-) -> GenerateParameters:
-    """One request's TGI parameters from the OpenAI body: the sampling fields only when sampling. An unseeded set seen
-    before is the same object again (`_PARAMETERS`): it is only read, and validating it costs the event loop more than
-    the rest of planning the request."""
+) -> dict:
+    """One request's `DecodingOptions` keyword arguments from the OpenAI body: the sampling fields only when
+    sampling (temperature 0 or omitted is greedy, top_k 0 or -1 is off); each token's log-probability and text are
+    kept, as the choices' `logprobs` and stop sequences read them."""
     top_k = body.top_k if body.top_k and body.top_k > 0 else None
-    fields = {
+    return {
         "max_new_tokens": max_new_tokens,
         "do_sample": sampling,
         "temperature": body.temperature if sampling else None,
@@ -242,41 +252,28 @@ def request_parameters(
         "frequency_penalty": body.frequency_penalty,
         "presence_penalty": body.presence_penalty,
         "seed": seed,
-        "stop": list(body.stop) if body.stop else None,
-        "details": "words" if body.details else True,
-        "best_of": best_of,
+        "stop": tuple(body.stop or ()),
+        "logprobs": True,
+        "best_of": 1 if best_of is None else best_of,
         "num_beams": body.num_beams,
-        "top_n_tokens": top_n_tokens or None,
-        "lexicon": body.lexicon,
-        "punctuation": body.punctuation,
-        "date_order": body.date_order,
-        "alphabet": body.alphabet,
-        "stress": body.stress,
-        "pronunciations": body.pronunciations,
-        "pronunciations_alphabet": body.pronunciations_alphabet,
-        "context": body.context,
+        "top_n_tokens": top_n_tokens or 0,
+        "token_text": True,
     }
-    if seed is not None:  # a seeded set rarely comes again (a dict of pronunciations is no key: made each time too)
-        return GenerateParameters(**fields)
-    return _PARAMETERS.get(fields.values(), lambda: GenerateParameters(**fields))
 
 
-_PARAMETERS = ParameterMemo(256)  # unseeded parameter sets kept by request_parameters
-
-
-def admit(svc: Service, planned: Plan) -> list[list[TextRequest]]:
-    """Every request of every prompt, admitted through the TGI routes' path (Service.admit); all or none:
+def admit(svc: Service, planned: Plan) -> list[list[AdmittedRequest]]:
+    """Every request of every prompt, admitted through the one validator and the request layer; all or none:
     a refusal cancels those already queued. A refusal of the scheduler (429) for requests that can never be
     admitted together is a 400: retrying would not help. Running text is admitted in chunks (a text needs one
     slot of the bound to start), so what cannot fit is the slots the earlier prompts took plus one per request
     still to admit that needs the model."""
-    jobs: list[list[TextRequest]] = []
-    row: list[TextRequest] = []
+    jobs: list[list[AdmittedRequest]] = []
+    row: list[AdmittedRequest] = []
     try:
         for prompt in planned.prompts:
             row = []
-            for p in planned.parameters:
-                job = svc.admit(GenerateRequest(inputs=prompt, parameters=p), stream=planned.stream)
+            for request in planned.requests(prompt):
+                job = svc.requests.admit(validate(svc.requests, request), stream=planned.stream, loop=svc.loop)
                 row.append(job)
                 if planned.choices_per_request > 1 and len(job.units) > 1:
                     raise bad_request(
@@ -307,15 +304,11 @@ def model_units(svc: Service, planned: Plan, prompts: list[str]) -> int:
     inputs read whole: every one): how many slots of the server's `max_concurrent_requests` they need at least, as
     running text is admitted in chunks. The lexicon's part is the request layer's own rule (`lexicon_answers`)."""
     total = 0
-    for p in planned.parameters:
+    for options in planned.decodings:
         if svc.reader is None:
             total += len(prompts)
             continue
-        try:
-            options = svc.validator.options(p, planned.stream)
-        except InvalidRequest:  # refused: the validator says so when it is admitted
-            continue
-        lexicon = svc.lexicon if lexicon_answers(text_params(p), options) else None
+        lexicon = svc.lexicon if lexicon_answers(planned.reading, planned.output, options) else None
         for prompt in prompts:
             try:
                 words = svc.reader.words(prompt)
@@ -325,7 +318,7 @@ def model_units(svc: Service, planned: Plan, prompts: list[str]) -> int:
     return total
 
 
-def cancel_all(jobs: list[list[TextRequest]]) -> None:
+def cancel_all(jobs: list[list[AdmittedRequest]]) -> None:
     for row in jobs:
         for job in row:
             job.cancel()
@@ -354,7 +347,7 @@ def new_id(prefix: str) -> str:
     return f"{prefix}-{random.getrandbits(128):032x}"
 
 
-async def answer_whole(svc: Service, request, planned: Plan, jobs: list[list[TextRequest]], prefix: str) -> Answer | None:
+async def answer_whole(svc: Service, request, planned: Plan, jobs: list[list[AdmittedRequest]], prefix: str) -> Answer | None:
     """Wait for every request, then the choices in OpenAI's order; None when the client went away."""
     try:
         for row in jobs:

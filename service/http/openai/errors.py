@@ -13,14 +13,16 @@ not change; `type` is the one OpenAI's clients expect for the status. Three ways
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import MappingProxyType
 
 import orjson
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from attnserve.service.errors import ServiceError
+from attnserve.service.errors import InvalidRequest, ServiceError
 from attnserve.service.http import errors
+from attnserve.service.requests.request import say
 
 PREFIX = "/v1/"
 
@@ -77,37 +79,72 @@ def bad_request(param: str | None, message: str) -> OpenAIError:
     return OpenAIError(400, message, param=param)
 
 
-# The shared layers name the field at fault as a path in TGI's body (`InvalidRequest.field`, `APIError.field`);
-# OpenAI's `param` is the field its body sent for it. A field not in the table has no OpenAI counterpart: param null.
-PARAMS: Mapping[str, str] = {
-    "parameters.max_new_tokens": "max_tokens",
-    "parameters.top_n_tokens": "logprobs",
-    "parameters.best_of": "best_of",
-    "parameters.num_beams": "num_beams",
-    # extra body fields of the same names
-    "parameters.alphabet": "alphabet",
-    "parameters.stress": "stress",
-    "parameters.date_order": "date_order",
-    "parameters.pronunciations": "pronunciations",
-    "parameters.pronunciations_alphabet": "pronunciations_alphabet",
-    "parameters.details": "details",
-}
+# The request layer names the option at fault by its internal name (`InvalidRequest.field`: service/requests/request.py
+# `OPTION_NAMES`); OpenAI's `param` is the field its body sent it in. One table per route (and per name its body may
+# give max_tokens), every option these routes set in it (tests/requests/ checks).
+PARAMS: Mapping[str, str] = MappingProxyType(
+    {
+        "inputs": "prompt",
+        "max_new_tokens": "max_tokens",
+        "do_sample": "temperature",  # sampling is on when temperature > 0
+        "temperature": "temperature",
+        "top_k": "top_k",
+        "top_p": "top_p",
+        "repetition_penalty": "repetition_penalty",
+        "frequency_penalty": "frequency_penalty",
+        "presence_penalty": "presence_penalty",
+        "seed": "seed",
+        "stop": "stop",
+        "best_of": "best_of",
+        "num_beams": "num_beams",
+        "top_n_tokens": "logprobs",
+        # extra body fields of the same names
+        "lexicon": "lexicon",
+        "context": "context",
+        "punctuation": "punctuation",
+        "date_order": "date_order",
+        "pronunciations": "pronunciations",
+        "pronunciations_alphabet": "pronunciations_alphabet",
+        "alphabet": "alphabet",
+        "stress": "stress",
+        "details": "details",
+        "words_only": "details",
+        # OpenAI's own fields, checked against the server's limits by the request layer's `Limits`
+        "n": "n",
+        "stream_options": "stream_options",
+    }
+)
+CHAT_PARAMS: Mapping[str, str] = MappingProxyType(
+    {**PARAMS, "inputs": "messages", "best_of": "n", "top_n_tokens": "top_logprobs", "max_new_tokens": "max_completion_tokens"}
+)
+CHAT_MAX_TOKENS_PARAMS: Mapping[str, str] = MappingProxyType({**CHAT_PARAMS, "max_new_tokens": "max_tokens"})
 
 
-def param_names(input_param: str = "prompt", **sent_as: str) -> dict[str, str]:
-    """The table of one request: `inputs` is the field its text came in (`prompt`, `messages`); `sent_as` names the
-    fields this request sent under another of OpenAI's names (`max_completion_tokens`, `top_logprobs`), by their TGI
-    name (`max_new_tokens`, `top_n_tokens`)."""
-    return {**PARAMS, "inputs": input_param, **{f"parameters.{k}": v for k, v in sent_as.items()}}
+def param_table(input_param: str = "prompt", max_tokens_name: str = "max_tokens") -> Mapping[str, str]:
+    """The table of a route: `input_param` is the field its text came in (`prompt`, `messages`), `max_tokens_name`
+    the field the body gave max_new_tokens in (chat: `max_completion_tokens` or `max_tokens`)."""
+    if input_param == "prompt":
+        return PARAMS
+    return CHAT_PARAMS if max_tokens_name == "max_completion_tokens" else CHAT_MAX_TOKENS_PARAMS
+
+
+def said(e: InvalidRequest, params: Mapping[str, str]) -> tuple[str | None, str]:
+    """A refusal in OpenAI's words: its `param`, and its message; a message given whole names the field by its
+    OpenAI name, any other is as the request layer says it (`field: reason`)."""
+    param, message = say(e, params)
+    return param, message if e.whole else e.message
 
 
 def from_error(err: Exception, params: Mapping[str, str] = PARAMS) -> OpenAIError:
     """What the shared layers raise, in OpenAI's shape: `APIError` and `ServiceError` keep their status (422: 400),
-    Retry-After and error_type (as `code`); a refusal's field becomes `param` through `params` (`param_names`)."""
+    Retry-After and error_type (as `code`); a refusal's field becomes `param` through `params` (`param_table`)."""
     if isinstance(err, OpenAIError):
         return err
     if isinstance(err, RequestValidationError):
         return validation_error(err)
+    if isinstance(err, InvalidRequest):
+        param, message = said(err, params)
+        return OpenAIError(400, message, param=param, outcome=err.error_type)
     if isinstance(err, ServiceError):
         err = errors.api_error(err)
     if not isinstance(err, errors.APIError):

@@ -24,7 +24,7 @@ from attnserve.service.http import errors
 from attnserve.service.http.dependencies import ServiceDep, authorize
 from attnserve.service.http.openai import choices, shapes, streaming
 from attnserve.service.http.openai import completions as c
-from attnserve.service.http.openai.errors import OpenAIError, OpenAIErrorShape, from_error, param_names
+from attnserve.service.http.openai.errors import OpenAIError, OpenAIErrorShape, from_error, param_table
 from attnserve.service.http.openai.schemas import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -82,7 +82,7 @@ def error_answer(svc, request: Request, path: str, e: Exception) -> Response:
     generation routes' handler, service/http/generation.py, and `OpenAIRoute` answer with it); call it inside the
     `except`."""
     if isinstance(e, (OpenAIError, errors.APIError, ServiceError, RequestValidationError)):
-        err = from_error(e, param_names("messages" if path == CHAT else "prompt"))
+        err = from_error(e, param_table("messages" if path == CHAT else "prompt"))
     elif isinstance(e, StarletteHTTPException):  # FastAPI's own refusals (a body it cannot parse)
         detail = e.detail if isinstance(e.detail, str) else "invalid request"
         if e.status_code == 400 and detail == "There was an error parsing the body":  # not UTF-8, nested too deep

@@ -20,7 +20,7 @@ from attnserve.service.http.openai.completions import Plan, cancel_all
 from attnserve.service.http.openai.errors import OpenAIError, from_error
 from attnserve.service.http.responses import LastChunk, word_span
 from attnserve.service.http.state import Service
-from attnserve.service.requests.frontend import TextRequest
+from attnserve.service.requests.frontend import AdmittedRequest
 from attnserve.service.requests.units import CaughtUp, StreamToken
 
 KEEPALIVE = b": keep-alive\n\n"
@@ -46,7 +46,7 @@ class Render(Protocol):
 async def stream_answer(
     svc: Service,
     planned: Plan,
-    jobs: list[list[TextRequest]],
+    jobs: list[list[AdmittedRequest]],
     route: str,
     envelope: dict,
     render: Render,
@@ -78,7 +78,7 @@ async def stream_answer(
         svc.metrics.request_done(route, outcome)
 
 
-def _usage(planned: Plan, jobs: list[list[TextRequest]], envelope: dict, choices: list[ChoiceStream]) -> bytes:
+def _usage(planned: Plan, jobs: list[list[AdmittedRequest]], envelope: dict, choices: list[ChoiceStream]) -> bytes:
     """The usage chunk, when asked for."""
     if not planned.include_usage:
         return b""
@@ -94,7 +94,9 @@ class OneChoiceWriter:
     usage chunk and [DONE] go as one LastChunk; a failure is an `error` event in OpenAI's shape, and ends it. `close`
     ends the request's accounting (its outcome counted, its tickets cancelled)."""
 
-    def __init__(self, svc: Service, planned: Plan, jobs: list[list[TextRequest]], route: str, envelope: dict, render: Render):
+    def __init__(
+        self, svc: Service, planned: Plan, jobs: list[list[AdmittedRequest]], route: str, envelope: dict, render: Render
+    ):
         self.svc, self.planned, self.jobs, self.route, self.envelope = svc, planned, jobs, route, envelope
         head, tail = chunk_event_parts(envelope)
         self.choice = ChoiceStream(jobs[0][0], 0, ChoiceText(planned.stop), render, head, tail)
@@ -133,7 +135,7 @@ class OneChoiceWriter:
 class ChoiceStream:
     """One choice of a stream: its request's items become its chunks' bytes, gathered per wake-up of the engine."""
 
-    def __init__(self, job: TextRequest, index: int, text: ChoiceText, render: Render, head: bytes, tail: bytes):
+    def __init__(self, job: AdmittedRequest, index: int, text: ChoiceText, render: Render, head: bytes, tail: bytes):
         self.job, self.index, self.text, self.render = job, index, text, render
         self.head, self.tail = head, tail  # the bytes around a chunk's one choice (`chunk_event_parts`)
         self.gathered: list[bytes] = []
@@ -154,7 +156,7 @@ class ChoiceStream:
         delta, released, finish = self.text.add(item.token, item.top_tokens, item.finish_reason if item.last else None)
         # with `details`, the chunk of the token that completes a word carries its index and span (an end token adds
         # no text: its chunk's content is "")
-        word = word_span(self.job, item.word) if item.word is not None and self.job.params.words_only else None
+        word = word_span(self.job, item.word) if item.word is not None and self.job.output.words_only else None
         if finish:
             choice = orjson.dumps(self.with_word(self.render(self.index, delta, released, finish, self.first), word))
             self.gathered.append(self.head + choice + self.tail)

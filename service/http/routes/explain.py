@@ -18,10 +18,11 @@ from attnserve.service.http import errors
 from attnserve.service.http.dependencies import GENERATION_GUARDS, ServiceDep
 from attnserve.service.http.explain_schemas import ExplainResponse, explanation_response
 from attnserve.service.http.responses import ERROR_RESPONSES
-from attnserve.service.http.schemas import ErrorResponse, GenerateParameters, GenerateRequest
-from attnserve.service.http.validation import check_field_names
-from attnserve.service.requests.units import TextParams
+from attnserve.service.http.schemas import ErrorResponse, GenerateRequest
+from attnserve.service.http.validation import tgi_request
+from attnserve.service.requests import request as internal
 from attnserve.service.requests.validation import ValidRequest, validate
+from attnserve.service.text.options import ReadingOptions
 
 ROUTE = "/explain"
 STATIC_DIR = Path(__file__).resolve().parents[1] / "static"
@@ -59,7 +60,7 @@ async def explain(svc: ServiceDep, body: GenerateRequest) -> ExplainResponse:
     deadline = t_arrival + settings.request_timeout_s
     explainer.in_flight += 1
     try:
-        x = await asyncio.to_thread(explainer.explain, valid.units[0].source_ids, valid.options, deadline)
+        x = await asyncio.to_thread(explainer.explain, valid.units[0].source_ids, valid.request.decoding, deadline)
     except DeadlinePassed:
         raise errors.timeout(settings.request_timeout_s) from None
     finally:
@@ -70,7 +71,7 @@ async def explain(svc: ServiceDep, body: GenerateRequest) -> ExplainResponse:
     m.generated_tokens_total.inc(len(x.token_ids))
     m.request_done(ROUTE, "success")
     m.request_duration.observe(time.perf_counter() - t_arrival)
-    prefix = body.inputs if valid.params.return_full_text else ""
+    prefix = body.inputs if valid.request.output.return_full_text else ""
     return explanation_response(x, svc.engine, explainer.graph, prefix)
 
 
@@ -98,18 +99,18 @@ def static_files() -> StaticFiles:
 def explain_request(svc, body: GenerateRequest) -> ValidRequest:
     """/generate's validation (the one validator), for one answer: the input is read as /generate reads it (same
     messages; a word-level bundle explains one word); best_of and num_beams are refused."""
-    params = body.parameters or GenerateParameters()
-    check_field_names(body)
-    svc.validator.check_supported(params)
 
     def one_word(units: list) -> None:
         if len(units) != 1:
             raise InvalidRequest(f"/explain shows one word's attention; this text has {len(units)} words", "inputs")
         # /generate reads a word longer than the model in parts; one attention map cannot show parts
-        svc.text.check_length(units[0])
+        svc.requests.check_length(units[0])
 
-    read = TextParams(truncate=params.truncate, return_full_text=bool(params.return_full_text))
-    valid = validate(svc.text, body.inputs, read, lambda: svc.validator.options(params, False), one_word)
-    if not valid.options.streams:
+    asked = tgi_request(body, False, svc.validator)
+    # /explain reads the input whole and answers in the model's own form: only truncation and the input in front apply
+    reading = ReadingOptions(truncate=asked.reading.truncate)
+    output = internal.OutputOptions(return_full_text=asked.output.return_full_text)
+    valid = validate(svc.requests, internal.Request(body.inputs, asked.decoding, reading, output), one_word)
+    if not valid.request.decoding.streams:
         raise InvalidRequest("/explain decodes one answer; best_of and num_beams are for /generate", "parameters")
     return valid

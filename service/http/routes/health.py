@@ -58,7 +58,7 @@ async def info(svc: ServiceDep) -> InfoResponse:
         max_top_n_tokens=settings.max_top_n_tokens,
         word_level_source=eng.bundle.word_level_source,
         lexicon=lexicon_info(svc.lexicon),
-        context=ContextInfo(**svc.text.context.info()) if svc.text.context is not None else None,
+        context=ContextInfo(**svc.requests.context.info()) if svc.requests.context is not None else None,
         max_text_chars=settings.max_text_chars,
         max_words=settings.max_words,
         request_timeout_s=settings.request_timeout_s,

@@ -30,7 +30,7 @@ class SamplesResponse(BaseModel):
     summary="Sample inputs for this model (a load test's default)",
 )
 async def samples(svc: ServiceDep) -> SamplesResponse:
-    found = sample_inputs(svc.text)
+    found = sample_inputs(svc.requests)
     if not found:
         raise errors.APIError(404, "not_found", "this model's bundle has no parity corpus to take samples from")
     bundle = svc.engine.bundle

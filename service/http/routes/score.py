@@ -81,7 +81,7 @@ async def score(svc: ServiceDep, body: ScoreRequest) -> ScoreResponse:
     p = body.parameters or ScoreParameters()
     top_n = p.top_n_tokens or 0
     svc.limits.score_top_n_tokens(top_n)
-    job = admit_scores(svc.text, body.inputs, body.targets, top_n_tokens=top_n, loop=svc.loop)
+    job = admit_scores(svc.requests, body.inputs, body.targets, top_n_tokens=top_n, loop=svc.loop)
     results = await job.finished()
     svc.metrics.input_tokens.observe(job.input_length)
     svc.metrics.request_done(ROUTE, "success")
