@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import json
 import logging
+import os
+import re
 import signal
 import socket
 import sys
+import tempfile
 import time
 import types
 import typing
@@ -124,6 +128,9 @@ def parse_settings(argv: list[str] | None = None):
 
 
 def serve_main(argv: list[str] | None = None) -> int:
+    # ONNX Runtime's native logger writes to file descriptor 2 at import (a GPU discovery warning in containers,
+    # at a fixed level no setting lowers), ahead of the JSON log: such lines are caught and logged as JSON
+    runtime_lines = import_capturing_native_output("onnxruntime")
     problem = check_environment(build_parser().parse_args(argv).allow_unknown_env)
     if problem:
         return _fail(problem)
@@ -131,11 +138,36 @@ def serve_main(argv: list[str] | None = None) -> int:
         settings = parse_settings(argv)
     except ValidationError as e:
         return _fail(_settings_error(e))
-    return serve(settings)
+    return serve(settings, native_lines=runtime_lines)
 
 
-def serve(settings, engine=None, *, keepalive_s: float | None = None) -> int:
-    """Load (unless given an engine), then run uvicorn until SIGTERM/SIGINT; the exit status."""
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def import_capturing_native_output(module: str) -> list[str]:
+    """Import `module` with file descriptor 2 sent to a temporary file; the non-blank lines it wrote there,
+    colour codes removed. A module already imported writes nothing and gives []."""
+    if module in sys.modules:
+        return []
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            pass  # not installed: the code that needs it says so, with the extra to install
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        caught.seek(0)
+        text = caught.read().decode("utf-8", errors="replace")
+    return [ANSI_ESCAPE.sub("", line).strip() for line in text.splitlines() if line.strip()]
+
+
+def serve(settings, engine=None, *, keepalive_s: float | None = None, native_lines: list[str] = ()) -> int:
+    """Load (unless given an engine), then run uvicorn until SIGTERM/SIGINT; the exit status. `native_lines`:
+    what a native library wrote to stderr before logging was configured, logged here as warnings."""
     from attnserve.service.engine.bundle import BundleError
     from attnserve.service.engine.engine import EngineError
     from attnserve.service.http.app import create_app
@@ -145,6 +177,8 @@ def serve(settings, engine=None, *, keepalive_s: float | None = None) -> int:
     from attnserve.service.text.lexicon import LexiconError
 
     configure_logging(settings.log_level)
+    for line in native_lines:
+        log.warning("onnxruntime: %s", line)
     try:
         sock = bind(settings.host, settings.port)  # a port already taken fails here, before loading or any "ready"
     except OSError as e:
