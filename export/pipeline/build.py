@@ -56,8 +56,8 @@ LENGTH_MARGIN = 3  # tokens beyond the longest training target of the same sourc
 def learned_length_bound(train_cfg: dict, src_tok, tgt_tok, max_source_len: int, max_target_len: int) -> dict:
     """bundle.json's `length_bound`: per source length in tokens, the longest target (tokens, without
     the end token) among the training pairs of that source length (a length never seen takes the
-    nearest shorter one's); the engine stops a request at that plus `margin`, so a model that loops
-    stops near the longest real answer, not at max_target_len."""
+    nearest shorter one's, or below every length seen, the nearest longer one's); the engine stops a request
+    at that plus `margin`, so a model that loops stops near the longest real answer, not at max_target_len."""
     examples = load_examples(train_cfg.get("dataset", "cmudict"), "train", bool(train_cfg.get("strip_stress", False)))
     longest = [0] * (max_source_len + 1)
     sources = [e.source for e in examples]
@@ -69,6 +69,8 @@ def learned_length_bound(train_cfg: dict, src_tok, tgt_tok, max_source_len: int,
     for s in range(1, len(longest)):  # a length never seen in training takes the nearest shorter one's
         if not longest[s]:
             longest[s] = longest[s - 1]
+    shortest_seen = next((x for x in longest if x), 0)
+    longest = [x or shortest_seen for x in longest]  # and one shorter than any seen, the nearest longer one's
     return {"by_source_len": longest, "margin": LENGTH_MARGIN, "pairs": sum(len(t) for t in targets)}
 
 

@@ -108,12 +108,14 @@ def _check_manifest(manifest: Path, meta: dict) -> None:
 
 def bounded_length(length_bound: dict | None, max_target_len: int, source_len: int) -> int | None:
     """bundle.json's `length_bound` applied: the longest target seen in training for this source
-    length (longer sources than the table use its last entry) plus the margin, within
-    max_target_len. None when the bundle records no bound."""
+    length (longer sources than the table use its last entry; a source shorter than any seen in training,
+    whose entry is 0, the nearest longer length's) plus the margin, within max_target_len. None when the
+    bundle records no bound."""
     if not length_bound:
         return None
     table = length_bound["by_source_len"]
-    longest = int(table[min(source_len, len(table) - 1)])
+    at = min(source_len, len(table) - 1)
+    longest = int(table[at]) or next((int(x) for x in table[at:] if x), max_target_len)
     return min(max_target_len, longest + int(length_bound["margin"]))
 
 
