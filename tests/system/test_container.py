@@ -270,7 +270,8 @@ def test_image_holds_only_the_service_and_runs_as_non_root(docker, image):
         "    'tests': os.path.exists('tests'),\n"
         "}))\n"
     )
-    wanted, unwanted = ["service", "onnxruntime", "uvicorn"], ["torch", "training", "export", "pytest", "pip"]
+    wanted = ["attnserve.service", "onnxruntime", "uvicorn"]
+    unwanted = ["torch", "attnserve.training", "attnserve.export", "pytest", "pip", "service", "training", "export"]
     out = json.loads(
         docker("run", "--rm", "--network", "none", "--entrypoint", "python3", image, "-c", probe, *wanted, *unwanted).stdout
     )
