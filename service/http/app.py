@@ -40,7 +40,7 @@ from fastapi import FastAPI, Request
 
 from attnserve.service.engine.engine import Engine
 from attnserve.service.http import errors, generation
-from attnserve.service.http.middleware import GENERATION_ROUTES, AttnserveApp
+from attnserve.service.http.middleware import AttnserveApp
 from attnserve.service.http.openai import routes as openai
 from attnserve.service.http.routes import docs, explain, health, samples, score
 from attnserve.service.http.schemas import StreamResponse
@@ -146,7 +146,7 @@ def start_lexicon_watch(svc: Service) -> asyncio.Task | None:
 def _count_error(request: Request, err: errors.APIError) -> None:
     """An error answered on a generation route counts in attnserve_requests_total under its error_type."""
     svc: Service | None = request.app.state.service
-    if svc is not None and request.url.path in GENERATION_ROUTES and request.method == "POST":
+    if svc is not None and request.url.path in generation.ROUTES and request.method == "POST":
         svc.metrics.request_done(request.url.path, err.error_type)
 
 

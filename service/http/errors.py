@@ -149,21 +149,57 @@ def declared_json(content_type: bytes | None) -> bool:
     return content_type is None or content_type.split(b";")[0].strip().lower() == b"application/json"
 
 
+# what a value must be, by pydantic's error type: how a field that takes several types is said in one message
+EXPECTED = {
+    "string_type": "a string",
+    "list_type": "a list",
+    "bool_type": "a boolean",
+    "int_type": "an integer",
+    "float_type": "a number",
+    "dict_type": "a JSON object",
+    "model_type": "a JSON object",
+    "model_attributes_type": "a JSON object",
+}
+_TYPE_TAGS = frozenset({"str", "int", "float", "bool", "dict", "list", "none"})
+
+
+def _is_type_tag(part: object) -> bool:
+    """Whether a part of an error's location is pydantic's name for one type of a field that takes several
+    (`prompt.str`, `prompt.list[str]`, `details.literal['words']`): the schema's internals, never shown."""
+    return isinstance(part, str) and (part in _TYPE_TAGS or "[" in part or part.startswith("function-"))
+
+
+def _expected(err: dict) -> str | None:
+    if err.get("type") == "literal_error":
+        return (err.get("ctx") or {}).get("expected")
+    return EXPECTED.get(err.get("type", ""))
+
+
 def describe_validation_errors(errors: list[dict], body: object = None) -> str:
-    """pydantic's error list -> one line a person can act on: `parameters.top_p: Input should be ...; ...`."""
-    parts = []
+    """pydantic's error list -> one line a person can act on: `parameters.top_p: Input should be ...; ...`. A field
+    is named once, as the request spells it: a value of none of a field's types says what it may be (`prompt: must
+    be a string or a list`), never the schema's names for them."""
+    parts: dict[str, list[dict]] = {}
     for err in errors:
         if err.get("type") == "json_invalid":
             return json_refusal(body)
-        loc = [str(x) for x in err.get("loc", ()) if x != "body"]
-        where = ".".join(loc) or "body"
+        loc = [str(x) for x in err.get("loc", ()) if x != "body" and not _is_type_tag(x)]
+        parts.setdefault(".".join(loc) or "body", []).append(err)
+    out = []
+    for where, found in parts.items():
+        err = found[0]
         msg = err.get("msg", "invalid")
         if err.get("type") == "missing":
             msg = "is required"
-        elif err.get("type") in ("model_attributes_type", "model_type", "dict_type") and not loc:
+        elif err.get("type") in ("model_attributes_type", "model_type", "dict_type") and where == "body":
             msg = 'must be a JSON object like {"inputs": "...", "parameters": {...}}'
-        parts.append(f"{where}: {msg}")
-    return "; ".join(parts) or "invalid request"
+        elif len(found) > 1 or err.get("type") in ("model_type", "model_attributes_type"):
+            expected = [e for e in map(_expected, found) if e]
+            msg = (
+                f"must be {' or '.join(expected)}" if len(expected) == len(found) else "; ".join(e.get("msg", "") for e in found)
+            )
+        out.append(f"{where}: {msg}")
+    return "; ".join(out) or "invalid request"
 
 
 def install_error_handlers(app: FastAPI, on_error: Callable[[Request, APIError], None] | None = None) -> None:

@@ -73,6 +73,7 @@ from attnserve.service.http.responses import (
     json_response,
     timing_headers,
 )
+from attnserve.service.http.routes import explain, score
 from attnserve.service.http.schemas import CompatGenerateRequest, GenerateRequest, GenerateResponse
 from attnserve.service.http.state import Service
 from attnserve.service.http.validation import ignored_headers
@@ -336,8 +337,11 @@ OPENAI_ROUTES = [
         summary="OpenAI's chat completions: exactly one user message, answered as its text's completion",
     ),
 ]
-# what the front door (service/http/middleware.py) hands a POST to
-ROUTES: dict[str, GenerationRoute] = {route.path: route for route in TGI_ROUTES + OPENAI_ROUTES}
+# what the front door (service/http/middleware.py) hands a POST to: the generation routes this module answers
+HANDLERS: dict[str, GenerationRoute] = {route.path: route for route in TGI_ROUTES + OPENAI_ROUTES}
+# the one list of generation routes: their outcomes count in attnserve_requests_total, their errors too (the front
+# door's, the app's handlers'); /explain and /score are FastAPI's routes, the others answered here (`HANDLERS`)
+ROUTES: tuple[str, ...] = (*HANDLERS, explain.ROUTE, score.ROUTE)
 
 
 # ---- streams pushed from the engine's wake-ups ----------------------------------------------------

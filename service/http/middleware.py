@@ -30,14 +30,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from attnserve.service.http import errors, generation
 from attnserve.service.http.logs import log_line, request_id_var
 from attnserve.service.http.openai import errors as openai_errors
-from attnserve.service.http.openai import routes as openai
-from attnserve.service.http.routes import explain, score
 
 access_log = logging.getLogger("attnserve.access")
 log = logging.getLogger("attnserve.service")
 
-# their errors count in the metrics
-GENERATION_ROUTES = ("/generate", "/generate_stream", "/", explain.ROUTE, score.ROUTE, *openai.ROUTES)
 NO_BODY = ("GET", "HEAD", "OPTIONS")
 
 
@@ -108,7 +104,7 @@ class AttnserveApp(FastAPI):
             await self._too_large(scope, send)
             return
         receive = errors.replaying(body, False, receive)
-        route = generation.ROUTES.get(scope["path"]) if scope["method"] == "POST" else None
+        route = generation.HANDLERS.get(scope["path"]) if scope["method"] == "POST" else None
         if route is not None:
             await route.answer(scope, receive, send)
             return
@@ -117,7 +113,7 @@ class AttnserveApp(FastAPI):
     def _count(self, scope: Scope, outcome: str) -> None:
         """An error answered here on a generation route counts in attnserve_requests_total, as the routes' own do."""
         svc = self.state.service
-        if svc is not None and scope["path"] in GENERATION_ROUTES:
+        if svc is not None and scope["path"] in generation.ROUTES:
             svc.metrics.request_done(scope["path"], outcome)
 
     async def _too_large(self, scope: Scope, send: Send) -> None:

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from attnserve.service.engine.options import BOUNDS
 from attnserve.service.http.explain_schemas import FinishReason  # /explain answers in the same terms
+from attnserve.service.text.forms import DATE_ORDERS
 
 MAX_STOP_SEQUENCES = 8
 # each numeric parameter's range as /docs shows it: the engine's (service/engine/options.py), which checks it
@@ -36,10 +37,10 @@ RANGE = {name: bound.json_schema() for name, bound in BOUNDS.items()}
 REQUEST_CONFIG = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
 
 
-DateOrder = Literal["mdy", "dmy", "ymd"]
+DateOrder = Literal[DATE_ORDERS]  # the reader's table (service/text/forms.py), its first the default
 DATE_ORDER_DESCRIPTION = (
-    "Extension, word-level bundles: the order of a date written in numbers (`mdy` default: 12/25/2023 december twenty "
-    "fifth; `dmy`; `ymd`); docs/TEXT.md."
+    f"Extension, word-level bundles: the order of a date written in numbers (`{DATE_ORDERS[0]}` default: 12/25/2023 "
+    f"december twenty fifth; {'; '.join(f'`{order}`' for order in DATE_ORDERS[1:])}); docs/TEXT.md."
 )
 
 
@@ -167,7 +168,9 @@ class GenerateRequest(BaseModel):
 
     model_config = REQUEST_CONFIG
 
-    inputs: str = Field(..., min_length=1, description="The input text.", examples=["attention"])
+    inputs: str = Field(
+        ..., description="The input text (an empty or blank one is refused by the request layer).", examples=["attention"]
+    )
     parameters: GenerateParameters | None = Field(None, description="Generation parameters (TGI's names).")
 
 

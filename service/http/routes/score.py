@@ -44,8 +44,7 @@ class ScoreRequest(BaseModel):
 
     inputs: str = Field(
         ...,
-        min_length=1,
-        description="The input; for a word-level bundle, one word (read as /generate reads it).",
+        description="The input; for a word-level bundle, one word (read as /generate reads it: not empty or blank).",
         examples=["read"],
     )
     targets: list[str] = Field(
