@@ -10,10 +10,10 @@ from attnserve.service.requests.units import CAUGHT_UP, StreamToken, Token
 
 
 class FakeJob:
-    """What sse_events reads of a TextRequest: its stream items and, for the last event, the answer."""
+    """What sse_events reads of an AdmittedRequest: its stream items and, for the last event, the answer."""
 
     def __init__(self, items, details: bool):
-        self.items, self.params = items, SimpleNamespace(details=details)
+        self.items, self.output = items, SimpleNamespace(details=details)
         self.seed, self.input_length, self.skipped, self.t_arrival, self.cancelled = None, 3, [], 0.0, False
 
     async def stream_items(self, keepalive_s):
@@ -49,7 +49,7 @@ def expected_event(index, item, job):
     event = {"index": index, "token": wire(item.token), "top_tokens": top, "generated_text": None, "details": None}
     if item.last:
         event["generated_text"] = job.generated_text()
-        if job.params.details:
+        if job.output.details:
             event["details"] = {"finish_reason": item.finish_reason, "generated_tokens": index, "seed": None, "input_length": 3}
     return b"data:" + orjson.dumps(event) + b"\n\n"
 

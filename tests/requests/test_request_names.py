@@ -128,3 +128,18 @@ def test_an_empty_and_a_blank_input_get_the_same_refusal():
             layer.read(text)
         said.append((caught.value.field, caught.value.message))
     assert said == [("inputs", "inputs: input text is empty")] * 3
+
+
+def test_the_openai_routes_check_a_field_the_engine_sees_only_there(monkeypatch):
+    """Each bound runs once per request: `check_ranges` leaves what `DecodingOptions` is given to it, and checks what
+    never reaches the engine (a greedy request's top_p)."""
+    from attnserve.service.http.openai import ranges
+
+    checked = []
+    monkeypatch.setattr(ranges, "check_bound", lambda option, value, name=None: checked.append(name))
+    body = CompletionRequest(model="m", prompt="x", max_tokens=4, temperature=0.5, top_p=0.9, frequency_penalty=0.1, n=2)
+    ranges.check_ranges(body, sampling=True)
+    assert checked == ["n"]
+    checked.clear()
+    ranges.check_ranges(body.model_copy(update={"temperature": 0}), sampling=False)
+    assert sorted(checked) == ["n", "top_p"]

@@ -133,7 +133,7 @@ def plan(
     params = param_table(input_param, max_tokens[0])
     check_model(svc, body.model)
     check_prompts(prompts, input_param)
-    check_ranges(body)
+    check_ranges(body, bool(body.temperature))
     n = body.n or 1
     stream = bool(body.stream)
     max_value, lp_value = max_tokens[1], logprobs[1]
@@ -143,7 +143,8 @@ def plan(
         seed = (body.seed if body.seed is not None else secrets.randbits(63)) if sampling else None
 
         def options(seed_j: int | None, n_best: int | None) -> DecodingOptions:
-            values = decoding_values(body, sampling, max_value or svc.limits.max_new_tokens, lp_value, seed_j, n_best)
+            max_new_tokens = svc.limits.max_new_tokens if max_value is None else max_value
+            values = decoding_values(body, sampling, max_new_tokens, lp_value, seed_j, n_best)
             return decoding_options(values, svc.limits, stream)
 
         if beam:

@@ -1,9 +1,11 @@
 """The ranges of the OpenAI routes' numeric fields: the engine's (service/engine/options.py `BOUNDS`, each written
 there once), except where OpenAI's API documents a narrower one or gives a value its own meaning (`NARROWER`).
 
-The schemas (service/http/openai/schemas.py) check JSON types only. `check_ranges` checks every numeric field of a
-body, sent or not passed on to the engine (a greedy request's `top_p` never reaches it), and refuses the first one
-out of range with a 400 whose `param` names it.
+The schemas (service/http/openai/schemas.py) check JSON types only. Each bound is checked once per request:
+`DecodingOptions` checks the fields it is given as they were sent (`SEEN_BY_ENGINE`; its refusal is said by the
+field's OpenAI name); `check_ranges` checks the narrower ranges, and the engine's range of every other numeric field
+sent (a greedy request's `top_p`, which never reaches the engine; `n`), refusing the first one out of range with a
+400 whose `param` names it.
 """
 
 from __future__ import annotations
@@ -60,8 +62,18 @@ def documented(field: str) -> dict[str, float]:
     return (narrower.bound if narrower is not None else BOUNDS[OPTIONS[field]]).json_schema()
 
 
-def check_ranges(body: BaseModel) -> None:
-    """A 400 naming a numeric field of `body` (an OpenAI request model) that is out of its range."""
+# the fields the engine's options are given as sent (whatever the request; with sampling, the sampling ones too)
+SEEN_BY_ENGINE = frozenset(
+    {"max_tokens", "max_completion_tokens", "frequency_penalty", "presence_penalty", "repetition_penalty", "num_beams"}
+    | {"logprobs", "top_logprobs"}
+)
+SEEN_WHEN_SAMPLING = SEEN_BY_ENGINE | {"temperature", "top_p", "top_k", "seed"}
+
+
+def check_ranges(body: BaseModel, sampling: bool) -> None:
+    """A 400 naming a numeric field of `body` (an OpenAI request model) that is out of its range: its narrower one,
+    or the engine's where the engine does not see the field (`SEEN_BY_ENGINE`, `SEEN_WHEN_SAMPLING`)."""
+    seen = SEEN_WHEN_SAMPLING if sampling else SEEN_BY_ENGINE
     for field in body.model_fields_set & OPTIONS.keys():  # what was sent (a request sends few of them)
         option, value = OPTIONS[field], getattr(body, field)
         if value is None or isinstance(value, bool):
@@ -72,6 +84,8 @@ def check_ranges(body: BaseModel) -> None:
                 raise bad_request(field, narrower.bound.refusal(field, value))
             if value == narrower.off:
                 continue
+        if field in seen:
+            continue
         try:
             check_bound(option, value, field)
         except InputError as e:
