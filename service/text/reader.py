@@ -316,7 +316,7 @@ class TextReader:
 
     def read(self, text: str, known: Container[str] | None = None, options: ReadingOptions = DEFAULT_READING) -> Reading:
         """The words of `text` with their source ids, each checked readable by the source tokenizer (how long a word
-        may be is the request layer's check, with the whole input's: service/requests/frontend.py `TextFrontEnd.units`),
+        may be is the request layer's check, with the whole input's: service/requests/frontend.py `RequestLayer.units`),
         and what was skipped. `known`: the dictionary (a Lexicon), for the acronym rules; `options`: the request's
         reading (service/text/options.py): `punctuation` keeps the pauses' marks as words (`read_text`), which have no
         source ids; `date_order` orders numeric dates.
