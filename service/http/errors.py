@@ -163,7 +163,7 @@ EXPECTED = {
 _TYPE_TAGS = frozenset({"str", "int", "float", "bool", "dict", "list", "none"})
 
 
-def _is_type_tag(part: object) -> bool:
+def is_type_tag(part: object) -> bool:
     """Whether a part of an error's location is pydantic's name for one type of a field that takes several
     (`prompt.str`, `prompt.list[str]`, `details.literal['words']`): the schema's internals, never shown."""
     return isinstance(part, str) and (part in _TYPE_TAGS or "[" in part or part.startswith("function-"))
@@ -183,7 +183,7 @@ def describe_validation_errors(errors: list[dict], body: object = None) -> str:
     for err in errors:
         if err.get("type") == "json_invalid":
             return json_refusal(body)
-        loc = [str(x) for x in err.get("loc", ()) if x != "body" and not _is_type_tag(x)]
+        loc = [str(x) for x in err.get("loc", ()) if x != "body" and not is_type_tag(x)]
         parts.setdefault(".".join(loc) or "body", []).append(err)
     out = []
     for where, found in parts.items():

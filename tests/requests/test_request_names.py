@@ -143,3 +143,14 @@ def test_the_openai_routes_check_a_field_the_engine_sees_only_there(monkeypatch)
     checked.clear()
     ranges.check_ranges(body.model_copy(update={"temperature": 0}), sampling=False)
     assert sorted(checked) == ["n", "top_p"]
+
+
+def test_the_openai_param_of_a_value_of_none_of_a_fields_types_is_the_field():
+    from fastapi.exceptions import RequestValidationError
+
+    from attnserve.service.http.openai.errors import validation_error
+
+    with pytest.raises(ValidationError) as caught:
+        CompletionRequest.model_validate({"model": "m", "prompt": 42})
+    err = validation_error(RequestValidationError(caught.value.errors()))
+    assert err.param == "prompt" and err.message == "prompt: must be a string or a list"

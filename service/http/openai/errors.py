@@ -158,7 +158,7 @@ def validation_error(exc: RequestValidationError) -> OpenAIError:
     """FastAPI's body validation error: a 400 naming the first field at fault (`messages.0.role`)."""
     found = list(exc.errors())
     first = found[0] if found else {}
-    loc = [str(x) for x in first.get("loc", ()) if x != "body"]
+    loc = [str(x) for x in first.get("loc", ()) if x != "body" and not errors.is_type_tag(x)]
     param = None if first.get("type") == "json_invalid" else ".".join(loc) or None  # (a JSON error's loc is a position)
     return OpenAIError(400, errors.describe_validation_errors(found), param=param)
 
