@@ -11,7 +11,7 @@ from attnserve.service.engine.bundle import load_bundle
 from attnserve.service.engine.engine import DecodingOptions, Engine
 from attnserve.service.engine.explain import Explainer
 from attnserve.service.http.schemas import GenerateRequest
-from attnserve.service.http.validation import tgi_request
+from attnserve.service.http.validation import Validator, tgi_request
 from attnserve.service.requests.frontend import AdmittedRequest
 from attnserve.service.requests.stack import build_stack
 from attnserve.service.requests.validation import Limits, ValidRequest, validate
@@ -84,7 +84,7 @@ class Service:
         self.metrics = stack.metrics
         self.scheduler = stack.scheduler
         self.requests = stack.requests  # the request layer (service/requests/frontend.py)
-        self.validator = stack.validator
+        self.validator = Validator(self.limits)  # TGI's parameters -> decoding options (service/http/validation.py)
         self.lexicon = lexicon
         self.reader = self.requests.reader  # None: inputs are read whole
         self.ready = False

@@ -12,13 +12,16 @@ response header.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
+from attnserve.service.engine.options import DecodingOptions
 from attnserve.service.errors import InvalidRequest
 from attnserve.service.http import fields
 from attnserve.service.http.schemas import GenerateParameters, GenerateRequest
-from attnserve.service.requests.request import Request
-from attnserve.service.requests.validation import Validator, check_names, close_match, tgi_output, tgi_reading
+from attnserve.service.requests.request import OutputOptions, Request
+from attnserve.service.requests.validation import Limits, check_names, close_match, decoding_options, invalid
+from attnserve.service.text.options import ReadingOptions
 
 NO_PARAMETERS = GenerateParameters()  # a body without `parameters`: every default
 
@@ -69,3 +72,122 @@ def ignored_headers(body: GenerateRequest) -> dict[str, str]:
     """The response header naming the body's ignored fields; {} when there are none."""
     names = ignored_fields(body)
     return {fields.HEADER: fields.header_value(names)} if names else {}
+
+
+# ---- TGI's parameters as the request's options ------------------------------------------------------------
+# set TGI parameters this server cannot honour: (how it is named, whether it is set)
+UNSUPPORTED: tuple[tuple[str, Callable[[Any], bool]], ...] = (
+    ("watermark=true", lambda p: bool(p.watermark)),
+    ("grammar", lambda p: p.grammar is not None),
+    ("adapter_id", lambda p: p.adapter_id is not None),
+)
+OPTIONS_MEMO = 1024  # parameter sets whose DecodingOptions are kept
+
+
+class ParameterMemo:
+    """What was made from a request's parameter set, kept by the set's values for the next request that sends the
+    same set: at most `size` sets (seeds make many distinct ones: it starts again rather than grow). The key is the
+    values as they are, lists (stop sequences) as tuples; a set with a value that cannot be a key is made each time.
+    What `make` raises is not kept."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self._kept: dict[tuple, Any] = {}
+
+    def get(self, values: Iterable[Any], make: Callable[[], Any]) -> Any:
+        key = tuple(values)
+        try:
+            known = self._kept.get(key)
+        except TypeError:  # a list, or a value that is no key (a grammar object): hashing tells, isinstance per field costs more
+            key = tuple(tuple(v) if isinstance(v, list) else v for v in key)
+            try:
+                known = self._kept.get(key)
+            except TypeError:
+                return make()
+        if known is None:
+            known = make()
+            if len(self._kept) >= self.size:
+                self._kept.clear()
+            self._kept[key] = known
+        return known
+
+
+class Validator:
+    """TGI's parameters -> the engine's decoding options within the server's limits (`Limits`)."""
+
+    def __init__(self, limits: Limits):
+        self.limits = limits
+        # the options of parameter sets seen before: building and checking them costs the event loop about 10 us
+        # of CPU per request, and most traffic repeats a few parameter sets; DecodingOptions is frozen, so rows
+        # may share one
+        self._options = ParameterMemo(OPTIONS_MEMO)
+
+    @staticmethod
+    def unsupported(p: GenerateParameters) -> list[str]:
+        """Names (with the value sent) of set TGI parameters this server cannot honour; unset (null, or TGI's neutral
+        value) passes."""
+        return [name for name, is_set in UNSUPPORTED if is_set(p)]
+
+    def check_supported(self, p: GenerateParameters) -> None:
+        """InvalidRequest naming the set parameters this server cannot honour."""
+        unsupported = self.unsupported(p)
+        if unsupported:
+            raise invalid("parameters", f"parameters not supported by this server: {', '.join(unsupported)}")
+
+    def options(self, p: GenerateParameters, stream: bool) -> DecodingOptions:
+        """The decoding options of valid parameters, within the server's limits; InvalidRequest otherwise."""
+        # every field, so a parameter added to the schema is in the key without a list to keep in step
+        return self._options.get((stream, *p.__dict__.values()), lambda: self._check_options(p, stream))
+
+    def _check_options(self, p: GenerateParameters, stream: bool) -> DecodingOptions:
+        n = self.limits.new_tokens(p.max_new_tokens)
+        self.limits.n_best(p.best_of, p.num_beams, p.top_n_tokens)
+        return decoding_options(self.option_values(p, n, stream), self.limits, stream)
+
+    @staticmethod
+    def option_values(p: GenerateParameters, max_new_tokens: int, stream: bool) -> dict[str, Any]:
+        """`DecodingOptions`' keyword arguments for TGI's parameters."""
+        return {
+            "max_new_tokens": max_new_tokens,
+            "do_sample": bool(p.do_sample),
+            "temperature": p.temperature,
+            "top_k": p.top_k,
+            "top_p": p.top_p,
+            "repetition_penalty": p.repetition_penalty,
+            "seed": p.seed,
+            "stop": tuple(p.stop or ()),
+            "logprobs": bool(p.details) or stream,  # TGI's tokens always carry a logprob where it shows them
+            "typical_p": p.typical_p,
+            "frequency_penalty": p.frequency_penalty,
+            "presence_penalty": p.presence_penalty,
+            "best_of": 1 if p.best_of is None else p.best_of,
+            "num_beams": p.num_beams,
+            "top_n_tokens": 0 if p.top_n_tokens is None else p.top_n_tokens,
+            "token_text": bool(p.details) or stream,  # only a stream and TGI's details show each token's text
+        }
+
+
+def tgi_reading(p: GenerateParameters) -> ReadingOptions:
+    """The reading options of TGI's parameters (null: the option's default)."""
+    return ReadingOptions.of(
+        p.alphabet,
+        lexicon=p.lexicon,
+        context=p.context,
+        punctuation=p.punctuation,
+        date_order=p.date_order,
+        truncate=p.truncate,
+        pronunciations=p.pronunciations,
+        pronunciations_alphabet=p.pronunciations_alphabet,
+    )
+
+
+def tgi_output(p: GenerateParameters) -> OutputOptions:
+    """The output options of TGI's parameters (null: the option's default)."""
+    return OutputOptions(
+        alphabet=p.alphabet or OutputOptions.alphabet,
+        stress=p.stress is not False,
+        details=bool(p.details),
+        words_only=p.details == "words",
+        decoder_input_details=bool(p.decoder_input_details),
+        return_full_text=bool(p.return_full_text),
+    )

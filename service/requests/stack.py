@@ -1,5 +1,5 @@
 """The service stack, built in one place: an engine's scheduler, its request layer (with the lexicon and the reader of
-running text) and the one validator with its limits.
+running text) and the limits every front end compares a request with.
 
 The HTTP service (service/http/state.py `Service`) and the in-process client (service/client.py `Generator`) both
 build theirs here, so what answers a request is the same objects in the same arrangement; they differ only in their
@@ -14,7 +14,7 @@ from attnserve.service.engine.engine import Engine
 from attnserve.service.engine.scheduler import Scheduler
 from attnserve.service.metrics import ServiceMetrics
 from attnserve.service.requests.frontend import RequestLayer
-from attnserve.service.requests.validation import Limits, Validator
+from attnserve.service.requests.validation import Limits
 from attnserve.service.text.lexicon import Lexicon
 from attnserve.service.text.reader import MAX_TEXT_CHARS, MAX_WORDS
 
@@ -27,7 +27,6 @@ class Stack:
     metrics: ServiceMetrics
     scheduler: Scheduler
     requests: RequestLayer  # the request layer (service/requests/frontend.py)
-    validator: Validator  # the one validator (service/requests/validation.py), with the limits below
     limits: Limits
 
 
@@ -44,7 +43,7 @@ def build_stack(
     max_words: int = MAX_WORDS,
     context: bool = True,
 ) -> Stack:
-    """The scheduler (not started: its owner starts it), the request layer and the validator of one engine.
+    """The scheduler (not started: its owner starts it) and the request layer of one engine.
     `limits.max_batch_size` is the scheduler's batch size; `context`: heteronyms chosen by their sentence where the
     bundle has a context component."""
     metrics = ServiceMetrics(engine.bundle.model_id)
@@ -66,4 +65,4 @@ def build_stack(
         max_words=max_words,
         context=context,
     )
-    return Stack(engine, metrics, scheduler, requests, Validator(limits), limits)
+    return Stack(engine, metrics, scheduler, requests, limits)

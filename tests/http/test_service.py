@@ -578,7 +578,8 @@ def test_repeated_parameters_share_their_checked_options_and_bad_ones_are_refuse
     (frozen) options; any field that differs gives its own; a refused set is refused again, not remembered."""
     from attnserve.service.errors import InvalidRequest
     from attnserve.service.http.schemas import GenerateParameters
-    from attnserve.service.requests.validation import Limits, Validator
+    from attnserve.service.http.validation import Validator
+    from attnserve.service.requests.validation import Limits
 
     v = Validator(Limits(max_new_tokens=16, max_best_of=2, max_top_n_tokens=5))
     greedy = v.options(GenerateParameters(max_new_tokens=8), stream=False)
