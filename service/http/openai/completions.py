@@ -214,7 +214,7 @@ def check_limits(
 
 def decoding_kind(body: SamplingFields, n: int, best_of: int | None, stream: bool) -> tuple[bool, bool, bool]:
     """(sampling, beam, ranked): temperature omitted or 0 is greedy, and then n, best_of or num_beams ask for the beam
-    search n-best; sampling with best_of > n is TGI's ranked best_of. A stream of answers known only at the end is a
+    search n-best; sampling with best_of > n is the ranked best_of (TGI's). A stream of answers known only at the end is a
     400 saying what to change."""
     sampling = bool(body.temperature)  # omitted or 0: greedy; num_beams with sampling: the engine refuses it
     beam = not sampling and (n > 1 or (best_of or 1) > 1 or body.num_beams is not None)

@@ -5,7 +5,8 @@ The TGI routes keep the project's `{"error", "error_type"}`. Here the same outco
 not change; `type` is the one OpenAI's clients expect for the status. Three ways in:
 
 - `OpenAIError`, raised by these routes with the `param` at fault;
-- `from_error`, for what the shared layers raise (`APIError`, `ServiceError`, FastAPI's validation error);
+- `from_error`, for what the shared layers raise (`InvalidRequest`, said through the route's table of names:
+  `PARAMS`, `CHAT_PARAMS`; `APIError`, `ServiceError`, FastAPI's validation error);
 - `OpenAIErrorShape`, an ASGI middleware that reshapes the project's error bodies answered on /v1/* before any
   route ran (the body-size limit's 413, an unknown path's 404, a wrong method's 405).
 """
