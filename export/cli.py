@@ -1,7 +1,7 @@
 """`attnserve-export build RUN --out BUNDLE`, `attnserve-export verify BUNDLE [--run RUN]`,
 `attnserve-export requantize BUNDLE`, `attnserve-export add-lexicon BUNDLE`,
 `attnserve-export add-variant BUNDLE fp16`, `attnserve-export add-context BUNDLE RUN` and
-`attnserve-export simplify-encoder BUNDLE`."""
+`attnserve-export simplify-encoder BUNDLE` and `attnserve-export from-hf HF_DIR --out BUNDLE`."""
 
 from __future__ import annotations
 
@@ -82,6 +82,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="then self-attention as MultiHeadAttention (not bitwise), kept only where its greedy/invariance gate passes; "
         "there, Q, K, V and attention as QAttention and per-token work on real tokens only (both proven bitwise)",
     )
+    h = sub.add_parser(
+        "from-hf", help="Hugging Face Marian/BART/mBART checkpoint folder -> bundle, proven equal to transformers' generate"
+    )
+    h.add_argument("hf_dir", type=Path, help="config.json, generation_config.json, weights and tokenizer files")
+    h.add_argument("--out", type=Path, required=True, help="bundle directory to write (replaced if it holds a bundle)")
+    h.add_argument("--model-id", help="model_id recorded in bundle.json (default: the bundle directory's name)")
+    h.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads for the checks")
+    h.add_argument("--keep-partial", action="store_true", help="keep a failed import's BUNDLE.partial directory")
     v = sub.add_parser("verify", help="run the parity suite on a bundle; exit 1 on any failure")
     v.add_argument("bundle", type=Path)
     v.add_argument("--run", type=Path, help="the run it came from: recompute the PyTorch reference and compare numerically")
@@ -154,6 +162,22 @@ def _simplify_encoder(args) -> int:
     return 0
 
 
+def _from_hf(args) -> int:
+    import importlib.util
+
+    from attnserve.service.extras import EXTRAS, missing_line
+
+    for module in EXTRAS["hf"]:
+        if importlib.util.find_spec(module) is None:
+            print(missing_line("attnserve-export from-hf", "hf", module), file=sys.stderr)
+            return 2
+    from attnserve.export.pipeline.from_hf import from_hf  # torch and transformers, loaded by from-hf alone
+
+    meta = from_hf(args.hf_dir, args.out, model_id=args.model_id, threads=args.threads, keep_partial=args.keep_partial, log=_log)
+    print(json.dumps({"family": meta["family"], "default_variant": meta["default_variant"], "parity": meta["parity"]}, indent=2))
+    return 0
+
+
 def _verify(args) -> int:
     from attnserve.export.checks.parity import run_parity  # ONNX Runtime; torch only with --run
 
@@ -177,6 +201,7 @@ COMMANDS = {
     "add-context": _add_context,
     "requantize": _requantize,
     "simplify-encoder": _simplify_encoder,
+    "from-hf": _from_hf,
     "verify": _verify,
 }
 

