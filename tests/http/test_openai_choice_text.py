@@ -3,6 +3,7 @@ the general rule releases, token by token, and the OpenAI request's TGI paramete
 
 import random
 
+from attnserve.service.engine.options import DecodingOptions
 from attnserve.service.http.openai import completions
 from attnserve.service.http.openai.choices import ChoiceText
 from attnserve.service.http.openai.schemas import ChatCompletionRequest
@@ -51,21 +52,18 @@ def body(**fields) -> ChatCompletionRequest:
     return ChatCompletionRequest.model_validate({"model": "m", "messages": [{"role": "user", "content": "hi"}], **fields})
 
 
-def test_request_parameters_are_reused_only_for_the_same_unseeded_set():
-    first = completions.request_parameters(body(stop=["x"]), False, 5, None, None, None)
-    again = completions.request_parameters(body(stop=["x"]), False, 5, None, None, None)
-    assert again is first and first.stop == ["x"] and first.max_new_tokens == 5
-    plain = completions.request_parameters(body(), False, 5, None, None, None)  # no list among the fields
-    assert completions.request_parameters(body(), False, 5, None, None, None) is plain and plain is not first
-    for other in (
-        completions.request_parameters(body(stop=["y"]), False, 5, None, None, None),
-        completions.request_parameters(body(stop=["x"]), False, 6, None, None, None),
-        completions.request_parameters(body(stop=["x"], lexicon=False), False, 5, None, None, None),
-    ):
-        assert other is not first and other != first
-    sampled = [completions.request_parameters(body(temperature=0.5), True, 5, None, 7, None) for _ in range(2)]
-    assert sampled[0] is not sampled[1] and sampled[0] == sampled[1] and sampled[0].seed == 7
-    fields = {"pronunciations": {"hi": "HH AY1"}}
-    assert completions.request_parameters(body(**fields), False, 5, None, None, None) is not (
-        completions.request_parameters(body(**fields), False, 5, None, None, None)
-    )
+def test_each_request_s_decoding_options_follow_its_body_field_by_field():
+    """The OpenAI edge builds each request's options from its body alone, no set kept from another request: the same
+    body gives equal options, any field that differs gives its own, a sampled one keeps its seed."""
+
+    def options(b: ChatCompletionRequest, sampling: bool, max_new_tokens: int, seed: int | None = None):
+        return DecodingOptions(**completions.decoding_values(b, sampling, max_new_tokens, None, seed, None))
+
+    first = options(body(stop=["x"]), False, 5)
+    assert options(body(stop=["x"]), False, 5) == first and first.stop == ("x",) and first.max_new_tokens == 5
+    assert not first.sampling and options(body(), False, 5) != first
+    for other in (options(body(stop=["y"]), False, 5), options(body(stop=["x"]), False, 6)):
+        assert other != first
+    sampled = [options(body(temperature=0.5), True, 5, 7) for _ in range(2)]
+    assert sampled[0] == sampled[1] and sampled[0].seed == 7 and sampled[0].temperature == 0.5
+    assert options(body(temperature=0.5), False, 5).temperature is None  # greedy: the sampling fields stay off
