@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attnserve.service.engine.bundle import load_bundle
+from attnserve.service.engine.bundle import PACKAGED_BUNDLE, load_bundle
 from attnserve.service.engine.engine import DecodingOptions, Engine, GenerationResult, InputError, StepResult
 from attnserve.service.engine.scheduler import Failed, Finished, Ticket
 from attnserve.service.errors import InvalidRequest, ServiceError
@@ -139,13 +139,14 @@ class TextResult:
 
 
 class Generator:
-    """Load a bundle once; generate with the server's scheduler. Keyword parameters of the
-    generate methods are `DecodingOptions` fields (max_new_tokens, do_sample, temperature, top_k,
-    top_p, repetition_penalty, seed, stop, logprobs); max_new_tokens defaults to the bundle's limit."""
+    """Load a bundle once (`bundle_dir`; None: the default model installed with the package); generate with the
+    server's scheduler. Keyword parameters of the generate methods are `DecodingOptions` fields (max_new_tokens,
+    do_sample, temperature, top_k, top_p, repetition_penalty, seed, stop, logprobs); max_new_tokens defaults to the
+    bundle's limit."""
 
     def __init__(
         self,
-        bundle_dir: str | Path,
+        bundle_dir: str | Path | None = None,
         *,
         variant: str = "auto",
         provider: str = "auto",
@@ -156,6 +157,7 @@ class Generator:
         lexicon_file: str | Path | None = None,
         context: bool = True,
     ):
+        bundle_dir = PACKAGED_BUNDLE if bundle_dir is None else bundle_dir
         self.engine = engine or Engine(load_bundle(bundle_dir), variant=variant, provider=provider, threads=threads)
         # the bundle's lexicon with an operator's file on top (LexiconError on a bad line), for generate_text_many
         eng = self.engine
@@ -323,11 +325,7 @@ class Generator:
             )
         except InvalidRequest as e:
             raise input_error(e) from None
-        output = OutputOptions(
-            alphabet=alphabet or OutputOptions.alphabet,
-            stress=stress is not False,
-            decoder_input_details=bool(decoder_input_details),
-        )
+        output = OutputOptions.of(alphabet=alphabet, stress=stress, decoder_input_details=decoder_input_details)
         return Request(inputs, options, reading, output)
 
     def _text_result(self, job: AdmittedRequest) -> TextResult | InputError:

@@ -142,7 +142,8 @@ class Validator:
     def _check_options(self, p: GenerateParameters, stream: bool) -> DecodingOptions:
         n = self.limits.new_tokens(p.max_new_tokens)
         self.limits.n_best(p.best_of, p.num_beams, p.top_n_tokens)
-        return decoding_options(self.option_values(p, n, stream), self.limits, stream)
+        unset = p.num_beams is None and p.best_of is None  # the checkpoint's search defaults apply
+        return decoding_options(self.option_values(p, n, stream), self.limits, stream, defaults=unset)
 
     @staticmethod
     def option_values(p: GenerateParameters, max_new_tokens: int, stream: bool) -> dict[str, Any]:
@@ -182,12 +183,12 @@ def tgi_reading(p: GenerateParameters) -> ReadingOptions:
 
 
 def tgi_output(p: GenerateParameters) -> OutputOptions:
-    """The output options of TGI's parameters (null: the option's default)."""
-    return OutputOptions(
-        alphabet=p.alphabet or OutputOptions.alphabet,
-        stress=p.stress is not False,
-        details=bool(p.details),
+    """The output options of TGI's parameters (null: the option's default; `details: "words"`: the words alone)."""
+    return OutputOptions.of(
+        alphabet=p.alphabet,
+        stress=p.stress,
+        details=None if p.details is None else bool(p.details),
         words_only=p.details == "words",
-        decoder_input_details=bool(p.decoder_input_details),
-        return_full_text=bool(p.return_full_text),
+        decoder_input_details=p.decoder_input_details,
+        return_full_text=p.return_full_text,
     )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from typing import Any
 
 from attnserve.service.engine.options import DecodingOptions
 from attnserve.service.errors import InvalidRequest
@@ -34,6 +35,11 @@ class OutputOptions:
     words_only: bool = False  # `details: "words"`: the words with their spans, no per-token list
     decoder_input_details: bool = False  # the decoder's input tokens (the model's own prefill: the model answers)
     return_full_text: bool = False  # the answer's text starts with the input
+
+    @classmethod
+    def of(cls, **sent: Any) -> OutputOptions:
+        """The options of what a front end was sent, every value None when not sent (its default here)."""
+        return cls(**{k: v for k, v in sent.items() if v is not None})
 
 
 @dataclass(frozen=True)

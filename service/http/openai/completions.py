@@ -145,7 +145,7 @@ def plan(
         def options(seed_j: int | None, n_best: int | None) -> DecodingOptions:
             max_new_tokens = svc.limits.max_new_tokens if max_value is None else max_value
             values = decoding_values(body, sampling, max_new_tokens, lp_value, seed_j, n_best)
-            return decoding_options(values, svc.limits, stream)
+            return decoding_options(values, svc.limits, stream, defaults=body.temperature is None)
 
         if beam:
             decodings, per_request = [options(None, max(n, best_of or 1))], n
@@ -166,12 +166,8 @@ def plan(
         )
     except InvalidRequest as e:
         raise from_error(e, params) from None
-    output = OutputOptions(
-        alphabet=body.alphabet or OutputOptions.alphabet,
-        stress=body.stress is not False,
-        details=True,  # the choices' tokens and words are read from the answer's details
-        words_only=bool(body.details),
-    )
+    # the choices' tokens and words are read from the answer's details
+    output = OutputOptions.of(alphabet=body.alphabet, stress=body.stress, details=True, words_only=bool(body.details))
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     stop = tuple(body.stop or ())
     planned = Plan(
