@@ -88,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("hf_dir", type=Path, help="config.json, generation_config.json, weights and tokenizer files")
     h.add_argument("--out", type=Path, required=True, help="bundle directory to write (replaced if it holds a bundle)")
     h.add_argument("--model-id", help="model_id recorded in bundle.json (default: the bundle directory's name)")
+    h.add_argument("--parity-sources", type=int, default=50, help="sources in the parity corpus (at least 8)")
     h.add_argument("--threads", type=int, help="ONNX Runtime intra-op threads for the checks")
     h.add_argument("--keep-partial", action="store_true", help="keep a failed import's BUNDLE.partial directory")
     v = sub.add_parser("verify", help="run the parity suite on a bundle; exit 1 on any failure")
@@ -173,7 +174,17 @@ def _from_hf(args) -> int:
             return 2
     from attnserve.export.pipeline.from_hf import from_hf  # torch and transformers, loaded by from-hf alone
 
-    meta = from_hf(args.hf_dir, args.out, model_id=args.model_id, threads=args.threads, keep_partial=args.keep_partial, log=_log)
+    if args.parity_sources < 8:
+        raise BuildError("--parity-sources must be at least 8")
+    meta = from_hf(
+        args.hf_dir,
+        args.out,
+        model_id=args.model_id,
+        parity_sources=args.parity_sources,
+        threads=args.threads,
+        keep_partial=args.keep_partial,
+        log=_log,
+    )
     print(json.dumps({"family": meta["family"], "default_variant": meta["default_variant"], "parity": meta["parity"]}, indent=2))
     return 0
 

@@ -148,6 +148,7 @@ class HFSeq2Seq(nn.Module):
                 return _attention(a, y, k, v, self_bias, h)
 
             x = self._residual(layer.self_attn_layer_norm, x, self_attention)
+
             def cross_attention(y, a=layer.encoder_attn, kv=cross_kv[i]):
                 return _attention(a, y, kv[0], kv[1], cross_bias, h)
 

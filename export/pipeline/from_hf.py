@@ -17,6 +17,8 @@ import shutil
 import time
 from pathlib import Path
 
+from tokenizers import Tokenizer
+
 from attnserve.export.checks.hf_parity import hf_parity, synthetic_sources, variant_agreement
 from attnserve.export.errors import BuildError
 from attnserve.export.graphs.format import OPSET, graph_io
@@ -128,8 +130,18 @@ def generation_rules(model) -> dict:
     return out
 
 
-def from_hf(hf_dir: Path, out_dir: Path, *, model_id: str | None = None, threads=None, keep_partial=False, log=print) -> dict:
-    """Import and verify; returns the bundle.json written. Raises BuildError (one line) on any failed step."""
+def from_hf(
+    hf_dir: Path,
+    out_dir: Path,
+    *,
+    model_id: str | None = None,
+    parity_sources: int = PARITY_SOURCES,
+    threads=None,
+    keep_partial=False,
+    log=print,
+) -> dict:
+    """Import and verify; returns the bundle.json written. Raises BuildError (one line) on any failed step.
+    `parity_sources`: the size of the corpus the proofs run on."""
     hf_dir, out_dir = Path(hf_dir), Path(out_dir)
     config, family = check_folder(hf_dir)
     if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / BUNDLE_JSON).is_file():
@@ -149,7 +161,10 @@ def from_hf(hf_dir: Path, out_dir: Path, *, model_id: str | None = None, threads
         work.mkdir(parents=True)
         log(f"[from-hf] loading the {family} checkpoint {hf_dir}")
         model, hf_tok = load_checkpoint(hf_dir, family)
-        meta, sources = write_graphs_and_meta(hf_dir, model, hf_tok, family, work, model_id or out_dir.resolve().name, log)
+        meta = write_graphs_and_meta(hf_dir, model, hf_tok, family, work, model_id or out_dir.resolve().name, log)
+        sources = synthetic_sources(
+            Tokenizer.from_file(str(work / TOKENIZERS["source"])), set(meta["special_tokens"]), parity_sources
+        )
         meta = prove(work, meta, model, hf_tok, sources, threads, log)
         load_bundle(work)
         if out_dir.exists():
@@ -159,8 +174,8 @@ def from_hf(hf_dir: Path, out_dir: Path, *, model_id: str | None = None, threads
     return meta
 
 
-def write_graphs_and_meta(hf_dir: Path, model, hf_tok, family: str, work: Path, model_id: str, log) -> tuple[dict, list[str]]:
-    """The tokenizers, the fp32 graphs and bundle.json (parity still empty); returns it and the parity corpus."""
+def write_graphs_and_meta(hf_dir: Path, model, hf_tok, family: str, work: Path, model_id: str, log) -> dict:
+    """The tokenizers, the fp32 graphs and bundle.json (parity still empty); returns bundle.json."""
     import onnx
     import onnxruntime
     import torch
@@ -206,8 +221,7 @@ def write_graphs_and_meta(hf_dir: Path, model, hf_tok, family: str, work: Path, 
         },
     }
     write_manifest(work, meta)
-    sources = synthetic_sources(src_tok, set(special), PARITY_SOURCES)
-    return meta, sources
+    return meta
 
 
 def prove(work: Path, meta: dict, model, hf_tok, sources: list[str], threads, log) -> dict:
@@ -234,8 +248,6 @@ def prove(work: Path, meta: dict, model, hf_tok, sources: list[str], threads, lo
 
 def add_int8(work: Path, meta: dict, sources: list[str], max_new_tokens: int, threads, log) -> dict:
     """The int8 variant, calibrated on the corpus with fp32's answers, kept only where it passes its gate."""
-    from tokenizers import Tokenizer
-
     from attnserve.service.engine.bundle import load_bundle as load
     from attnserve.service.engine.engine import Engine
     from attnserve.service.engine.options import DecodingOptions

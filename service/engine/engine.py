@@ -201,6 +201,23 @@ class Engine:
 
             self.search_kind = search_kind
 
+    @property
+    def search_defaults(self) -> dict[str, int]:
+        """An imported checkpoint's defaults for requests that leave them unset (keywords of the request layer's
+        `Limits`): its max_length less the decoder start token, its num_beams when more than one."""
+        generation = self.bundle.meta.get("generation") or {}
+        out = {}
+        if generation.get("max_length"):
+            out["default_new_tokens"] = min(int(generation["max_length"]) - 1, self.max_target_len)
+        if int(generation.get("num_beams") or 1) > 1:
+            out["default_num_beams"] = int(generation["num_beams"])
+        return out
+
+    @property
+    def family(self) -> str | None:
+        """The model family of an imported checkpoint (bundle.json `family`: marian, bart, t5...), or None."""
+        return self.bundle.meta.get("family")
+
     # ---- text -------------------------------------------------------------------------
     def encode_text(self, text: str) -> list[int]:
         """Source ids for `text`; InputError if empty, too long, or holding characters the model cannot read."""

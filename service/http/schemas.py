@@ -354,6 +354,9 @@ class ContextInfo(BaseModel):
 class InfoResponse(BaseModel):
     model_id: str = Field(..., description="The bundle's model_id (also the `model` label of every metric).")
     model_sha: str = Field(..., description="sha256 of the bundle's bundle.json: identifies the exact bundle.")
+    family: str | None = Field(
+        None, description="An imported checkpoint's model family (`marian`, `bart`, `mbart`, `t5`); null for a trained one."
+    )
     model_dtype: str = Field(
         ...,
         description="Precision of the served variant's weights: `float32`, `float16` or `int8`. With int8 the activations "

@@ -46,7 +46,8 @@ def load_lexicon(settings: Settings, engine: Engine) -> Lexicon | None:
 def warm_up(engine: Engine) -> None:
     """One greedy and one sampled generation over rows of different lengths, so the first real
     request does not pay for ONNX Runtime's first-run allocations and kernel choices."""
-    first = max(engine.bundle.special_ids.values()) + 1  # the first ordinary source token
+    # the first ordinary source token (an imported vocabulary may put its special tokens last: Marian's pad)
+    first = min(set(range(len(engine.special_token_ids) + 1)) - engine.special_token_ids)
     sources = [[first], [first] * min(4, engine.max_source_len)]
     engine.generate(sources, DecodingOptions(max_new_tokens=min(4, engine.max_target_len)))
     engine.generate(sources, DecodingOptions(max_new_tokens=min(4, engine.max_target_len), do_sample=True, seed=0))
@@ -68,6 +69,7 @@ class Service:
             max_top_n_tokens=settings.max_top_n_tokens,
             max_batch_size=settings.max_batch_size,
             max_concurrent_requests=settings.max_concurrent_requests,
+            **engine.search_defaults,
         )
         stack = build_stack(
             engine,

@@ -28,7 +28,7 @@ import difflib
 import re
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from attnserve.service.engine.engine import DecodingOptions, InputError
@@ -92,10 +92,15 @@ class Limits:
     max_top_n_tokens: int | None = None
     max_batch_size: int = 32
     max_concurrent_requests: int | None = None
+    # an imported checkpoint's search defaults (bundle.json `generation`), for requests that leave them unset
+    default_new_tokens: int | None = None
+    default_num_beams: int | None = None
 
     def new_tokens(self, n: int | None) -> int | None:
         """TGI's `max_new_tokens`: the server's bound is its default and its ceiling, and its range is the engine's
         low end (`BOUNDS`) to that ceiling: checked here, once, the engine's options built from a value within it."""
+        if n is None and self.default_new_tokens is not None:
+            n = min(self.default_new_tokens, self.max_new_tokens or self.default_new_tokens)
         if self.max_new_tokens is None:
             return n
         n = self.max_new_tokens if n is None else n
@@ -141,12 +146,16 @@ class Limits:
 
 
 # ---- decoding options -------------------------------------------------------------------------------
-def decoding_options(values: Mapping[str, Any], limits: Limits, stream: bool = False) -> DecodingOptions:
+def decoding_options(values: Mapping[str, Any], limits: Limits, stream: bool = False, defaults: bool = False) -> DecodingOptions:
     """The engine's options of a request (keyword arguments of `DecodingOptions`), within the limits' batch rows;
     OptionRefused naming the option (`temperature`) otherwise. `stream`: a request whose answer is known only at its
-    end is refused."""
+    end is refused. `defaults`: the request left its search unset, so an imported checkpoint's num_beams applies
+    (TGI's routes without num_beams or best_of; OpenAI's without temperature: an explicit 0 stays greedy)."""
     try:
         options = DecodingOptions(**values)
+        if defaults and limits.default_num_beams and not stream and values.get("num_beams") is None:
+            if not options.sampling and not options.beam_search:  # the checkpoint's beam search, as its generate runs
+                options = replace(options, num_beams=limits.default_num_beams)
     except InputError as e:
         raise OptionRefused(str(e), e.field or "parameters") from None
     limits.rows(options)

@@ -158,7 +158,7 @@ async def answer(
 @router.get(MODELS, response_model=ModelList, dependencies=[Depends(authorize)], summary="OpenAI's model list: the served model")
 async def models(svc: ServiceDep, request: Request) -> ModelList:
     created = request.app.state.openai_created
-    return ModelList(data=[ModelCard(id=c.served_model_name(svc), created=created)])
+    return ModelList(data=[ModelCard(id=c.served_model_name(svc), created=created, family=svc.engine.family)])
 
 
 def install(app: FastAPI) -> None:

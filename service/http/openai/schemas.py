@@ -299,6 +299,7 @@ class ModelCard(BaseModel):
     object: Literal["model"] = "model"
     created: int = Field(..., description="When the server loaded it (Unix seconds).")
     owned_by: str = "attnserve"
+    family: str | None = Field(None, description="An imported checkpoint's model family (`marian`, `bart`, `t5`...).")
 
 
 class ModelList(BaseModel):

@@ -42,6 +42,7 @@ async def info(svc: ServiceDep) -> InfoResponse:
     return InfoResponse(
         model_id=eng.bundle.model_id,
         model_sha=eng.bundle.sha256,
+        family=eng.family,
         # a variant of another name: the float type its KV cache is kept in
         model_dtype=VARIANT_WEIGHT_DTYPES.get(eng.variant, str(np.dtype(eng.kv_dtype))),
         variant=eng.variant,
