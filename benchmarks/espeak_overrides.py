@@ -1,4 +1,4 @@
-"""Two figures of docs/PRONUNCIATIONS.md and the README's `details: "words"`:
+"""Two figures of docs/PRONUNCIATIONS.md and docs/API.md's `details: "words"`:
 
 1. espeak-ng's own en-us IPA (piper-phonemize) for `--words` random CMUdict words, read as `espeak` overrides
    (service/text/phone_input.py): how many symbols it cannot read, and how often the phones equal a CMUdict entry

@@ -285,7 +285,7 @@ PRESETS: dict[str, dict] = {
 
 def config_reference() -> str:
     """Every training key with its default and the comment beside it in this file, as YAML (`attnserve-train
-    --help-config`): a file to start a config from, and the reference the README points to."""
+    --help-config`): a file to start a config from, and the reference docs/TRAINING.md points to."""
     import inspect
     import json
     import re

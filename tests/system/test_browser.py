@@ -4,7 +4,7 @@ Debian's chromium-driver, against a real uvicorn server on 127.0.0.1 serving the
 System test: `make system-deps` installs chromium and chromium-driver (Debian packages); the
 dev extra has selenium. Screenshots go to test-artifacts/ (CI keeps them).
 
-Run as a script, it retakes the README's screenshot of the page:
+Run as a script, it retakes docs/API.md's screenshot of the page:
     python tests/system/test_browser.py BUNDLE docs/img/demo.png [--word attention]
 """
 
@@ -218,7 +218,7 @@ def test_overload_shows_the_servers_429_message(tiny_bundle_dir, driver):
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    p = argparse.ArgumentParser(description="Screenshot the demo page after one request (for the README).")
+    p = argparse.ArgumentParser(description="Screenshot the demo page after one request (for docs/API.md).")
     p.add_argument("bundle", type=Path)
     p.add_argument("out", type=Path)
     p.add_argument("--word", default="attention")

@@ -1,4 +1,4 @@
-"""The worked example, end to end as the README's "Serve your own model" runs it: train
+"""The worked example, end to end as docs/TRAINING.md's "Serve your own model" runs it: train
 configs/examples/numbers.yaml (number words -> digits, subword targets, short answers) for a few hundred
 steps, export it with the parity suite, serve it with `attnserve-serve`, and answer over HTTP and through
 the OpenAI route."""
