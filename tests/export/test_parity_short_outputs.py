@@ -51,7 +51,9 @@ def test_bundle_builds_from_a_model_whose_answers_are_one_to_three_tokens(short_
     assert parity["passed"]
 
     # the bundle alone (no run): the recorded argmax and top logits are the reference
-    proc = subprocess.run([sys.executable, "-m", "attnserve.export", "verify", str(out), "--threads", "1"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "attnserve.export", "verify", str(out), "--threads", "1"], capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout)["teacher_forced"]["compared_with"].startswith("argmax and top logit")
 

@@ -192,7 +192,18 @@ def tiny_context_run(tmp_path_factory) -> Path:
     for name in ("read", "live", "record", "wind"):
         shutil.copy(TRAIN / f"{name}.tsv", data / f"{name}.tsv")
     out = base / "run"
-    cmd = [sys.executable, "-m", "attnserve.training", "context", "--out", str(out), "--set", f"data={data}", "--set", "iterations=60"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "attnserve.training",
+        "context",
+        "--out",
+        str(out),
+        "--set",
+        f"data={data}",
+        "--set",
+        "iterations=60",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads((out / "heldout.json").read_text())["homographs"] == 4
@@ -214,7 +225,9 @@ def test_add_context_adds_the_file_hashed_and_leaves_the_graphs_alone(tmp_path, 
     bundle = copy_without_context(tmp_path)
     before = json.loads((bundle / "bundle.json").read_text())
     proc = subprocess.run(
-        [sys.executable, "-m", "attnserve.export", "add-context", str(bundle), str(tiny_context_run)], capture_output=True, text=True
+        [sys.executable, "-m", "attnserve.export", "add-context", str(bundle), str(tiny_context_run)],
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 0, proc.stderr
     after = json.loads((bundle / "bundle.json").read_text())

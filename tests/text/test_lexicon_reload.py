@@ -66,7 +66,18 @@ def test_sighup_reads_the_file_again_even_when_its_stamp_did_not_change(tmp_path
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "attnserve.service", str(DEFAULT_BUNDLE), "--lexicon", str(path), "--port", str(port), "--threads", "1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "attnserve.service",
+        str(DEFAULT_BUNDLE),
+        "--lexicon",
+        str(path),
+        "--port",
+        str(port),
+        "--threads",
+        "1",
+    ]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         assert wait_for(lambda: _ready(url), 120), "the server did not become ready"
