@@ -179,6 +179,7 @@ def tgi_reading(p: GenerateParameters) -> ReadingOptions:
         truncate=p.truncate,
         pronunciations=p.pronunciations,
         pronunciations_alphabet=p.pronunciations_alphabet,
+        language=p.language,
     )
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from attnserve.service.errors import InvalidRequest
 from attnserve.service.text.forms import DATE_ORDERS
+from attnserve.service.text.language import check_language
 
 PUNCTUATION_ON = frozenset({"espeak"})  # the alphabets whose readers (TTS voices) pause on the marks: kept by default
 
@@ -30,10 +31,12 @@ class ReadingOptions:
     truncate: int | None = None  # keep the input's last `truncate` source tokens; None: all of it
     pronunciations: Mapping[str, str] | None = None  # word(s) -> phones, this request only
     pronunciations_alphabet: str | None = None  # how `pronunciations` are written; None: each one's detected
+    language: str | None = None  # the text's language, en-us under one of its names (service/text/language.py); None: en-us
 
     def __post_init__(self) -> None:
         if self.date_order not in DATE_ORDERS:
             raise InvalidRequest(f"must be one of {', '.join(DATE_ORDERS)}, got {self.date_order!r}", "date_order")
+        check_language(self.language)
 
     @classmethod
     def of(cls, alphabet: str | None = None, **sent: Any) -> ReadingOptions:

@@ -112,3 +112,23 @@ def test_alphabet_espeak_keeps_punctuation_by_default_on_every_route(url):
             assert not {",", "."} & set(answers.pop())
         else:
             assert answers == {expected}
+
+
+def test_a_language_other_than_en_us_is_refused_on_every_route(url):
+    model = httpx.get(url + "/v1/models", timeout=60).json()["data"][0]["id"]
+    chat = {"model": model, "messages": [{"role": "user", "content": "Hello"}]}
+    for language, ok in (("en-gb", False), ("de", False), ("en_US", True), ("en", True)):
+        tgi = httpx.post(url + "/generate", json={"inputs": "Hello", "parameters": {"language": language}}, timeout=60)
+        completion = httpx.post(
+            url + "/v1/completions", json={"model": model, "prompt": "Hello", "language": language}, timeout=60
+        )
+        chatted = httpx.post(url + "/v1/chat/completions", json={**chat, "language": language}, timeout=60)
+        if ok:
+            assert (tgi.status_code, completion.status_code, chatted.status_code) == (200, 200, 200), tgi.text
+            assert "language" not in tgi.headers.get("x-attnserve-ignored-fields", "")
+            continue
+        assert tgi.status_code == 422 and tgi.json()["error_type"] == "validation", tgi.text
+        assert f"'{language}' is not supported" in tgi.json()["error"] and "en-us" in tgi.json()["error"]
+        for answer in (completion, chatted):
+            assert answer.status_code == 400, answer.text
+            assert answer.json()["error"]["param"] == "language" and "en-us" in answer.json()["error"]["message"]

@@ -163,6 +163,7 @@ def plan(
             date_order=body.date_order,
             pronunciations=body.pronunciations,
             pronunciations_alphabet=body.pronunciations_alphabet,
+            language=body.language,
         )
     except InvalidRequest as e:
         raise from_error(e, params) from None

@@ -106,6 +106,7 @@ PARAMS: Mapping[str, str] = MappingProxyType(
         "date_order": "date_order",
         "pronunciations": "pronunciations",
         "pronunciations_alphabet": "pronunciations_alphabet",
+        "language": "language",
         "alphabet": "alphabet",
         "stress": "stress",
         "details": "details",
