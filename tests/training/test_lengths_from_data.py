@@ -6,7 +6,7 @@ import re
 
 from attnserve.training.cli import train_main
 from attnserve.training.config import TrainConfig
-from attnserve.training.train import LENGTH_BUDGET, fit_lengths
+from attnserve.training.lengths import LENGTH_BUDGET, fit_lengths
 
 FAST = ["max_steps=2", "eval_every=2", "checkpoint_every=2", "eval_limit=8", "log_every=1", "threads=1", "train_limit=300"]
 
