@@ -18,6 +18,10 @@ its hash is verified by the bundle loader, so loading it does not check each ent
 an operator's file is checked line by line, and a bad line stops start-up with one line
 naming the file and the line number.
 
+For a word-level bundle, the table of service/text/pronounced.py (tables/pronounced.tsv: tech words, brands, names
+and loanwords) is served with the bundle's entries: its readings of a word first, the bundle's after them. An
+operator's file replaces both.
+
 Answers carry the target tokenizer's own ids, so a lexicon answer is a real token sequence.
 Evaluation never reads a lexicon: it scores the model alone.
 """
@@ -33,6 +37,7 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from attnserve.service.engine.bundle import LoadedBundle
+from attnserve.service.text.pronounced import served_first
 
 LEXICON_FILE = "lexicon.tsv.gz"  # the file name `attnserve-export` gives a bundle's lexicon
 
@@ -116,8 +121,10 @@ class Lexicon:
         overridden: int = 0,
         bundle_entries: Mapping[str, Sequence[str]] | None = None,
         one_word: bool = False,
+        operator_sources: frozenset[str] = frozenset(),
     ):
         self._entries = {source: tuple(targets) for source, targets in entries.items()}
+        self._operator = operator_sources  # the sources the operator's file gives (`from_operator`)
         # what `reloaded` starts again from: the bundle's entries before the operator's file, and how it reads sources
         self._bundle_entries = bundle_entries if bundle_entries is not None else {}
         self._one_word = one_word
@@ -151,6 +158,8 @@ class Lexicon:
         if bundle.lexicon_path is not None:
             for _, source, target in read_lexicon_file(bundle.lexicon_path):
                 entries.setdefault(source, []).append(target)
+            if bundle.word_level_source:
+                entries = served_first(entries, lambda target: _readable(tgt, target))
         overrides: dict[str, list[str]] = {}
         if override is not None:
             overrides = read_overrides(Path(override), src, tgt, one_word=bundle.word_level_source)
@@ -163,6 +172,7 @@ class Lexicon:
             overridden=len(overrides),
             bundle_entries=entries,
             one_word=bundle.word_level_source,
+            operator_sources=frozenset(overrides),
         )
 
     def reloaded(self) -> Lexicon:
@@ -180,6 +190,7 @@ class Lexicon:
             overridden=len(overrides),
             bundle_entries=self._bundle_entries,
             one_word=self._one_word,
+            operator_sources=frozenset(overrides),
         )
 
     def key(self, source: str) -> str:
@@ -199,6 +210,10 @@ class Lexicon:
     def _answer(self, target: str) -> LexiconAnswer:
         ids = self._tgt.encode(target, add_special_tokens=False).ids
         return LexiconAnswer(self._tgt.decode(ids, skip_special_tokens=True), tuple(ids))
+
+    def from_operator(self, source: str) -> bool:
+        """Whether the operator's file gives `source` its targets (so no rule of the reader fixes another reading)."""
+        return self.key(source) in self._operator
 
     def __contains__(self, source: object) -> bool:
         return isinstance(source, str) and self.key(source) in self._entries
@@ -249,6 +264,12 @@ def read_overrides(
         if target not in targets:
             targets.append(target)
     return out
+
+
+def _readable(tgt_tokenizer: Tokenizer, target: str) -> bool:
+    """Whether every token of `target` is in the target vocabulary."""
+    ids = tgt_tokenizer.encode(target, add_special_tokens=False).ids
+    return bool(ids) and tgt_tokenizer.token_to_id("<unk>") not in ids
 
 
 def _normalize(tok: Tokenizer, text: str) -> str:

@@ -52,6 +52,7 @@ from attnserve.service.text import rules
 from attnserve.service.text.forms import DATE_ORDERS, read_token
 from attnserve.service.text.normalize import Skipped, prepare
 from attnserve.service.text.options import DEFAULT_READING, ReadingOptions
+from attnserve.service.text.pronounced import cased_word, dotted_names, written_word
 from attnserve.service.text.rules import Currency
 from attnserve.service.text.spoken import PAUSE
 from attnserve.service.text.tokens import Token, tokenize
@@ -218,10 +219,14 @@ def _read_tokens(text: str, tokens: list[Token], known: Container[str] | None, s
     for i, t in enumerate(tokens):
         if t.kind in ("word", "dotted"):
             t.spoken = context_word(text, tokens, i)
+    dotted_names(tokens)
     caps = all_caps_sentences(tokens)
     for i, t in enumerate(tokens):
         if t.kind == "word" and t.spoken is None:
-            t.spoken = case_word(text[t.start : t.end], t.text, caps[i], known)
+            surface = text[t.start : t.end]
+            # a table's word as written ("crème"), then mixed case read in parts ("WebGPU"): service/text/pronounced.py
+            said = written_word(surface, t.text, known) or cased_word(t.text, known)
+            t.spoken = said or case_word(surface, t.text, caps[i], known)
 
 
 def _skip_reason(ch: str) -> str:

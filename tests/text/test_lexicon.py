@@ -16,6 +16,7 @@ from tokenizers import Tokenizer
 from attnserve.export.pipeline.lexicon import add_lexicon
 from attnserve.service.engine.bundle import BundleError, load_bundle, sha256_file, write_bundle_json
 from attnserve.service.text.lexicon import LEXICON_FILE, Lexicon, LexiconError
+from attnserve.service.text.pronounced import SERVED
 from attnserve.training.data import cmudict_path, parse_cmudict
 
 DEFAULT_BUNDLE = Path(__file__).resolve().parents[2] / "models" / "g2p-en"
@@ -37,11 +38,13 @@ def test_default_lexicon_answers_dictionary_words_with_cmudict_pronunciations(de
         assert tgt.token_to_id("<unk>") not in answer.ids and len(answer.ids) == len(answer.text.split())
 
 
-def test_default_lexicon_holds_all_of_cmudict(default_lexicon):
+def test_default_lexicon_holds_all_of_cmudict_and_the_pronounced_table(default_lexicon):
     cmudict = parse_cmudict(cmudict_path())
-    assert len(default_lexicon) == len(cmudict)
+    added = set(SERVED) - set(cmudict)  # tables/pronounced.tsv's words CMUdict lacks
+    assert added and len(default_lexicon) == len(cmudict) + len(added)
     info = default_lexicon.info()
-    assert info["targets"] == sum(len(p) for p in cmudict.values())
+    readings = {w: set(cmudict.get(w, ())) | set(SERVED.get(w, ())) for w in set(cmudict) | added}
+    assert info["targets"] == sum(len(r) for r in readings.values())
     assert info["bundle_file"] == LEXICON_FILE and info["override_file"] is None
     assert default_lexicon.lookup("qzxv") == [] and "qzxv" not in default_lexicon
 
@@ -99,7 +102,8 @@ def test_override_file_replaces_a_words_entries_and_adds_new_words(tmp_path):
     assert [a.text for a in lexicon.lookup("hello")] == ["HH EH1 L OW0", "HH AH1 L OW0"]  # file order, bundle's gone
     assert [a.text for a in lexicon.lookup("world")] == ["W ER1 L D"]  # untouched
     assert [a.text for a in lexicon.lookup("ATTNSERVE")] == ["AE1 T N S ER0 V"]
-    assert lexicon.info()["overridden_sources"] == 2 and len(lexicon) == 3
+    # the bundle's two words, the operator's new one, and tables/pronounced.tsv's words, served with a word-level lexicon
+    assert lexicon.info()["overridden_sources"] == 2 and len(lexicon) == 3 + len(SERVED)
 
 
 def test_override_alone_makes_a_lexicon_and_no_lexicon_is_none(tmp_path):
