@@ -59,6 +59,7 @@ FIELDS: Mapping[str, str] = {
     **{name: f"parameters.{name}" for name in OPTION_NAMES},
     "inputs": "inputs",
     "words_only": "parameters.details",
+    "sentences": "parameters.details",
     "targets": "targets",
     "parameters": "parameters",
 }

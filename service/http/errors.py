@@ -58,6 +58,7 @@ TGI_NAMES: Mapping[str, str] = {
     **{name: f"parameters.{name}" for name in OPTION_NAMES},
     "inputs": "inputs",
     "words_only": "parameters.details",  # `details: "words"`
+    "sentences": "parameters.details",  # `details: "sentences"`
     "parameters": "parameters",  # the options together
     "targets": "targets",  # POST /score's
 }

@@ -24,6 +24,7 @@ from attnserve.service.http.schemas import (
     ErrorResponse,
     GenerateResponse,
     PrefillToken,
+    SentenceDetails,
     TextWarning,
     Token,
     WordAlternative,
@@ -34,6 +35,7 @@ from attnserve.service.metrics import ServiceMetrics
 from attnserve.service.requests import units as text_units
 from attnserve.service.requests.frontend import AdmittedRequest
 from attnserve.service.requests.units import Answer, CaughtUp, StreamToken
+from attnserve.service.text.sentences import sentence_spans
 
 ERROR_RESPONSES = {
     code: {"model": ErrorResponse, "description": text}
@@ -180,8 +182,28 @@ def words_response(job: AdmittedRequest, text: str) -> GenerateResponse:
         source=bests[0].source if len(bests) == 1 else answer_source(bests),
         words=word_details(job, answered) if job.reader is not None else None,
         warnings=warnings(job),
+        sentences=sentence_details(job) if job.output.sentences and job.reader is not None else None,
     )
     return GenerateResponse(generated_text=text, details=details)
+
+
+def sentence_details(job: AdmittedRequest) -> list[SentenceDetails]:
+    """Running text's sentences (service/text/sentences.py): each one's span, its answer (its words' answers joined as
+    the whole answer joins them) and the range of its words; a word outside every sentence (a mark alone) is in none."""
+    texts = [job.best_text(u) for u in job.units]
+    out, k = [], 0
+    for start, end in sentence_spans(job.inputs)[0]:
+        while k < len(job.units) and job.units[k].word.start < start:
+            k += 1
+        first = k
+        while k < len(job.units) and job.units[k].word.start < end:
+            k += 1
+        if job.written is not None:  # espeak: a space before each word, none before a mark
+            text = "".join(job.written.joints[i] + texts[i] for i in range(first, k)).lstrip()
+        else:
+            text = job.reader.join(texts[first:k])
+        out.append(SentenceDetails(sentence=job.inputs[start:end], start=start, end=end, text=text, word_start=first, word_end=k))
+    return out
 
 
 def answer_source(bests: list[Answer]) -> str:

@@ -80,11 +80,13 @@ class GenerateParameters(BaseModel):
         max_length=MAX_STOP_SEQUENCES,
         description=f"Stop when the generated text ends with any of these (at most {MAX_STOP_SEQUENCES}).",
     )
-    details: bool | Literal["words"] | None = Field(
+    details: bool | Literal["words", "sentences"] | None = Field(
         False,
         description='Return finish reason, token ids, texts and log-probabilities. Extension: `"words"` returns the '
         "words of running text with their spans, answers and sources (`details.words`) without the per-token list, and "
-        "on a stream the event that completes a word carries `word`: its index and span.",
+        'on a stream the event that completes a word carries `word`: its index and span; `"sentences"` returns the '
+        "words and the sentences they make (`details.sentences`: each one's span, answer and words), one for each "
+        "utterance of a TTS voice.",
     )
     return_full_text: bool | None = Field(False, description="Prepend the input to the generated text.")
     truncate: int | None = Field(None, ge=1, description="Keep only the last `truncate` input tokens.")
@@ -250,6 +252,17 @@ class WordDetails(BaseModel):
     alternatives: list[WordAlternative] | None = Field(None, description="With best_of: its other answers, best first.")
 
 
+class SentenceDetails(BaseModel):
+    """One sentence of running text (`details: "sentences"`): its span, its answer, and its words."""
+
+    sentence: str = Field(..., description="The sentence as written: inputs[start:end].", examples=["It is 5 p.m."])
+    start: int
+    end: int
+    text: str = Field(..., description="Its answer: its words' answers joined as generated_text joins them.")
+    word_start: int = Field(..., description="Its words are details.words[word_start:word_end].")
+    word_end: int
+
+
 class TextWarning(BaseModel):
     """Characters of running text that were not read (an emoji, a letter of another script, a symbol nobody says), or a
     word read in parts (too long for the model, or its reading ended early)."""
@@ -283,6 +296,9 @@ class Details(BaseModel):
     )
     warnings: list[TextWarning] | None = Field(
         None, description="Extension, word-level bundles: characters of the input that were skipped, with offsets (null: none)."
+    )
+    sentences: list[SentenceDetails] | None = Field(
+        None, description='Extension, word-level bundles with `details: "sentences"`: the sentences of the input, in order.'
     )
 
 

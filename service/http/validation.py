@@ -189,7 +189,8 @@ def tgi_output(p: GenerateParameters) -> OutputOptions:
         alphabet=p.alphabet,
         stress=p.stress,
         details=None if p.details is None else bool(p.details),
-        words_only=p.details == "words",
+        words_only=p.details in ("words", "sentences"),
+        sentences=p.details == "sentences",
         decoder_input_details=p.decoder_input_details,
         return_full_text=p.return_full_text,
     )

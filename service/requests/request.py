@@ -33,6 +33,7 @@ class OutputOptions:
     stress: bool = True  # False: no stress digits (ARPAbet) or marks (IPA)
     details: bool = False  # the answer's tokens, finish reason, words...
     words_only: bool = False  # `details: "words"`: the words with their spans, no per-token list
+    sentences: bool = False  # `details: "sentences"`: the words, and the sentences they make (service/text/sentences.py)
     decoder_input_details: bool = False  # the decoder's input tokens (the model's own prefill: the model answers)
     return_full_text: bool = False  # the answer's text starts with the input
 

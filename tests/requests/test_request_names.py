@@ -98,7 +98,7 @@ def test_a_value_of_none_of_a_fields_types_shows_no_schema_internals():
     parameters = refusal(GenerateRequest, {"inputs": "cat", "parameters": []})
     assert parameters == "parameters: must be a JSON object", parameters
     details = refusal(GenerateRequest, {"inputs": "cat", "parameters": {"details": 5}})
-    assert details == "parameters.details: must be a boolean or 'words'", details
+    assert details == "parameters.details: must be a boolean or 'words' or 'sentences'", details
 
 
 def test_each_reading_default_is_resolved_in_one_place():

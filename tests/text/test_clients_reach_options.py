@@ -132,3 +132,24 @@ def test_a_language_other_than_en_us_is_refused_on_every_route(url):
         for answer in (completion, chatted):
             assert answer.status_code == 400, answer.text
             assert answer.json()["error"]["param"] == "language" and "en-us" in answer.json()["error"]["message"]
+
+
+def test_details_sentences_gives_each_sentence_its_span_answer_and_words(url):
+    text = "Dr. Smith arrived at 5 p.m. He paid $5. Really?"
+    body = {"inputs": text, "parameters": {"alphabet": "espeak", "details": "sentences"}}
+    answer = httpx.post(url + "/generate", json=body, timeout=60).json()
+    sentences, words = answer["details"]["sentences"], answer["details"]["words"]
+    assert [s["sentence"] for s in sentences] == ["Dr. Smith arrived at 5 p.m.", "He paid $5.", "Really?"]
+    assert all(text[s["start"] : s["end"]] == s["sentence"] for s in sentences)
+    assert [w["word"] for w in words[sentences[1]["word_start"] : sentences[1]["word_end"]]] == [
+        "he",
+        "paid",
+        "five",
+        "dollars",
+        ".",
+    ]
+    assert sentences[1]["text"] == "hiː pˈeɪd fˈaɪv dˈɑːlɚz." and sentences[2]["text"].endswith("?")
+    assert " ".join(s["text"] for s in sentences) == answer["generated_text"]  # the answer, cut at its sentences
+    assert sentences[-1]["word_end"] == len(words) and answer["details"]["tokens"] is None  # as "words": no token list
+    plain = httpx.post(url + "/generate", json={"inputs": text, "parameters": {"details": "words"}}, timeout=60).json()
+    assert plain["details"]["sentences"] is None

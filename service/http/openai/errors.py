@@ -111,6 +111,7 @@ PARAMS: Mapping[str, str] = MappingProxyType(
         "stress": "stress",
         "details": "details",
         "words_only": "details",
+        "sentences": "details",
         # OpenAI's own fields, checked against the server's limits by the request layer's `Limits`
         "n": "n",
         "stream_options": "stream_options",
