@@ -49,7 +49,8 @@ def transformers_answers(model, hf_tok, sources: list[str], max_new_tokens: int,
     with torch.no_grad():
         for text in sources:
             enc = hf_tok(text, return_tensors="pt")
-            seq = model.generate(**enc, num_beams=num_beams, do_sample=False, max_new_tokens=max_new_tokens)
+            # max_length, not max_new_tokens (the same limit: the decoder start counts), so no warning per call
+            seq = model.generate(**enc, num_beams=num_beams, do_sample=False, max_length=max_new_tokens + 1)
             out.append(transformers_answer(seq[0].tolist(), eos_ids))
     return out
 

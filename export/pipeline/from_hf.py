@@ -85,18 +85,43 @@ def check_folder(hf_dir: Path) -> tuple[dict, str]:
 def load_checkpoint(hf_dir: Path, family: str):
     """(model, tokenizer) through transformers; a weight whose shape does not match config.json is one BuildError line."""
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.set_verbosity_error()  # its load report and progress bars: the import logs its own steps
+    hf_logging.disable_progress_bar()
+    check_shapes(hf_dir)
     try:
         model = AutoModelForSeq2SeqLM.from_pretrained(hf_dir)
     except (RuntimeError, ValueError, OSError) as e:
-        first = next((line for line in str(e).splitlines() if "shape" in line or "size" in line), str(e).splitlines()[0])
-        raise BuildError(f"{hf_dir}: weights do not load as its config.json says: {first.strip()[:300]}") from None
-    hc = model.config
-    d, v = hc.d_model, hc.vocab_size
-    for name, tensor in (("encoder.embed_tokens", model.model.encoder.embed_tokens.weight), ("lm_head", model.lm_head.weight)):
-        if tensor.shape[1] != d or tensor.shape[0] < 1:
-            raise BuildError(f"{hf_dir}: {name} is {tuple(tensor.shape)}, config.json says d_model {d}, vocab {v}")
+        raise BuildError(
+            f"{hf_dir}: weights do not load as its config.json says: {str(e).strip().splitlines()[0][:300]}"
+        ) from None
     return model.eval(), AutoTokenizer.from_pretrained(hf_dir)
+
+
+def check_shapes(hf_dir: Path) -> None:
+    """BuildError naming the first weight whose shape differs from the one config.json gives it (the model is built
+    on the meta device: no memory for its weights)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForSeq2SeqLM
+
+    with torch.device("meta"):
+        expected = {
+            k: tuple(v.shape)
+            for k, v in AutoModelForSeq2SeqLM.from_config(AutoConfig.from_pretrained(hf_dir)).state_dict().items()
+        }
+    if (hf_dir / WEIGHT_FILES[0]).is_file():
+        from safetensors import safe_open
+
+        with safe_open(str(hf_dir / WEIGHT_FILES[0]), "pt") as f:
+            found = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    else:
+        state = torch.load(hf_dir / WEIGHT_FILES[1], map_location="meta", weights_only=True)
+        found = {k: tuple(v.shape) for k, v in state.items()}
+    for name, shape in found.items():
+        key = next((k for k in (name, name.removeprefix("model."), f"model.{name}") if k in expected), None)
+        if key is not None and expected[key] != shape:
+            raise BuildError(f"{hf_dir}: weight {name} has shape {list(shape)}, but config.json gives it {list(expected[key])}")
 
 
 def port_config(model, hf_tok, family: str) -> PortConfig:

@@ -54,6 +54,7 @@ from attnserve.service.engine.names import (
     present_names,
 )
 from attnserve.service.engine.options import DecodingOptions, InputError
+from attnserve.service.engine.processors import log_softmax
 from attnserve.service.engine.rows import Generation, new_generation
 from attnserve.service.engine.rules import GenerationRules, row_histories
 from attnserve.service.engine.runtime import (
@@ -186,6 +187,8 @@ class Engine:
         """What a bundle imported from a Hugging Face checkpoint adds (export/pipeline/from_hf.py): the ids its
         tokenizer puts around a source, unknown pieces kept as transformers keeps them, its generation rules on
         every step and transformers' beam search with its length penalty."""
+        # ids a streamed token reports as special besides the end token: the checkpoint's whole special set
+        self.marked_special = self.special_token_ids if "special_tokens" in meta else frozenset()
         template = meta.get("source_template") or {}
         self.source_prefix = [int(i) for i in template.get("prefix", [])]
         self.source_suffix = [int(i) for i in template.get("suffix", [])]
@@ -322,12 +325,14 @@ class Engine:
         if not len(batch):
             return []
         logits, next_tokens = self.run_step(batch)
-        if self.rules is not None:
+        normalised = self.rules is not None
+        if normalised:  # transformers' order: log-probabilities first, then the rules mask them (no renormalising)
             state = batch.state
             limits = np.array([r.generation.max_new_tokens if r is not None and r.generation else 0 for r in state.rows])
-            logits = self.rules.apply(logits, state.n_generated, limits, lambda: row_histories(state.rows, self.bos_id))
+            history = lambda: row_histories(state.rows, self.bos_id)  # noqa: E731 - read only by the rules that need it
+            logits = self.rules.apply(log_softmax(logits), state.n_generated, limits, history)
             next_tokens = None  # the in-graph argmax saw none of the rules
-        choice = choose_tokens(batch.state, logits, next_tokens, self.eos_id, self.decode_ids)
+        choice = choose_tokens(batch.state, logits, next_tokens, self.eos_id, self.decode_ids, normalised, self.marked_special)
         batch.follow(choice)
         return choice.results
 

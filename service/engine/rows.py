@@ -105,6 +105,7 @@ class Row:
     token_ids: list[int] = field(default_factory=list)  # generated, without bos/eos (beams keep theirs in the search)
     logprobs: list[float] = field(default_factory=list)  # raw, aligned with token_ids
     text: str = ""
+    held: bool = False  # a streamed text waits for a character's last byte (service/engine/step.py)
     finish_reason: str | None = None
     eos_logprob: float | None = None
     slot: int = -1  # its row in the batch arrays; -1 when not in a batch

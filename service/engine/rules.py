@@ -9,8 +9,9 @@ applies from a model's generation_config, applied here to every row of every ste
 
 The static bans are one [V] additive vector made once; the per-row ones are array writes over the rows they hit.
 Only the rules that need a row's history (n-grams, multi-token bad words) read it, as one [R, L] array.
-`apply` returns new logits: the step's token choice (service/engine/step.py) then runs on them as on any
-model's, so greedy, sampling and beam search all see the same rules.
+`apply` takes the step's log-probabilities and returns them masked, not renormalised, as transformers' processors
+leave them: the step's token choice (service/engine/step.py) takes them as they are, so greedy, sampling and beam
+search all see the same rules, and beams are scored as transformers scores them.
 """
 
 from __future__ import annotations
@@ -65,12 +66,12 @@ class GenerationRules:
         )
 
     def apply(self, logits: np.ndarray, n_generated: np.ndarray, limits: np.ndarray, history) -> np.ndarray:
-        """logits [R, V] -> new float32 logits [R, V] with the rules applied. n_generated [R]: tokens each row has
-        generated; limits [R]: the most it may; `history()`: [R, L] int64 of each row's ids so far, the start token
-        first (-1 pads shorter rows), called only when a rule reads it."""
-        x = np.array(logits, dtype=np.float32)
+        """logits [R, V] (the step's log-probabilities) -> a new float64 [R, V] with the rules applied.
+        n_generated [R]: tokens each row has generated; limits [R]: the most it may; `history()`: [R, L] int64 of
+        each row's ids so far, the start token first (-1 pads shorter rows), called only when a rule reads it."""
+        x = np.array(logits, dtype=np.float64)
         if self.static_ban is not None:
-            x += self.static_ban.astype(np.float32)
+            x += self.static_ban
         first = n_generated == 0
         if self.begin_ban is not None and first.any():
             x[np.ix_(np.flatnonzero(first), self.begin_ban)] = -np.inf

@@ -58,16 +58,27 @@ class PickedTokens:
     processed: np.ndarray | None  # [len(processed_rows), V] their processed logits
 
 
-def choose_tokens(state: RowState, logits: np.ndarray, next_tokens: np.ndarray | None, eos_id: int, decode) -> StepChoice:
+def choose_tokens(
+    state: RowState,
+    logits: np.ndarray,
+    next_tokens: np.ndarray | None,
+    eos_id: int,
+    decode,
+    normalised: bool = False,
+    special: frozenset[int] = frozenset(),
+) -> StepChoice:
     """One step's token choice for every row of a batch, and what follows from it.
 
     logits [B, V] (float32 or 64) from any decode loop; next_tokens [B]: an in-graph argmax, used
     for rows that need no processing (None: computed here). `decode`: ids -> text. Updates the
     rows, the searches and `state` (counts, and the gathers of beam rows); the caller applies
-    `reorder` to its cache, feeds `tokens`, and frees `leaving` from its cache and from `state`.
+    `reorder` to its cache, feeds `tokens`, and frees `leaving` from its cache and from `state`. `normalised`: the
+    logits are already log-probabilities that later rules masked (an imported checkpoint's, service/engine/rules.py),
+    taken as they are, not renormalised, as transformers' beam search scores them. `special`: ids besides the end
+    token that a streamed token reports as special (an imported checkpoint's special set: BART's forced `<s>`).
     """
-    picked = pick_tokens(state, logits, next_tokens, eos_id)
-    results, leaving, done, searches = advance_rows(state, picked, eos_id, decode)
+    picked = pick_tokens(state, logits, next_tokens, eos_id, normalised)
+    results, leaving, done, searches = advance_rows(state, picked, eos_id, decode, special)
     reorder = advance_searches(state, picked, searches, done, leaving, eos_id) if searches else None
     if done:
         report_finished(done, results, eos_id, decode)
@@ -75,14 +86,16 @@ def choose_tokens(state: RowState, logits: np.ndarray, next_tokens: np.ndarray |
     return StepChoice(picked.tokens, reorder, leaving, results)
 
 
-def pick_tokens(state: RowState, logits: np.ndarray, next_tokens: np.ndarray | None, eos_id: int) -> PickedTokens:
+def pick_tokens(
+    state: RowState, logits: np.ndarray, next_tokens: np.ndarray | None, eos_id: int, normalised: bool = False
+) -> PickedTokens:
     """Every row's token: the argmax (in-graph when given), kept from the end token before a greedy row's
     min_new_tokens, and for sampled or penalised rows the choice over their processed logits. Beam rows'
     tokens are replaced by their searches' (advance_searches)."""
     summary = state.summary
     # the in-graph argmax is the caller's to give (the engine's is a fresh array): corrected in place below
     tokens = np.asarray(next_tokens, dtype=np.int64) if next_tokens is not None else greedy_tokens(logits)
-    raw = log_softmax(logits) if summary.logprobs else None  # [B, V] the model's own log-probs
+    raw = (logits if normalised else log_softmax(logits)) if summary.logprobs else None  # [B, V] the model's log-probs
     token_list = tokens.tolist()
     if summary.min_new_until and eos_id in token_list:
         token_list = _hold_back_eos(state, logits, tokens, token_list, eos_id)
@@ -134,7 +147,7 @@ def _pick_processed(state: RowState, logits: np.ndarray, tokens: np.ndarray, row
 
 
 def advance_rows(
-    state: RowState, picked: PickedTokens, eos_id: int, decode
+    state: RowState, picked: PickedTokens, eos_id: int, decode, special: frozenset[int] = frozenset()
 ) -> tuple[list[StepResult], list[Row], list[Generation], list[Generation]]:
     """Append each picked token to its row (rows of a beam search are left to their search) and stop the rows
     that end: the end token, the length limit or a stop sequence. Returns (results, leaving, done, searches):
@@ -170,8 +183,12 @@ def advance_rows(
             row.finish_reason, row.eos_logprob = "eos_token", lp
             leaving.append(row)
             if streams:
+                rest = ""
+                if row.held:  # the text a byte-level token left inside a character goes out with the end
+                    full = decode(row.token_ids)
+                    rest, row.text, row.held = full[len(row.text) :], full, False
                 finish(gen, decode)
-                results.append(StepResult(gen, tok, "", lp, "eos_token", True, top))
+                results.append(StepResult(gen, tok, rest, lp, "eos_token", True, top))
             elif all(r.finish_reason is not None for r in gen.rows):
                 done.append(gen)
             continue
@@ -183,13 +200,19 @@ def advance_rows(
         if (streams and options.token_text) or options.stop:
             row.text = decode(token_ids)
         stop, reason = gen.stopping(len(token_ids), old, row.text)
+        if streams and not stop and row.text.endswith("\ufffd") and row.text != old:
+            # a byte-level token that ends inside a character: its text waits for the one that completes it, so the
+            # streamed texts concatenate to the answer's (the next decode turns that U+FFFD into the character)
+            row.text, row.held = old, True
+        else:
+            row.held = False
         if stop:
             row.finish_reason = reason
             leaving.append(row)
         if streams:
             if stop:
                 finish(gen, decode)
-            results.append(StepResult(gen, tok, row.text[len(old) :], lp, reason, False, top))
+            results.append(StepResult(gen, tok, row.text[len(old) :], lp, reason, tok in special, top))
         elif stop and all(r.finish_reason is not None for r in gen.rows):
             done.append(gen)
     return results, leaving, done, searches

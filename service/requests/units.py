@@ -67,9 +67,15 @@ def hypothesis_tokens(engine: Engine, h: Hypothesis) -> list[Token]:
     """A finished hypothesis' tokens: each token's text is the difference of successive decodes (so they
     concatenate to the text), the end token last with text ''."""
     out, prev = [], ""
+    last = len(h.token_ids) - 1
     for k, (tok, lp) in enumerate(zip(h.token_ids, h.logprobs or [None] * len(h.token_ids))):
         text = engine.decode_ids(h.token_ids[: k + 1])
-        out.append(Token(tok, text[len(prev) :], lp, False))
+        if text.endswith("\ufffd") and k < last:
+            # a byte-level token that ends inside a character: its text waits for the token that completes it, so the
+            # texts still concatenate to the answer's (a later decode turns that U+FFFD into the character)
+            out.append(Token(tok, "", lp, tok in engine.marked_special))
+            continue
+        out.append(Token(tok, text[len(prev) :], lp, tok in engine.marked_special))  # an imported model's <s>, say
         prev = text
     if h.finish_reason == "eos_token":
         out.append(Token(engine.eos_id, "", h.eos_logprob, True))

@@ -109,3 +109,79 @@ def build_marian(out: Path, seed: int = 0, d_model: int = 32, layers: int = 2, s
         pad_token_id=pad,
     ).save_pretrained(out)
     return out
+
+
+def _byte_level_bpe(out: Path, seed: int, vocab_size: int) -> Path:
+    """A byte-level BPE tokenizer.json as BART's (specials <s> <pad> </s> <unk> first, <mask> last), trained here."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<s>", "<pad>", "</s>", "<unk>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(sentences(400, seed), trainer)
+    tok.add_special_tokens(["<mask>"])
+    tok.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0), add_prefix_space=False)
+    path = out / "tokenizer.json"
+    tok.save(str(path))
+    return path
+
+
+def build_bart(out: Path, seed: int = 0, d_model: int = 32, layers: int = 2) -> Path:
+    """A BART (learned positions at offset 2, post-LN, layernorm_embedding, byte-level BPE in tokenizer.json alone)
+    with random weights and bart-large-cnn's kind of generation rules: decoder start </s>, forced <s> first,
+    no-repeat trigrams, length penalty 2, early stopping, a minimum length."""
+    import torch
+    from tokenizers import Tokenizer
+    from transformers import BartConfig, BartForConditionalGeneration, GenerationConfig
+
+    out.mkdir(parents=True, exist_ok=True)
+    vocab = Tokenizer.from_file(str(_byte_level_bpe(out, seed, 400))).get_vocab_size()
+    (out / "tokenizer_config.json").write_text(
+        json.dumps({"tokenizer_class": "BartTokenizer", "model_max_length": 64, "add_prefix_space": False})
+    )
+    config = BartConfig(
+        vocab_size=vocab,
+        d_model=d_model,
+        encoder_layers=layers,
+        decoder_layers=layers,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=2 * d_model,
+        decoder_ffn_dim=2 * d_model,
+        max_position_embeddings=64,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=2,
+        forced_bos_token_id=0,
+        forced_eos_token_id=2,
+    )
+    torch.manual_seed(seed)
+    model = BartForConditionalGeneration(config)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 0.25)
+        model.final_logits_bias.normal_(0.0, 0.5)
+    model.save_pretrained(out)
+    GenerationConfig(
+        bos_token_id=0,
+        decoder_start_token_id=2,
+        eos_token_id=2,
+        forced_bos_token_id=0,
+        forced_eos_token_id=2,
+        pad_token_id=1,
+        no_repeat_ngram_size=3,
+        length_penalty=2.0,
+        early_stopping=True,
+        num_beams=4,
+        min_length=4,
+        max_length=20,
+    ).save_pretrained(out)
+    return out

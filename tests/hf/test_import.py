@@ -1,0 +1,100 @@
+"""`attnserve-export from-hf` on checkpoints built here (random weights, tokenizers trained on the spot: SentencePiece
+for Marian, byte-level BPE in a lone tokenizer.json for BART), then each bundle served over HTTP on 127.0.0.1: its
+answers are transformers' `generate` on the same checkpoint, greedy, the checkpoint's own beam search, and
+/v1/completions' text."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytest.importorskip("transformers")
+pytest.importorskip("sentencepiece")
+
+sys.path.insert(0, str(Path(__file__).parent))
+from checkpoints import build_bart, build_marian, sentences  # noqa: E402
+from service_harness import serving  # noqa: E402
+
+from attnserve.export.cli import main as export_main  # noqa: E402
+
+pytestmark = pytest.mark.slow
+NEW_TOKENS = 12
+BUILDERS = {"marian": build_marian, "bart": build_bart}
+
+
+@pytest.fixture(scope="module", params=sorted(BUILDERS))
+def imported(request, tmp_path_factory):
+    """(family, checkpoint folder, bundle, transformers model, its tokenizer)."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    family = request.param
+    root = tmp_path_factory.mktemp(family)
+    hf_dir = BUILDERS[family](root / "hf")
+    bundle = root / "bundle"
+    assert export_main(["from-hf", str(hf_dir), "--out", str(bundle), "--parity-sources", "12", "--threads", "1"]) == 0
+    model = AutoModelForSeq2SeqLM.from_pretrained(hf_dir).eval()
+    return family, hf_dir, bundle, model, AutoTokenizer.from_pretrained(hf_dir)
+
+
+def generate(imported, text: str, **kwargs) -> list[int]:
+    """transformers' answer after the decoder start, its end token included."""
+    import torch
+
+    *_, model, tok = imported
+    with torch.no_grad():
+        out = model.generate(**tok(text, return_tensors="pt"), do_sample=False, max_length=NEW_TOKENS + 1, **kwargs)
+    return out[0].tolist()[1:]
+
+
+def test_bundle_records_the_family_its_rules_and_parity_with_transformers(imported):
+    family, _, bundle, model, tok = imported
+    meta = json.loads((bundle / "bundle.json").read_text())
+    assert meta["family"] == family and meta["parity"]["ok"]
+    figures = meta["parity"]["fp32"]
+    assert figures["tokenizer_equal"] == "12/12"
+    assert figures["greedy"]["equal"] == figures["greedy"]["of"] == 12
+    assert figures["beam4"]["equal"] >= 11
+    gen = model.generation_config
+    assert meta["special_ids"]["bos"] == gen.decoder_start_token_id
+    assert meta["generation"]["num_beams"] == 4 and meta["generation"]["max_length"] == gen.max_length
+    assert set(meta["special_tokens"]) == set(tok.all_special_ids)
+    template = meta["source_template"]
+    assert [*template["prefix"], *template["suffix"]] == [i for i in tok("a").input_ids if i in tok.all_special_ids]
+    if family == "marian":
+        assert meta["generation"]["bad_words_ids"] == [[meta["special_ids"]["pad"]]]
+    else:
+        assert meta["generation"]["no_repeat_ngram_size"] == 3 and meta["generation"]["forced_bos_token_id"] == 0
+    assert ("int8" in meta["variants"]) != ("int8" in meta.get("omitted_variants", {}))
+
+
+def test_served_greedy_beam_and_completions_equal_transformers(imported):
+    family, _, bundle, _, tok = imported
+    sources = sentences(10, seed=77)
+    with serving(bundle, variant="fp32") as server:
+        info = httpx.get(f"{server.url}/info").json()
+        assert info["family"] == family and info["variant"] == "fp32"
+        models = httpx.get(f"{server.url}/v1/models").json()["data"]
+        assert models[0]["family"] == family
+        for text in sources:
+            want = generate(imported, text, num_beams=1)
+            body = {"inputs": text, "parameters": {"details": True, "num_beams": 1, "max_new_tokens": NEW_TOKENS}}
+            r = httpx.post(f"{server.url}/generate", json=body, timeout=60)
+            assert r.status_code == 200, r.text
+            tokens = r.json()["details"]["tokens"]
+            assert [t["id"] for t in tokens] == want
+            assert all(t["special"] == (t["id"] in tok.all_special_ids) for t in tokens)
+            body = {"model": models[0]["id"], "prompt": text, "temperature": 0, "max_tokens": NEW_TOKENS}
+            r = httpx.post(f"{server.url}/v1/completions", json=body, timeout=60)
+            assert r.status_code == 200, r.text
+            assert r.json()["choices"][0]["text"] == tok.decode(want, skip_special_tokens=True)
+        # no num_beams: the checkpoint's own search (beam 4, its length penalty), as its generate runs by default
+        agree = 0
+        for text in sources:
+            body = {"inputs": text, "parameters": {"details": True, "max_new_tokens": NEW_TOKENS}}
+            r = httpx.post(f"{server.url}/generate", json=body, timeout=60)
+            agree += [t["id"] for t in r.json()["details"]["tokens"]] == generate(imported, text)
+        assert agree >= 9
