@@ -1,6 +1,8 @@
 """Serving (no torch here): seven layers, each importing only those below it (pyproject.toml's import-linter contracts).
 
-cli, client, demo_request   entry points: attnserve-serve, attnserve-generate, the in-process Generator, make demo's request
+cli, phonemizer, demo_request   entry points: attnserve-serve, attnserve-generate, the library (attnserve.phonemize),
+                   make demo's request
+client             the in-process Generator, which the library and attnserve-generate run on
 http/              the HTTP API: app, routes, wire schemas (TGI and OpenAI), status codes
 settings           the server's knobs (ATTNSERVE_*), with defaults read from the layers below
 requests/          the request layer every front end shares: validation, admission, answers, streams, scoring
