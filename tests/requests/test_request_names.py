@@ -154,3 +154,17 @@ def test_the_openai_param_of_a_value_of_none_of_a_fields_types_is_the_field():
         CompletionRequest.model_validate({"model": "m", "prompt": 42})
     err = validation_error(RequestValidationError(caught.value.errors()))
     assert err.param == "prompt" and err.message == "prompt: must be a string or a list"
+
+
+def test_the_openai_routes_build_no_tgi_bodies_and_the_date_orders_are_written_once():
+    """The OpenAI edge builds the request layer's requests, not TGI's parameters; date_order's choices and default
+    live in the reader's table (service/text/forms.py `DATE_ORDERS`), which every other place reads."""
+    openai = [p for p in (ROOT / "service" / "http" / "openai").glob("*.py") if "GenerateParameters" in p.read_text()]
+    assert openai == []
+    lines = [
+        f"{p.relative_to(ROOT)}: {line}"
+        for p in (ROOT / "service").rglob("*.py")
+        for line in p.read_text(encoding="utf-8").splitlines()
+        if "mdy" in line
+    ]
+    assert len(lines) <= 2, lines
