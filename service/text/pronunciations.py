@@ -26,6 +26,7 @@ entry as it was given and naming its first unknown symbol.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -37,6 +38,7 @@ from attnserve.service.text.phone_input import ALPHABETS, PhoneInputError, read_
 
 FIELD = "pronunciations"  # what an error names: the option (each front end says it in its own words)
 ALPHABET_FIELD = "pronunciations_alphabet"
+_RESPELLING = re.compile(r"[a-z ]+")  # ASCII letters and spaces alone, as a respelling is written
 MAX_ENTRIES = 1000  # per request: far more than a text has words to fix, few enough to check at once
 MAX_KEY_WORDS = 8  # words in one key: a name or a phrase, not a sentence
 
@@ -115,6 +117,10 @@ def check_pronunciations(entries: Mapping[str, str], tgt_tokenizer: Tokenizer, a
 
 def entry_ids(key: str, value: str, tgt_tokenizer: Tokenizer, alphabet: str | None) -> tuple[int, ...]:
     """One entry's target token ids; InvalidRequest quoting the entry as given and naming its first unknown symbol."""
+    if alphabet is None and _RESPELLING.fullmatch(value):
+        # plain small letters ("engine x") parse as IPA by accident: a respelling, or IPA that says nothing of stress
+        why = "plain small letters may be a respelling or IPA without stress, and are not guessed"
+        raise InvalidRequest(_bad(key, value, "none", why), field=FIELD)
     try:
         phones, read_as = read_phones(value, alphabet)
     except PhoneInputError as e:
@@ -135,7 +141,7 @@ def entry_ids(key: str, value: str, tgt_tokenizer: Tokenizer, alphabet: str | No
 
 def _bad(key: str, value: str, alphabet: str, why: str) -> str:
     """The message of a bad entry: the entry as given, the alphabet it was read as, what is wrong."""
-    named = {"arpabet": "ARPAbet", "ipa": "IPA", "espeak": "espeak-ng IPA"}[alphabet]
+    named = {"arpabet": "ARPAbet", "ipa": "IPA", "espeak": "espeak-ng IPA", "none": "no alphabet"}[alphabet]
     return (
         f"{key!r}: {value!r} read as {named}: {why}; write it in ARPAbet ('AH0 T EH1 N SH AH0 N') or IPA "
         "('əˈtɛnʃən', espeak-ng's 'ɐtˈɛnʃən'), or say which in parameters.pronunciations_alphabet"

@@ -159,3 +159,12 @@ def test_the_default_model_is_found_from_any_directory(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["HH AH0 L OW1 | W ER1 L D", "AH0 T EH1 N SH AH0 N"]
+
+
+def test_a_respelling_is_refused_not_read_as_ipa(phonemizer):
+    with pytest.raises(ValueError, match=r"'nginx': 'engine x' read as no alphabet: .*ARPAbet .*IPA .*pronunciations_alphabet"):
+        phonemizer.phonemize("Run nginx.", pronunciations={"nginx": "engine x"})
+    (arpabet,) = phonemizer.phonemize("Run nginx.", pronunciations={"nginx": "EH1 N JH AH0 N EH1 K S"})
+    assert "ɛndʒ" in arpabet.words[1].phonemes and arpabet.words[1].source == "lexicon"
+    (said,) = phonemizer.phonemize("A bit.", pronunciations={"bit": "bit"}, pronunciations_alphabet="ipa")
+    assert said.words[1].source == "lexicon"  # plain letters, said to be IPA, are read as IPA
