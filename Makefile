@@ -59,6 +59,7 @@ model: setup
 	$(BIN)/attnserve-export add-context models/g2p-en runs/context
 	$(BIN)/attnserve-export simplify-encoder models/g2p-en --fused-attention
 	$(BIN)/attnserve-export add-variant models/g2p-en fp16
+	$(BIN)/attnserve-export add-confidence models/g2p-en
 	$(BIN)/attnserve-eval models/g2p-en --split test --out models/g2p-en/eval_test.json --record
 	cp runs/g2p/curves.png models/g2p-en/curves-cycle1.png
 	cp runs/g2p-cycle2/curves.png models/g2p-en/curves.png

@@ -53,6 +53,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument("bundle", type=Path)
     c.add_argument("run", type=Path, help="the run of `attnserve-train context` (its context.json.gz)")
+    g = sub.add_parser(
+        "add-confidence",
+        help="choose the score below which a model answer is flagged `guessed` (on the dev split; graphs untouched)",
+    )
+    g.add_argument("bundle", type=Path)
+    g.add_argument("--share", type=float, default=0.10, help="share of the dev split's model answers to flag (default 0.10)")
+    g.add_argument("--limit", type=int, help="words of each split to score (default: all)")
     r = sub.add_parser(
         "requantize", help="rewrite a bundle's int8 graphs from its fp32 graphs and re-run the int8 gate (no run needed)"
     )
@@ -147,6 +154,13 @@ def _add_context(args) -> int:
     return 0
 
 
+def _add_confidence(args) -> int:
+    from attnserve.export.pipeline.confidence import add_confidence  # ONNX Runtime and the dictionary, no torch
+
+    add_confidence(args.bundle, args.share, args.limit, _log)
+    return 0
+
+
 def _requantize(args) -> int:
     from attnserve.export.pipeline.requantize import requantize  # onnx and ONNX Runtime, loaded by requantize alone
 
@@ -210,6 +224,7 @@ COMMANDS = {
     "add-lexicon": _add_lexicon,
     "add-variant": _add_variant,
     "add-context": _add_context,
+    "add-confidence": _add_confidence,
     "requantize": _requantize,
     "simplify-encoder": _simplify_encoder,
     "from-hf": _from_hf,

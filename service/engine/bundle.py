@@ -150,6 +150,13 @@ class LoadedBundle:
         return bounded_length(self.meta.get("length_bound"), self.max_target_len, source_len)
 
     @property
+    def guess_threshold(self) -> float | None:
+        """The score below which a model answer is a guess (bundle.json `confidence`, chosen on the dev split by
+        `attnserve-export add-confidence`); None: the bundle has none, and no answer is flagged."""
+        confidence = self.meta.get("confidence")
+        return float(confidence["threshold"]) if confidence else None
+
+    @property
     def n_layers(self) -> int:
         return int(self.config["n_decoder_layers"])
 

@@ -151,7 +151,7 @@ def generate_response(job: AdmittedRequest) -> GenerateResponse:
         source = answer_source(bests)
         others = None
     details = Details(
-        finish_reason=bests[-1].finish_reason,
+        finish_reason=finish_reason(bests),
         generated_tokens=sum(b.generated_tokens for b in bests),
         seed=job.seed,
         prefill=fed,
@@ -173,7 +173,7 @@ def words_response(job: AdmittedRequest, text: str) -> GenerateResponse:
     bests = [answers[0] for answers in answered]
     logprobs = [t.logprob for b in bests for t in b.tokens]
     details = Details(
-        finish_reason=bests[-1].finish_reason,
+        finish_reason=finish_reason(bests),
         generated_tokens=sum(b.generated_tokens for b in bests),
         seed=job.seed,
         prefill=prefill(job.engine, job.output.decoder_input_details),
@@ -206,6 +206,11 @@ def sentence_details(job: AdmittedRequest) -> list[SentenceDetails]:
     return out
 
 
+def finish_reason(bests: list[Answer]) -> str:
+    """Running text's `finish_reason`: its last word's; a text of no words (punctuation alone) ends at once."""
+    return bests[-1].finish_reason if bests else "eos_token"
+
+
 def answer_source(bests: list[Answer]) -> str:
     """Running text's `details.source`: `lexicon` only when every word's answer came from the lexicon (or a kept mark,
     or the context stage's choice among the lexicon's)."""
@@ -225,6 +230,7 @@ def word_details(job: AdmittedRequest, answered: list[list[Answer]]) -> list[Wor
                 text=best.text,
                 source=best.source,
                 score=best.score,
+                guessed=best.guessed,
                 candidates=[WordCandidate(text=t, score=p) for t, p in best.candidates] if best.candidates is not None else None,
                 finish_reason=best.finish_reason,
                 alternatives=[WordAlternative(text=a.text, source=a.source, score=a.score) for a in answers[1:]]

@@ -245,6 +245,12 @@ class WordDetails(BaseModel):
         "`parts`: a word too long for the model, or whose reading ended early, read in parts (named in `warnings`).",
     )
     score: float | None = Field(None, description="The model's mean log-probability; null for a lexicon answer.")
+    guessed: bool = Field(
+        False,
+        description="A model answer whose score is below the bundle's guess threshold (bundle.json `confidence`, "
+        "chosen to flag the worst 10% of its answers on held-out dictionary words): a likely wrong reading, for a "
+        "fallback or a check by hand. Always false for the lexicon's answers.",
+    )
     candidates: list[WordCandidate] | None = Field(
         None, description="For `context`: the pronunciations it chose among, most probable first, with their probabilities."
     )

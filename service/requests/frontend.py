@@ -452,7 +452,9 @@ class AdmittedRequest:
         scored = bool(best.logprobs) or best.eos_logprob is not None
         source = u.ticket.source if isinstance(u.ticket, PartsTicket) else "model"
         score = best.score if scored else None
-        model = [Answer(gen.text, tokens, u.finished.finish_reason, best.generated_tokens, score, source)]
+        threshold = self.engine.bundle.guess_threshold
+        guessed = source == "model" and score is not None and threshold is not None and score < threshold
+        model = [Answer(gen.text, tokens, u.finished.finish_reason, best.generated_tokens, score, source, guessed=guessed)]
         sampled = self.options.sampling  # a sampled candidate says which it was; beams do not
         model += [
             Answer(

@@ -98,6 +98,7 @@ class Answer:
     index: int | None = None  # which sampled candidate it was (best_of with sampling)
     seed: int | None = None
     candidates: list[tuple[str, float]] | None = None  # "context": the pronunciations it chose among, with probabilities
+    guessed: bool = False  # a model answer scored below the bundle's guess threshold (Bundle.guess_threshold)
 
     @property
     def token_ids(self) -> list[int]:
