@@ -125,7 +125,7 @@ def generate_response(job: AdmittedRequest) -> GenerateResponse:
     fed = prefill(job.engine, params.decoder_input_details)
     if len(job.units) == 1:
         answers, top = answered[0]
-        tokens, score, source = bests[0].tokens, bests[0].score, bests[0].source
+        tokens, score, source = bests[0].tokens, bests[0].score, answer_source(bests)
         others = [
             BestOfSequence(
                 generated_text=full + a.text,
@@ -179,7 +179,7 @@ def words_response(job: AdmittedRequest, text: str) -> GenerateResponse:
         prefill=prefill(job.engine, job.output.decoder_input_details),
         tokens=None,
         score=float(np.mean(logprobs)) if logprobs and None not in logprobs else None,
-        source=bests[0].source if len(bests) == 1 else answer_source(bests),
+        source=answer_source(bests),
         words=word_details(job, answered) if job.reader is not None else None,
         warnings=warnings(job),
         sentences=sentence_details(job) if job.output.sentences and job.reader is not None else None,
@@ -212,8 +212,10 @@ def finish_reason(bests: list[Answer]) -> str:
 
 
 def answer_source(bests: list[Answer]) -> str:
-    """Running text's `details.source`: `lexicon` only when every word's answer came from the lexicon (or a kept mark,
-    or the context stage's choice among the lexicon's)."""
+    """`details.source`: one word's own; running text's `lexicon` only when every word's answer came from the lexicon
+    (or a kept mark, or the context stage's choice among the lexicon's)."""
+    if len(bests) == 1 and bests[0].source != "punctuation":
+        return bests[0].source
     return "lexicon" if all(b.source in ("lexicon", "punctuation", "context") for b in bests) else "model"
 
 

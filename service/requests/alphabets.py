@@ -199,7 +199,7 @@ class EspeakText:
         written = False
         for k, u in enumerate(units):
             if u.word is not None and u.word.punctuation:
-                mark = self.marks[k] = espeak.mark_text(u.text)
+                mark = self.marks[k] = espeak.mark_text(inputs[u.word.start : u.word.end])  # a dash is '-' in u.text
                 self.joints.append("")
                 written = written or bool(mark)
                 continue

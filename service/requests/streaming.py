@@ -58,6 +58,9 @@ class StreamReader:
             self.k += 1
             if self.k == len(units):
                 self.ended = True
+                if not units:  # a text of no words (punctuation alone): its stream is the end token alone
+                    end = Token(self.job.engine.eos_id, "", None, True)
+                    out += [StreamToken(end, None, "eos_token", True), CAUGHT_UP]
                 break
             u = units[self.k]
             if u.ticket is None:

@@ -242,12 +242,12 @@ def unstressed(text: str) -> str:
     return text.replace(PRIMARY, "").replace(SECONDARY, "")
 
 
-def mark_text(mark: str) -> str:
-    """A kept mark of punctuation as Piper's phonemizer writes it: '.', ',', ';', ':', '!' or '?' (a run of one
-    mark once), a dash ';', an ellipsis '.'; brackets and hyphens ''."""
-    out = ""
-    for ch in mark:
-        text = MARKS.get(ch, "")
-        if text and not out.endswith(text):
-            out += text
-    return out
+def mark_text(written: str) -> str:
+    """A kept mark of punctuation, as written in the request, as Piper's phonemizer writes it: espeak-ng ends a clause
+    with one mark, so a run of marks is its first kept one ('?!' '?', '?...' '?', '...' '.'); '.', ',', ';', ':', '!'
+    or '?' as written, a dash ('—', '–') ';', an ellipsis '.'; brackets and hyphens ('-', '--') nothing."""
+    for ch in written:
+        text = MARKS.get(ch)
+        if text:
+            return text
+    return ""

@@ -11,7 +11,7 @@ service/text/words.py (words read by their neighbours and their case).
 - Characters (service/text/normalize.py): Latin letters transliterated (é -> e, ß -> ss, Æ -> AE),
   typographic apostrophes made plain; a character no rule reads (emoji, other scripts, stray symbols)
   is skipped and reported (`Skipped`, a warning in the answer's details) -- a text is refused only
-  when nothing in it can be read.
+  when it holds such characters and nothing that can be read; punctuation alone reads as no words.
 - Words: punctuation split off (`cat.` -> `cat`, `well-known` -> well known), an apostrophe inside a
   word kept (`don't`), case folded for lookup but read first: an all-capital word is spelt letter by
   letter when the dictionary does not know it and it has at most 5 letters (GPU), or when it is also a
@@ -118,7 +118,8 @@ def read_text(
     commas. `ids`: each word's source ids, set as the word is made (`TextReader.read`); None: words have none.
     `date_order`: how a date written in numbers is ordered (one of forms.DATE_ORDERS).
 
-    Raises TextError when `text` is longer than `max_chars`, has more than `max_words` words, or has none.
+    Raises TextError when `text` is longer than `max_chars`, has more than `max_words` words, or has none and
+    skipped characters (punctuation alone has no words and no error).
     Does not check that the model can read them: `TextReader.read` does.
     """
     if not isinstance(text, str):
@@ -168,9 +169,9 @@ def read_text(
                 "send the text in parts"
             )
     skipped = _merged(skipped)
-    if not n_words:
-        shown = f" (skipped: {', '.join(repr(s.text) for s in skipped[:5])})" if skipped else ""
-        raise TextError(f"input has no words to read{shown}")
+    if not n_words and skipped:
+        # punctuation alone ("--", "...": an LLM stream's chunk) reads as no words; what could not be read refuses it
+        raise TextError(f"input has no words to read (skipped: {', '.join(repr(s.text) for s in skipped[:5])})")
     return Reading(words, skipped)
 
 
@@ -327,14 +328,10 @@ class TextReader:
         source ids; `date_order` orders numeric dates.
 
         A word with a character the model cannot read is skipped too (the rules leave none for the default model's
-        alphabet). Raises TextError when no word is left."""
+        alphabet). Raises TextError when no word is left of a text that had some."""
         reading = read_text(text, self.max_chars, self.max_words, known, options.punctuation, self.ids, options.date_order)
         words, unk = reading.words, self.unk_id
         if all(w.source_ids and unk not in w.source_ids for w in words if not w.punctuation):  # the common case
-            if all(w.punctuation for w in words):
-                raise TextError(
-                    f"input contains no text this model can read: {_shown([], reading.skipped)}; remove or replace it"
-                )
             return reading
         kept, skipped, unreadable = [], list(reading.skipped), []
         for w in words:

@@ -163,6 +163,14 @@ def test_words_and_marks_are_joined_as_piper_joins_them(generator):
     assert read(generator, "(hello) world -- fine", punctuation=True) == "həlˈoʊ wˈɜːld fˈaɪn"  # as espeak-ng drops them
 
 
+def test_a_dash_is_a_pause_and_a_run_of_marks_is_one_mark_as_espeak_ng_writes_them(generator):
+    for text in ("It was late \u2014 very late.", "What?... Really.", "Hi?! There."):
+        marks = [c for c in read(generator, text) if c in ".,;:!?"]
+        assert marks == [c for c in espeak_ng(text) if c in ".,;:!?"], text
+    assert read(generator, "It was late \u2014 very late.").split()[2].endswith(";")  # docs/IPA.md: a dash is ';'
+    assert read(generator, "What?... Really.").count("?") == 1 and read(generator, "--") == ""
+
+
 def test_stress_false_keeps_length_marks(generator):
     assert read(generator, "the water", stress=False) == "ðə wɔːɾɚ"
 

@@ -196,7 +196,6 @@ def test_model_words_of_one_text_share_decoder_steps(url):
         ("1234567 " * 1000, "at most 10000 are read per request (max_words)"),  # 11 words each
         ("a" * 20001, "at most 20000 are read per request (max_text_chars)"),
         ("9" * 700 + ".5", "too large"),  # a digit string over 15 digits is read digit by digit; a decimal is not
-        ("!!!", "no words"),
     ],
 )
 def test_unreadable_text_is_a_422_naming_the_problem(url, inputs, fragment):

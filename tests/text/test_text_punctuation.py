@@ -4,6 +4,7 @@ keeps the answer as it was. A real uvicorn server on 127.0.0.1 serving the defau
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import httpx
@@ -60,9 +61,44 @@ def test_a_stream_with_punctuation_concatenates_to_the_answer(url):
     assert expected["generated_text"].endswith(" | !") and " | , | " in expected["generated_text"]
 
 
-def test_punctuation_alone_is_not_a_text(url):
-    r = httpx.post(url + "/generate", json={"inputs": "... !", "parameters": {"punctuation": True}}, timeout=30)
-    assert r.status_code == 422 and "no words" in r.json()["error"]
+@pytest.mark.parametrize("inputs", ["--", "...", "?!"])
+def test_punctuation_alone_answers_no_words_on_every_route(url, inputs):
+    """An LLM's stream sends such chunks: they are read, as no words, not refused."""
+    for parameters in ({}, {"punctuation": True}, {"alphabet": "espeak"}):
+        answer = generate(url, inputs, **parameters)
+        assert [w for w in answer["details"]["words"] if w["source"] != "punctuation"] == []
+        assert answer["details"]["warnings"] is None
+        kept = "".join(t["text"] for t in answer["details"]["tokens"])
+        assert kept == answer["generated_text"] and all(c in ".?!-;" for c in kept)
+        status, events = stream(url + "/generate_stream", {"inputs": inputs, "parameters": parameters})
+        assert status == 200 and events[-1]["generated_text"] == answer["generated_text"]
+    assert generate(url, inputs)["generated_text"] == ""
+    body = {"model": "g2p-en", "prompt": inputs}
+    r = httpx.post(url + "/v1/completions", json=body, timeout=30)
+    assert r.status_code == 200 and r.json()["choices"][0]["text"] == "", r.text
+    events = openai_stream(url + "/v1/completions", {**body, "stream": True})
+    assert "".join(c["text"] for e in events for c in e["choices"]) == ""
+    assert [c["finish_reason"] for e in events for c in e["choices"] if c["finish_reason"]] == ["stop"]
+    chat = {"model": "g2p-en", "messages": [{"role": "user", "content": inputs}]}
+    r = httpx.post(url + "/v1/chat/completions", json=chat, timeout=30)
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "", r.text
+    events = openai_stream(url + "/v1/chat/completions", {**chat, "stream": True})
+    assert "".join(c["delta"].get("content") or "" for e in events for c in e["choices"]) == ""
+    assert [c["finish_reason"] for e in events for c in e["choices"] if c["finish_reason"]] == ["stop"]
+
+
+def openai_stream(url: str, body: dict) -> list[dict]:
+    """An OpenAI route's streamed chunks, having checked the stream is a 200 that ends with data: [DONE]."""
+    with httpx.stream("POST", url, json=body, timeout=60) as r:
+        assert r.status_code == 200, r.read()
+        lines = [line for line in r.iter_lines() if line.startswith("data:")]
+    assert lines[-1] == "data: [DONE]"
+    return [json.loads(line[len("data:") :]) for line in lines[:-1]]
+
+
+def test_characters_that_cannot_be_read_and_nothing_else_are_still_refused(url):
+    r = httpx.post(url + "/generate", json={"inputs": "... \U0001f600 !", "parameters": {"punctuation": True}}, timeout=30)
+    assert r.status_code == 422 and "no words" in r.json()["error"] and "\U0001f600" in r.json()["error"]
 
 
 def test_the_openai_routes_take_punctuation_as_an_extra_body_field(url):
