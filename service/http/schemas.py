@@ -38,6 +38,10 @@ REQUEST_CONFIG = ConfigDict(extra="allow", strict=True, allow_inf_nan=False)
 
 
 DateOrder = Literal[DATE_ORDERS]  # the reader's table (service/text/forms.py), its first the default
+LANGUAGE_DESCRIPTION = (
+    "Extension: the language to read the text in; a word-level bundle reads en-us (also en, en_US), and refuses any "
+    "other (a 422 on the TGI routes, a 400 on the OpenAI routes). Null: the bundle's own."
+)
 DATE_ORDER_DESCRIPTION = (
     f"Extension, word-level bundles: the order of a date written in numbers (`{DATE_ORDERS[0]}` default: 12/25/2023 "
     f"december twenty fifth; {'; '.join(f'`{order}`' for order in DATE_ORDERS[1:])}); docs/TEXT.md."
@@ -154,11 +158,7 @@ class GenerateParameters(BaseModel):
     pronunciations_alphabet: Literal["arpabet", "ipa", "espeak"] | None = Field(
         None, description="Extension: how every value of `pronunciations` is written; null: each one's is detected."
     )
-    language: str | None = Field(
-        None,
-        description="Extension: the language to read the text in; a word-level bundle reads en-us (also en, en_US), and "
-        "refuses any other (a 422 on the TGI routes, a 400 on the OpenAI routes). Null: the bundle's own.",
-    )
+    language: str | None = Field(None, description=LANGUAGE_DESCRIPTION)
     context: bool | None = Field(
         None,
         description="Extension: false reads a heteronym as the lexicon's first entry, whatever its sentence (default: on "

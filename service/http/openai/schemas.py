@@ -16,7 +16,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from attnserve.service.http.openai.ranges import documented
-from attnserve.service.http.schemas import DATE_ORDER_DESCRIPTION, DateOrder, TextWarning, WordDetails
+from attnserve.service.http.schemas import (
+    DATE_ORDER_DESCRIPTION,
+    LANGUAGE_DESCRIPTION,
+    DateOrder,
+    TextWarning,
+    WordDetails,
+)
 
 MAX_STOP = 4  # OpenAI's limit on stop sequences
 
@@ -133,11 +139,7 @@ class SamplingFields(BaseModel):
     pronunciations_alphabet: Literal["arpabet", "ipa", "espeak"] | None = Field(
         None, description="Extension: how every value of `pronunciations` is written; null: each one's is detected."
     )
-    language: str | None = Field(
-        None,
-        description="Extension: the language to read the text in; a word-level bundle reads en-us (also en, en_US), and "
-        "refuses any other (a 422 on the TGI routes, a 400 on the OpenAI routes). Null: the bundle's own.",
-    )
+    language: str | None = Field(None, description=LANGUAGE_DESCRIPTION)
     details: bool | Literal["words"] | None = Field(
         None,
         description='Extension: true or "words" adds `words` to each choice (each word of running text with its span, '
