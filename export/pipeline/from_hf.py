@@ -23,6 +23,7 @@ from attnserve.export.checks.hf_parity import hf_parity, synthetic_sources, vari
 from attnserve.export.errors import BuildError
 from attnserve.export.graphs.format import OPSET, graph_io
 from attnserve.export.graphs.hf import HFSeq2Seq, PortConfig
+from attnserve.export.graphs.hf_t5 import T5Seq2Seq
 from attnserve.export.graphs.v1 import export_decoder, export_encoder
 from attnserve.export.graphs.variants import INT8_QUANTIZATION
 from attnserve.export.pipeline.build import elapsed_log, partial_dir
@@ -37,9 +38,11 @@ from attnserve.export.pipeline.hf_tokenizers import (
 from attnserve.export.pipeline.manifest import BUNDLE_JSON, TOKENIZERS, VARIANT_FILES, write_manifest
 from attnserve.service.engine.bundle import FORMAT_VERSION, load_bundle
 
-FAMILIES = {"marian": "translation", "bart": "summarization", "mbart": "translation"}
+FAMILIES = {"marian": "translation", "bart": "summarization", "mbart": "translation", "t5": "text2text"}
 TOKENIZER_FILES = {"marian": [MARIAN_FILES], "bart": [("tokenizer.json",), ("vocab.json", "merges.txt")]}
 TOKENIZER_FILES["mbart"] = [("tokenizer.json",), ("sentencepiece.bpe.model",)]
+TOKENIZER_FILES["t5"] = [("spiece.model",), ("tokenizer.json",)]
+T5_POSITIONS = 512  # relative positions set no limit; this bounds a source and an answer as T5's tokenizer does
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 GENERATION_FIELDS = (
     "decoder_start_token_id",
@@ -126,15 +129,22 @@ def check_shapes(hf_dir: Path) -> None:
 
 def port_config(model, hf_tok, family: str) -> PortConfig:
     hc, gc = model.config, model.generation_config
-    positions = int(hc.max_position_embeddings)
     eos = gc.eos_token_id if gc.eos_token_id is not None else hc.eos_token_id
+    if family == "t5":
+        positions = T5_POSITIONS
+        heads, enc_layers, dec_layers = int(hc.num_heads), int(hc.num_layers), int(hc.num_decoder_layers)
+        if hc.d_kv * heads != hc.d_model:
+            raise BuildError(f"T5 with num_heads x d_kv ({heads} x {hc.d_kv}) != d_model ({hc.d_model}) is not supported")
+    else:
+        positions = int(hc.max_position_embeddings)
+        heads, enc_layers, dec_layers = int(hc.decoder_attention_heads), int(hc.encoder_layers), int(hc.decoder_layers)
     return PortConfig(
         family=family,
         d_model=int(hc.d_model),
-        n_heads=int(hc.decoder_attention_heads),
-        n_encoder_layers=int(hc.encoder_layers),
-        n_decoder_layers=int(hc.decoder_layers),
-        src_vocab_size=int(model.model.encoder.embed_tokens.weight.shape[0]),
+        n_heads=heads,
+        n_encoder_layers=enc_layers,
+        n_decoder_layers=dec_layers,
+        src_vocab_size=int(model.get_encoder().embed_tokens.weight.shape[0]),
         tgt_vocab_size=int(model.lm_head.weight.shape[0]),
         max_source_len=positions,
         max_target_len=positions - 1,
@@ -212,7 +222,7 @@ def write_graphs_and_meta(hf_dir: Path, model, hf_tok, family: str, work: Path, 
     tgt_tok.save(str(work / TOKENIZERS["target"]))
     special = special_ids(hf_tok)
     log(f"[from-hf] graphs (opset {OPSET}): encoder and one-step decoder, fp32")
-    port = HFSeq2Seq(model, cfg)
+    port = T5Seq2Seq(model, cfg) if family == "t5" else HFSeq2Seq(model, cfg)
     export_encoder(port, work / VARIANT_FILES["fp32"]["encoder"])
     export_decoder(port, work / VARIANT_FILES["fp32"]["decoder"])
     generation = generation_rules(model)

@@ -185,3 +185,59 @@ def build_bart(out: Path, seed: int = 0, d_model: int = 32, layers: int = 2) -> 
         max_length=20,
     ).save_pretrained(out)
     return out
+
+
+def build_t5(out: Path, seed: int = 0, d_model: int = 32, layers: int = 2, v1_1: bool = True) -> Path:
+    """A T5 (relative position buckets, RMSNorm, no biases; v1.1/Flan: gated GELU and an untied head; v1.0: ReLU and
+    a tied head rescaled by d_model ** -0.5) with random weights and a SentencePiece spiece.model trained here (pad 0,
+    eos 1, unk 2, 100 sentinels added by T5's tokenizer)."""
+    import sentencepiece as spm
+    import torch
+    from transformers import GenerationConfig, T5Config, T5ForConditionalGeneration
+
+    out.mkdir(parents=True, exist_ok=True)
+    text = out / "train.txt"
+    text.write_text("\n".join(sentences(400, seed)) + "\n")
+    spm.SentencePieceTrainer.train(
+        input=str(text),
+        model_prefix=str(out / "spiece"),
+        vocab_size=120,
+        model_type="unigram",
+        character_coverage=1.0,
+        pad_id=0,
+        eos_id=1,
+        unk_id=2,
+        bos_id=-1,
+        minloglevel=2,
+        num_threads=1,
+    )
+    for f in ("spiece.vocab", "train.txt"):
+        (out / f).unlink()
+    (out / "tokenizer_config.json").write_text(
+        json.dumps({"tokenizer_class": "T5Tokenizer", "model_max_length": 64, "extra_ids": 100})
+    )
+    config = T5Config(
+        vocab_size=220,
+        d_model=d_model,
+        d_kv=d_model // 4,
+        d_ff=2 * d_model,
+        num_layers=layers,
+        num_decoder_layers=layers,
+        num_heads=4,
+        relative_attention_num_buckets=8,
+        relative_attention_max_distance=16,
+        feed_forward_proj="gated-gelu" if v1_1 else "relu",
+        tie_word_embeddings=not v1_1,
+        pad_token_id=0,
+        eos_token_id=1,
+        decoder_start_token_id=0,
+    )
+    torch.manual_seed(seed)
+    model = T5ForConditionalGeneration(config)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 0.5)
+    model.save_pretrained(out)
+    GenerationConfig(decoder_start_token_id=0, eos_token_id=1, pad_token_id=0, max_length=20).save_pretrained(out)
+    return out

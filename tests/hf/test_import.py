@@ -16,14 +16,19 @@ pytest.importorskip("transformers")
 pytest.importorskip("sentencepiece")
 
 sys.path.insert(0, str(Path(__file__).parent))
-from checkpoints import build_bart, build_marian, sentences  # noqa: E402
+from checkpoints import build_bart, build_marian, build_t5, sentences  # noqa: E402
 from service_harness import serving  # noqa: E402
 
 from attnserve.export.cli import main as export_main  # noqa: E402
 
 pytestmark = pytest.mark.slow
 NEW_TOKENS = 12
-BUILDERS = {"marian": build_marian, "bart": build_bart}
+BUILDERS = {
+    "marian": build_marian,
+    "bart": build_bart,
+    "t5": build_t5,  # v1.1 / Flan: gated GELU, untied head
+    "t5-v1.0": lambda out: build_t5(out, v1_1=False),  # ReLU, tied head rescaled
+}
 
 
 @pytest.fixture(scope="module", params=sorted(BUILDERS))
@@ -31,22 +36,23 @@ def imported(request, tmp_path_factory):
     """(family, checkpoint folder, bundle, transformers model, its tokenizer)."""
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-    family = request.param
-    root = tmp_path_factory.mktemp(family)
-    hf_dir = BUILDERS[family](root / "hf")
+    name = request.param
+    family = name.partition("-")[0]
+    root = tmp_path_factory.mktemp(name)
+    hf_dir = BUILDERS[name](root / "hf")
     bundle = root / "bundle"
     assert export_main(["from-hf", str(hf_dir), "--out", str(bundle), "--parity-sources", "12", "--threads", "1"]) == 0
     model = AutoModelForSeq2SeqLM.from_pretrained(hf_dir).eval()
     return family, hf_dir, bundle, model, AutoTokenizer.from_pretrained(hf_dir)
 
 
-def generate(imported, text: str, **kwargs) -> list[int]:
+def generate(imported, text: str, new_tokens: int = NEW_TOKENS, **kwargs) -> list[int]:
     """transformers' answer after the decoder start, its end token included."""
     import torch
 
     *_, model, tok = imported
     with torch.no_grad():
-        out = model.generate(**tok(text, return_tensors="pt"), do_sample=False, max_length=NEW_TOKENS + 1, **kwargs)
+        out = model.generate(**tok(text, return_tensors="pt"), do_sample=False, max_length=new_tokens + 1, **kwargs)
     return out[0].tolist()[1:]
 
 
@@ -60,15 +66,33 @@ def test_bundle_records_the_family_its_rules_and_parity_with_transformers(import
     assert figures["beam4"]["equal"] >= 11
     gen = model.generation_config
     assert meta["special_ids"]["bos"] == gen.decoder_start_token_id
-    assert meta["generation"]["num_beams"] == 4 and meta["generation"]["max_length"] == gen.max_length
+    assert meta["generation"]["num_beams"] == (gen.num_beams or 1) and meta["generation"]["max_length"] == gen.max_length
     assert set(meta["special_tokens"]) == set(tok.all_special_ids)
     template = meta["source_template"]
     assert [*template["prefix"], *template["suffix"]] == [i for i in tok("a").input_ids if i in tok.all_special_ids]
     if family == "marian":
         assert meta["generation"]["bad_words_ids"] == [[meta["special_ids"]["pad"]]]
-    else:
+    elif family == "bart":
         assert meta["generation"]["no_repeat_ngram_size"] == 3 and meta["generation"]["forced_bos_token_id"] == 0
+    else:  # T5's 100 sentinels are special
+        assert len(meta["special_tokens"]) == 103
     assert ("int8" in meta["variants"]) != ("int8" in meta.get("omitted_variants", {}))
+
+
+def test_continuous_batching_answers_as_transformers(imported):
+    """Rows that join a running batch (different past and source lengths in one step) answer as each alone."""
+    from attnserve.service.engine.bundle import load_bundle
+    from attnserve.service.engine.engine import Engine
+    from attnserve.service.engine.options import DecodingOptions
+
+    engine = Engine(load_bundle(imported[2]), variant="fp32", provider="cpu", threads=1)
+    sources = sentences(12, seed=5)
+    options = [DecodingOptions(max_new_tokens=NEW_TOKENS - (i % 5)) for i in range(len(sources))]
+    results = engine.generate(sources, options, batch_size=3, refill=True, sort=False)
+    for text, opts, r in zip(sources, options, results):
+        want = generate(imported, text, opts.max_new_tokens, num_beams=1)
+        got = [*r.token_ids, *([engine.eos_id] if r.finish_reason == "eos_token" else [])]
+        assert got == want
 
 
 def test_served_greedy_beam_and_completions_equal_transformers(imported):
