@@ -106,6 +106,7 @@ BRANDS = {r[0]: reading(r[1], r[0]) for r in table("brands.tsv")}  # mixed case,
 
 ROMAN_CARDINAL_AFTER = column("roman_cardinal_after.tsv")  # "World War II" two
 ROMAN_REGNAL_NAMES = column("roman_regnal_names.tsv")  # "Henry VIII" the eighth
+SENTENCE_OPENERS = column("sentence_openers.tsv")  # "Vitamin C. It": after a letter's stop, a sentence, not a surname
 ACCENTED_WORDS = {r[0]: r[1] for r in table("accented_words.tsv")}
 
 URL_SYMBOLS = {r[0]: tuple(r[1].split()) for r in table("url_symbols.tsv")}

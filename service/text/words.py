@@ -19,6 +19,7 @@ from attnserve.service.text.tokens import Token, next_token, plain, prev_token
 _ROMAN = re.compile(r"M{0,3}(?:CM|CD|D?C{0,3})(?:XC|XL|L?X{0,3})(?:IX|IV|V?I{0,3})")
 _ROMAN_VALUES = {"I": 1, "V": 5, "X": 10, "L": 50, "C": 100, "D": 500, "M": 1000}
 _SENTENCE_ENDS = {".", "!", "?"}
+_LIST_JOINS = {",", "and", "or", "&"}
 
 
 def _letters(word: str) -> str:
@@ -54,6 +55,9 @@ def context_word(text: str, tokens: list[Token], i: int) -> list[tuple[str, str 
         return [(word.lower(), rules.ACCENTED_WORDS[accented])]
     if word in rules.BRANDS:
         return list(rules.BRANDS[word])
+    if _initial(text, tokens, i):  # "Richard M. Stallman": the letter, its stop no sentence end
+        tokens[i + 1].used_stop = True
+        return [(word.lower(), rules.LETTERS[word.lower()])]
     if word == "A" and _letter_a(tokens, i):
         return [("a", rules.LETTERS["a"])]
     if _in_letter_run(text, tokens, i):  # "A M", "U S A", "C E Os": letters, as a spoken form spells them
@@ -71,9 +75,51 @@ def context_word(text: str, tokens: list[Token], i: int) -> list[tuple[str, str 
         return plain(abbreviation)
     if _ROMAN.fullmatch(word) and word.isupper():
         numeral = _roman(word, prev if prev is not None and _adjacent(prev, t, text) else None)
+        if numeral is None and _in_numeral_list(tokens, i):  # "parts I, II and III"
+            numeral = cardinal(_roman_value(word))
         if numeral is not None:
             return plain(numeral)
     return None
+
+
+def _initial(text: str, tokens: list[Token], i: int) -> bool:
+    """A capital letter and its full stop before a surname, after a given name or at a name's start: "Richard M.
+    Stallman", "J. K. Rowling", "C. S. Lewis"; not "Elizabeth I. She" (a regnal numeral), nor "Vitamin C. It" (a
+    sentence's first word of rules.SENTENCE_OPENERS after it)."""
+    word = tokens[i].text
+    if len(word) != 1 or not word.isupper() or i + 2 >= len(tokens):
+        return False
+    stop, after = tokens[i + 1], tokens[i + 2]
+    if stop.text != "." or stop.start != tokens[i].end or not _adjacent(stop, after, text):
+        return False
+    prev = prev_token(tokens, i)
+    if prev is not None and _is_name(prev) and prev.text.lower() in rules.ROMAN_REGNAL_NAMES and word in "IVX":
+        return False
+    if len(after.text) == 1 and after.text.isupper():  # "J. K. Rowling": the next initial decides
+        return _initial(text, tokens, i + 2)
+    return _is_name(after) and after.text.lower() not in rules.SENTENCE_OPENERS
+
+
+def _in_numeral_list(tokens: list[Token], i: int) -> bool:
+    """Whether `tokens[i]` is one of two or more Roman numerals joined by commas, "and" or "or", one of them of two
+    letters or more: "volumes I, II and III", "IV or V"."""
+    items = [i]
+    for step in (-1, 1):
+        j = i
+        while True:
+            k = j + step
+            while 0 <= k < len(tokens) and tokens[k].text.lower() in _LIST_JOINS:
+                k += step
+            if k == j + step or not 0 <= k < len(tokens) or not _is_numeral(tokens[k]):
+                break
+            items.append(k)
+            j = k
+    return len(items) >= 2 and any(len(tokens[k].text) >= 2 for k in items)
+
+
+def _is_numeral(t: Token) -> bool:
+    """A Roman numeral a list may hold: of I, V, X and L ("MIX and DC" are words)."""
+    return t.kind == "word" and set(t.text) <= set("IVXL") and _ROMAN.fullmatch(t.text) is not None
 
 
 def _abbreviation(text: str, tokens: list[Token], i: int) -> list[str] | None:
@@ -155,7 +201,7 @@ def _roman(numeral: str, prev: Token | None) -> list[str] | None:
         return None
     value = _roman_value(numeral)
     name = prev.text.lower()
-    if name in rules.ROMAN_REGNAL_NAMES and prev.text[0].isupper():
+    if name in rules.ROMAN_REGNAL_NAMES and prev.text[0].isupper() and value < 50:  # not "Richard M"
         return ["the", *spelled(num2words(value, lang="en", to="ordinal"))]
     if name in rules.ROMAN_CARDINAL_AFTER:
         return cardinal(value)

@@ -206,3 +206,17 @@ def test_only_a_character_pipeline_gets_character_ids():
 
     assert CharIds.of(build_tokenizer(["hello world"], "whitespace")) is None
     assert CharIds.of(build_tokenizer(["hello world"] * 10, "bpe", vocab_size=60)) is None
+
+
+def test_an_initial_is_a_letter_whose_stop_ends_no_sentence():
+    from attnserve.service.text.reader import read_text
+
+    def marks(text: str) -> list[str]:
+        return [w.text for w in read_text(text, punctuation=True).words if w.punctuation]
+
+    words = read_text("Richard M. Stallman and John D. Rockefeller.").words
+    assert [(w.text, w.pronunciation) for w in words][1:2] == [("m", "EH1 M")]
+    assert [w.text for w in words] == ["richard", "m", "stallman", "and", "john", "d", "rockefeller"]
+    assert marks("Richard M. Stallman and J. K. Rowling.") == ["."]  # only the sentence's own stop
+    assert marks("I took vitamin C. It helps.") == [".", "."]  # a sentence opens after the letter: its stop ends one
+    assert [w.text for w in read_text("Elizabeth I. She ruled.").words][:3] == ["elizabeth", "the", "first"]
