@@ -114,6 +114,7 @@ URL_SPELLED = {"http", "https", "ftp", "www"}  # parts of a URL that are spelt
 DOMAINS = {r[0]: len(r) > 1 for r in table("domains.tsv")}  # last part -> spelt ("wikipedia.org", "example.io")
 
 MONTHS = {r[0]: (r[1], int(r[2])) for r in table("months.tsv")}  # "sept" -> ("september", 9)
+MONTH_WORDS = {r[0] for r in table("months.tsv") if len(r) > 3 and "word" in r[3]}  # "may": a date only capitalised
 MONTH_NAMES = {number: name for name, number in MONTHS.values()}
 STATES = {r[0]: tuple(r[1].split()) for r in table("states.tsv")}  # "IL" illinois, before a ZIP code
 STREET_TYPES = column("street_types.tsv")  # "1428 Elm St." a house number

@@ -292,7 +292,7 @@ def _coded(t: Token, tokens: list[Token], i: int) -> Said:
 
 def _decade(t: Token, tokens: list[Token], i: int) -> Said:
     """`1990s` nineteen nineties, `1900s` nineteen hundreds, `2000s` two thousands, `2010s` twenty tens, `80s` eighties."""
-    text = t.match["decade"]
+    text = t.match["dnum"] or t.match["sdecade"]  # "1990s", "the 1990 s"
     if len(text) == 2:
         return _plural(cardinal(int(text)))
     century, tens = int(text[:2]), int(text[2:])

@@ -35,7 +35,8 @@ _ATTACHED_MAGNITUDE = _alternatives(  # "10k", "5bn"; "5m" is five meters
     k for k in rules.SHORT_MAGNITUDES if k not in rules.ATTACHED_UNITS and len(k) > 1 or k == "k"
 )
 _CODES = _alternatives(rules.CURRENCY_CODES)
-_MONTH = rf"(?=[A-Z])(?i:{_alternatives(rules.MONTHS)})\b\.?"  # "March", "Sept.", "FEB."; capitalised
+# "March", "Sept.", "FEB.", "june", "jul"; "may" and "march" only capitalised (in small letters they are words)
+_MONTH = rf"(?:(?=[A-Z])(?i:{_alternatives(rules.MONTHS)})|(?:{_alternatives(set(rules.MONTHS) - rules.MONTH_WORDS)}))\b\.?"
 _DOMAIN_END = _alternatives(rules.DOMAINS)  # lower-case only: "end.It" is two sentences, not a domain
 _STATES = _alternatives(rules.STATES)
 _URL_TAIL = r"[^\s<>\"]*[^\s<>\".,;:!?)'\]]"
@@ -80,7 +81,8 @@ TOKENS = re.compile(
     r"|(?P<range>(?<![\w.,-])(?P<low>[0-9]+)-(?P<high>[0-9]+)(?![\w-]|[.,][0-9]))"
     r"|(?P<dims>(?<![\w.])(?P<da1>[0-9]+(?:\.[0-9]+)?)\s?[x×]\s?(?P<da2>[0-9]+(?:\.[0-9]+)?)(?:\s?[x×]\s?(?P<da3>[0-9]+))?(?![\w.]))"
     rf"|(?P<mult>(?<![\w.])(?P<mnumber>{_NUMBER})x(?![\w]))"
-    r"|(?P<decade>(?:1[0-9]|2[0-9])?[1-9]0|[12][0-9]00)'?s(?![A-Za-z])"
+    r"|(?P<decade>(?P<dnum>(?:1[0-9]|2[0-9])?[1-9]0|[12][0-9]00)'?s(?![A-Za-z])"
+    r"|(?<=[Tt]he )(?P<sdecade>[12][0-9][0-9]0) s(?![\w']))"
     r"|(?P<ordinal>[0-9]+)(?:st|nd|rd|th)(?![A-Za-z])"
     rf"|(?P<stzip>(?<!\w)(?P<state>{_STATES}),?\s(?P<zip>[0-9]{{5}}(?:-[0-9]{{4}})?)(?![\w-]))"
     r"|(?P<postcode>(?<!\w)[A-Z]{1,2}[0-9][A-Z0-9]?\s[0-9][A-Z]{2}(?!\w))"
