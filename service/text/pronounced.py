@@ -100,10 +100,10 @@ def written_word(surface: str, word: str, known: Container[str] | None) -> list[
 def cased_word(word: str, known: Container[str] | None) -> list[tuple[str, str | None]] | None:
     """A word in mixed case with a part in capitals, read from its parts as one word (the module's docstring); None
     when the dictionary knows the word, a part has no reading, or no part is in capitals."""
-    if not isinstance(known, Dictionary) or word.lower() in known or _ACRONYM_PLURAL.fullmatch(word):
+    lowered = case_parts(word)  # first, as it is cheap: most capitalised words are no such word ("Hello")
+    if lowered is None or lowered[0] in NAME_PREFIXES or _ACRONYM_PLURAL.fullmatch(word):
         return None
-    lowered = case_parts(word)
-    if lowered is None or lowered[0] in NAME_PREFIXES:
+    if not isinstance(known, Dictionary) or word.lower() in known:
         return None
     parts, at = [], 0
     for p in lowered:
