@@ -83,7 +83,7 @@ from attnserve.service.requests.units import (
     top_tokens,
 )
 from attnserve.service.requests.validation import ValidRequest
-from attnserve.service.text.context import ContextChooser, rank_by_context
+from attnserve.service.text.context import context_chooser, rank_by_context
 from attnserve.service.text.lexicon import Lexicon
 from attnserve.service.text.options import DEFAULT_READING, ReadingOptions
 from attnserve.service.text.parts import InParts, split_word
@@ -128,8 +128,8 @@ class RequestLayer:
         self.lexicon = lexicon  # known answers before the model (service/text/lexicon.py); None: the model answers all
         # heteronyms chosen by their sentence among the lexicon's answers (service/text/context.py); None: the
         # bundle has no context component, or it is turned off (`ATTNSERVE_CONTEXT=false`)
-        path = engine.bundle.context_path
-        self.context = ContextChooser.load(path) if context and path is not None and lexicon is not None else None
+        path, listed = engine.bundle.context_path, (engine.bundle.meta.get("context") or {}).get("homographs")
+        self.context = context_chooser(path, listed) if context and path is not None and lexicon is not None else None
         self.max_input_tokens = max_input_tokens or engine.max_source_len
         src, tgt = engine.src_tokenizer, engine.tgt_tokenizer
         self.reader = word_reader(engine.bundle, src, tgt, max_chars, max_words)

@@ -14,6 +14,7 @@ import pytest
 from test_sentences import pieces, written_forms_text
 
 from attnserve.service.phonemizer import Phonemizer, Sentence, to_piper_ids
+from attnserve.service.text.context import DeferredChooser
 
 ROOT = Path(__file__).resolve().parents[2]
 PIPER_MAP = piper_phonemize.get_espeak_map()
@@ -168,3 +169,17 @@ def test_a_respelling_is_refused_not_read_as_ipa(phonemizer):
     assert "ɛndʒ" in arpabet.words[1].phonemes and arpabet.words[1].source == "lexicon"
     (said,) = phonemizer.phonemize("A bit.", pronunciations={"bit": "bit"}, pronunciations_alphabet="ipa")
     assert said.words[1].source == "lexicon"  # plain letters, said to be IPA, are read as IPA
+
+
+def test_the_context_component_is_read_on_the_first_heteronym_not_at_start_up():
+    with Phonemizer(threads=1) as p:
+        chooser = p.generator.requests.context
+        assert isinstance(chooser, DeferredChooser) and not chooser.read
+        assert chooser.info() == {"file": "context.json.gz", "homographs": 104}  # /info's, from bundle.json
+        p.phonemize("Hello world, how are you?")
+        assert not chooser.read
+        (past,) = p.phonemize("I read it yesterday.", alphabet="arpabet")
+        (future,) = p.phonemize("I will read it tomorrow.", alphabet="arpabet")
+        assert chooser.read
+    read = [w for s in (past, future) for w in s.words if w.text == "read"]
+    assert [(w.phonemes, w.source) for w in read] == [("R EH1 D", "context"), ("R IY1 D", "context")]
