@@ -258,8 +258,8 @@ def _dims(t: Token, tokens: list[Token], i: int) -> Said:
 # ---- electronic ------------------------------------------------------------------------------------------------
 def address(text: str, kind: str) -> tuple[Said, list[tuple[int, int]]]:
     """A URL, e-mail address, domain or file path: its words read (a part in URL_SPELLED, a part with no vowel, a
-    domain ending of rules.DOMAINS marked spelt: letter by letter), numbers of up to four digits as numbers and longer
-    ones digit by digit, its punctuation as in URL_SYMBOLS ("dot", "slash", "at"); and each word's span in `text`."""
+    domain ending of rules.DOMAINS marked spelt: letter by letter), digits one by one, its punctuation as in
+    URL_SYMBOLS ("dot", "slash", "at"); and each word's span in `text`."""
     out: Said = []
     spans: list[tuple[int, int]] = []
     pieces = list(_PIECES.finditer(text))
@@ -276,8 +276,8 @@ def address(text: str, kind: str) -> tuple[Said, list[tuple[int, int]]]:
                 words: Said = list(rules.WORD_ACRONYMS[p])
             else:
                 words = letters(p) if spelt else [lower]
-        elif p.isdigit():
-            words = cardinal(int(p)) if len(p) <= 4 and p[0] != "0" else digits(p)
+        elif p.isdigit():  # "bob123@x.org" bob one two three: a name's digits, not a quantity
+            words = digits(p)
         else:
             words = list(rules.URL_SYMBOLS.get(p, ()))
         out += words

@@ -335,8 +335,20 @@ READERS: dict[str, Callable[[Token, list[Token], int], Said | None]] = {
     "hash": _hash,
     "range": _range,
     "version": lambda t, tokens, i: [*rules.VERSION_WORD, *decimal_parts(t.match["vnum"])],
-    "dotnum": lambda t, tokens, i: decimal_parts(t.match["dotnum"]),
+    "dotnum": lambda t, tokens, i: ipv4(t.match["dotnum"]) or decimal_parts(t.match["dotnum"]),
 }
+
+
+def ipv4(text: str) -> list[str] | None:
+    """An IPv4 address, `10.0.0.255` ten dot zero dot zero dot two five five: each part of one or two digits a
+    number, of three digit by digit (as a code's digit runs); None when `text` is not four parts of 0-255."""
+    parts = text.split(".")
+    if len(parts) != 4 or any(int(p) > 255 or (len(p) > 1 and p[0] == "0") for p in parts):
+        return None
+    out: list[str] = []
+    for k, part in enumerate(parts):
+        out += (list(rules.URL_SYMBOLS["."]) if k else []) + (cardinal(int(part)) if len(part) <= 2 else digits(part))
+    return out
 
 
 def decimal_parts(text: str) -> list[str]:
