@@ -172,8 +172,8 @@ def _reduced(split: list[tuple[str, str]], i: int, text: str) -> str:
         return REDUCED_I  # re-: "receive" ɹᵻsˈiːv, "release" ɹᵻlˈiːs (but "redo" ɹiːdˈuː)
     if base == "AH" and i == 1 and (prev, nxt) == ("S", "L"):
         return REDUCED_I  # "select" sᵻlˈɛkt
-    if base == "AH" and prev == "Y":
-        return "ʊ" if nxt == "L" else "uː"  # "regular" ɹˈɛɡjʊlɚ, "argument" ˈɑːɹɡjuːmənt
+    if base == "AH" and prev == "Y" and nxt:
+        return "ʊ" if nxt == "L" else "uː"  # "regular" ɹˈɛɡjʊlɚ, "argument" ˈɑːɹɡjuːmənt; a word's end: "Kenya" kˈɛnjə
     if base == "AH" and nxt == "JH" and i == n - 2:
         return "ɪ"  # "message" mˈɛsɪdʒ
     return text

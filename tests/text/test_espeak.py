@@ -88,6 +88,7 @@ def test_every_cmudict_pronunciation_is_written_in_piper_symbols():
         ("HH AH0 L OW1", "həlˈoʊ"),
         ("EH1 F B IY1 AY1", "ˌɛfbˌiːˈaɪ"),  # FBI, spelt: one primary stress, the last
         ("IH2 N S T EH1 D", "ɪnstˈɛd"),  # no secondary stress right before the primary
+        ("K EH1 N Y AH0", "kˈɛnjə"),  # Kenya: a word's last Y AH0 is jə, not the juː of "argument"
     ],
 )
 def test_stress_goes_before_the_vowel_with_espeaks_vowels(arpabet, written):
