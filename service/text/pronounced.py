@@ -15,6 +15,8 @@ request), and gives way to an operator's lexicon file (ATTNSERVE_LEXICON) and to
   the capitals as an acronym (acronyms.tsv, else spelt), the other parts from the dictionary ("WebGPU" web G P U,
   "OpenAI" open A I, "parseHTML"). A word whose every part is a dictionary word and none in capitals is
   service/text/compounds.py's ("TensorFlow").
+- `possessive_word`: a word of the table with 's, which no dictionary lists ("nginx's", "Siobhan's"), read as the
+  word and the ending its last sound takes (IH0 Z after a sibilant, S after a voiceless sound, else Z).
 - `dotted_names`: a name of code written with dots, "os.path", "np.array", read with "dot" between its parts rather
   than as two sentences; a part with no vowel is spelt ("np", "plt").
 """
@@ -35,6 +37,8 @@ TABLE_FILE = "pronounced.tsv"
 MIN_LAST_LETTER_STEM = 4  # "DirectX", "SpaceX": a final capital alone is a letter after a word this long, not "isNaN"
 _VOWELS = set("aeiouy")
 _ACRONYM_PLURAL = re.compile(r"[A-Z]{2,}s")  # "GPUs", "CEOs": the acronym rules' (service/text/words.py)
+_SIBILANTS = {"S", "Z", "SH", "ZH", "CH", "JH"}  # 's after them is IH0 Z ("nginx's"), after a vowel Z ("Goethe's")
+_VOICELESS = {"P", "T", "K", "F", "TH"}
 
 
 @runtime_checkable
@@ -134,6 +138,20 @@ def _acronym(part: str, known: Dictionary) -> str | None:
     if len(part) <= rules.MAX_SPELLED_LETTERS:
         return " ".join(rules.LETTERS[c] for c in part.lower())
     return _first(known, part.lower())
+
+
+def possessive_word(word: str, known: Container[str] | None) -> list[tuple[str, str | None]] | None:
+    """A word of the table with 's that the dictionary lacks, read from the word's reading (an operator's, where
+    the operator's file names it) and the ending its last sound takes; None for any other word."""
+    stem = word[:-2].lower()
+    if not word.lower().endswith("'s") or stem not in SERVED or not isinstance(known, Dictionary) or word in known:
+        return None
+    reading = _first(known, stem)
+    if reading is None:
+        return None
+    last = reading.split()[-1]
+    ending = "IH0 Z" if last in _SIBILANTS else "S" if last in _VOICELESS else "Z"
+    return [(word.lower(), f"{reading} {ending}")]
 
 
 def dotted_names(tokens: list[Token]) -> None:

@@ -52,7 +52,7 @@ from attnserve.service.text import rules
 from attnserve.service.text.forms import DATE_ORDERS, read_token
 from attnserve.service.text.normalize import Skipped, prepare
 from attnserve.service.text.options import DEFAULT_READING, ReadingOptions
-from attnserve.service.text.pronounced import cased_word, dotted_names, written_word
+from attnserve.service.text.pronounced import cased_word, dotted_names, possessive_word, written_word
 from attnserve.service.text.rules import Currency
 from attnserve.service.text.spoken import PAUSE
 from attnserve.service.text.tokens import Token, tokenize
@@ -141,7 +141,7 @@ def read_text(
     words: list[Word] = []
     n_words = 0
     for t in tokens:
-        if punctuation and t.kind == "other" and _is_pause(text, t):
+        if punctuation and t.kind == "other" and not t.spoken and _is_pause(text, t):  # "9 am - 5 pm": a word, "to"
             if words and words[-1].punctuation and t.start <= words[-1].end:  # "?!", "...", "…": one mark
                 last = words[-1]
                 words[-1] = Word(last.text + t.text, last.start, max(last.end, t.end), punctuation=True)
@@ -226,7 +226,7 @@ def _read_tokens(text: str, tokens: list[Token], known: Container[str] | None, s
         if t.kind == "word" and t.spoken is None:
             surface = text[t.start : t.end]
             # a table's word as written ("crème"), then mixed case read in parts ("WebGPU"): service/text/pronounced.py
-            said = written_word(surface, t.text, known) or cased_word(t.text, known)
+            said = written_word(surface, t.text, known) or cased_word(t.text, known) or possessive_word(t.text, known)
             t.spoken = said or case_word(surface, t.text, caps[i], known)
 
 

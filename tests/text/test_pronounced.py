@@ -78,6 +78,13 @@ def test_an_operators_lexicon_and_a_requests_pronunciations_win_over_the_table(g
         assert said(own, "nginx") == [(SERVED["nginx"][0], "lexicon")]  # what the file does not name is the table's
 
 
+def test_a_table_words_possessive_is_the_word_and_the_ending_its_last_sound_takes(gen):
+    assert "nginx's" not in gen.requests.lexicon
+    assert said(gen, "nginx's config")[0] == (SERVED["nginx"][0] + " IH0 Z", "lexicon")  # after K S
+    assert said(gen, "Goethe's") == [(SERVED["goethe"][0] + " Z", "lexicon")]  # after a vowel
+    assert said(gen, "Siobhan's") == [("SH AH0 V AO1 N Z", "lexicon")]
+
+
 @pytest.mark.parametrize(
     "word, reading",
     [
