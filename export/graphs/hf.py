@@ -75,7 +75,7 @@ class HFSeq2Seq(nn.Module):
         hc = hf_model.config
         self.encoder = hf_model.model.encoder
         self.decoder = hf_model.model.decoder
-        self.pre_norm = bool(getattr(hc, "normalize_before", False))  # mBART
+        self.pre_norm = cfg.family == "mbart" or bool(getattr(hc, "normalize_before", False))  # mBART's are pre-LN always
         self.learned_positions = cfg.family != "marian"
         self.n_heads = cfg.n_heads
 

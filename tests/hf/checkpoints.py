@@ -132,20 +132,27 @@ def _byte_level_bpe(out: Path, seed: int, vocab_size: int) -> Path:
     return path
 
 
-def build_bart(out: Path, seed: int = 0, d_model: int = 32, layers: int = 2) -> Path:
+def build_bart(out: Path, seed: int = 0, d_model: int = 32, layers: int = 2, mbart: bool = False) -> Path:
     """A BART (learned positions at offset 2, post-LN, layernorm_embedding, byte-level BPE in tokenizer.json alone)
     with random weights and bart-large-cnn's kind of generation rules: decoder start </s>, forced <s> first,
-    no-repeat trigrams, length penalty 2, early stopping, a minimum length."""
+    no-repeat trigrams, length penalty 2, early stopping, a minimum length. `mbart`: mBART's layers instead (pre-LN,
+    a final LayerNorm per stack, the embeddings scaled), with the same tokenizer file."""
     import torch
     from tokenizers import Tokenizer
-    from transformers import BartConfig, BartForConditionalGeneration, GenerationConfig
+    from transformers import (
+        BartConfig,
+        BartForConditionalGeneration,
+        GenerationConfig,
+        MBartConfig,
+        MBartForConditionalGeneration,
+    )
 
     out.mkdir(parents=True, exist_ok=True)
     vocab = Tokenizer.from_file(str(_byte_level_bpe(out, seed, 400))).get_vocab_size()
     (out / "tokenizer_config.json").write_text(
         json.dumps({"tokenizer_class": "BartTokenizer", "model_max_length": 64, "add_prefix_space": False})
     )
-    config = BartConfig(
+    config = (MBartConfig if mbart else BartConfig)(
         vocab_size=vocab,
         d_model=d_model,
         encoder_layers=layers,
@@ -161,9 +168,10 @@ def build_bart(out: Path, seed: int = 0, d_model: int = 32, layers: int = 2) -> 
         decoder_start_token_id=2,
         forced_bos_token_id=0,
         forced_eos_token_id=2,
+        scale_embedding=mbart,
     )
     torch.manual_seed(seed)
-    model = BartForConditionalGeneration(config)
+    model = (MBartForConditionalGeneration if mbart else BartForConditionalGeneration)(config)
     with torch.no_grad():
         for p in model.parameters():
             if p.dim() > 1:

@@ -26,6 +26,7 @@ NEW_TOKENS = 12
 BUILDERS = {
     "marian": build_marian,
     "bart": build_bart,
+    "mbart": lambda out: build_bart(out, mbart=True),  # pre-LN, final LayerNorms, scaled embeddings
     "t5": build_t5,  # v1.1 / Flan: gated GELU, untied head
     "t5-v1.0": lambda out: build_t5(out, v1_1=False),  # ReLU, tied head rescaled
 }
@@ -72,7 +73,7 @@ def test_bundle_records_the_family_its_rules_and_parity_with_transformers(import
     assert [*template["prefix"], *template["suffix"]] == [i for i in tok("a").input_ids if i in tok.all_special_ids]
     if family == "marian":
         assert meta["generation"]["bad_words_ids"] == [[meta["special_ids"]["pad"]]]
-    elif family == "bart":
+    elif family in ("bart", "mbart"):
         assert meta["generation"]["no_repeat_ngram_size"] == 3 and meta["generation"]["forced_bos_token_id"] == 0
     else:  # T5's 100 sentinels are special
         assert len(meta["special_tokens"]) == 103
