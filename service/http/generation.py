@@ -74,7 +74,7 @@ from attnserve.service.http.responses import (
     timing_headers,
 )
 from attnserve.service.http.routes import explain, score
-from attnserve.service.http.schemas import CompatGenerateRequest, GenerateRequest, GenerateResponse
+from attnserve.service.http.schemas import TASK_KEYS, CompatGenerateRequest, CompatResponse, GenerateRequest, GenerateResponse
 from attnserve.service.http.state import Service
 from attnserve.service.http.validation import ignored_headers
 from attnserve.service.requests.frontend import AdmittedRequest
@@ -193,7 +193,10 @@ async def generate_once(svc: Service, request: Request, body: GenerateRequest, r
     svc.metrics.request_done(route, "success")
     svc.metrics.request_duration.observe(time.perf_counter() - job.t_arrival)
     headers = timing_headers(job.timings(), job.n_tokens()) | ignored_headers(body)
-    return json_response([answer] if as_list else answer, headers)
+    if not as_list:
+        return json_response(answer, headers)
+    task_key = TASK_KEYS.get(svc.engine.bundle.meta.get("task", ""))
+    return json_response([CompatResponse(**vars(answer), **({task_key: answer.generated_text} if task_key else {}))], headers)
 
 
 # ---- OpenAI's routes ------------------------------------------------------------------------------
@@ -302,7 +305,7 @@ TGI_ROUTES = [
         CompatGenerateRequest,
         tgi,
         False,
-        response_model=list[GenerateResponse],
+        response_model=list[CompatResponse],
         responses={
             **ERROR_RESPONSES,
             200: {

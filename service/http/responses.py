@@ -19,6 +19,7 @@ from attnserve.service.engine.engine import Engine
 from attnserve.service.engine.scheduler import Failed
 from attnserve.service.http import errors
 from attnserve.service.http.schemas import (
+    TASK_KEYS,
     BestOfSequence,
     Details,
     ErrorResponse,
@@ -277,8 +278,12 @@ class JSONBytesResponse(Response):
 
 
 def json_response(answer: GenerateResponse | list[GenerateResponse], headers: dict[str, str]) -> JSONBytesResponse:
-    if isinstance(answer, list):
-        body = "[" + ",".join(a.model_dump_json() for a in answer) + "]"
+    if isinstance(answer, list):  # `/`: a task key only where the bundle's task has one (CompatResponse)
+        body = (
+            "["
+            + ",".join(a.model_dump_json(exclude={k for k in TASK_KEYS.values() if getattr(a, k, 0) is None}) for a in answer)
+            + "]"
+        )
     else:
         body = answer.model_dump_json()
     return JSONBytesResponse(body, headers=headers)

@@ -313,6 +313,18 @@ class GenerateResponse(BaseModel):
     details: Details | None = Field(None, description="Present when `parameters.details` is true.")
 
 
+class CompatResponse(GenerateResponse):
+    """TGI's `/` answer, with the key of the Hugging Face task an imported checkpoint does (its bundle.json `task`),
+    so that huggingface_hub's `InferenceClient.translation` and `.summarization` read their answer."""
+
+    translation_text: str | None = Field(None, description="A translation model's answer: `generated_text` again.")
+    summary_text: str | None = Field(None, description="A summarization model's answer: `generated_text` again.")
+
+
+# bundle.json `task` -> the key huggingface_hub's task clients read on `/`
+TASK_KEYS = {"translation": "translation_text", "summarization": "summary_text"}
+
+
 class StreamDetails(BaseModel):
     finish_reason: FinishReason
     generated_tokens: int
