@@ -141,7 +141,7 @@ def read_text(
     words: list[Word] = []
     n_words = 0
     for t in tokens:
-        if punctuation and t.kind == "other" and _is_pause(text, t):
+        if punctuation and t.kind == "other" and not t.spoken and _is_pause(text, t):  # "9 am - 5 pm": a word, "to"
             if words and words[-1].punctuation and t.start <= words[-1].end:  # "?!", "...", "…": one mark
                 last = words[-1]
                 words[-1] = Word(last.text + t.text, last.start, max(last.end, t.end), punctuation=True)

@@ -118,6 +118,8 @@ MONTH_WORDS = {r[0] for r in table("months.tsv") if len(r) > 3 and "word" in r[3
 MONTH_NAMES = {number: name for name, number in MONTHS.values()}
 STATES = {r[0]: tuple(r[1].split()) for r in table("states.tsv")}  # "IL" illinois, before a ZIP code
 STREET_TYPES = column("street_types.tsv")  # "1428 Elm St." a house number
+STATE_WORDS = {r[0] for r in table("states.tsv") if len(r) > 2 and "word" in r[2]}  # "OK": a state only in a sentence
+COMPASS_POINTS = {r[0]: tuple(r[1].split()) for r in table("compass_points.tsv")}  # "Ave NW" northwest
 DIGIT_WORDS = column("digit_words.tsv")  # "PIN 0042", "flight 870": digit by digit
 DIGIT_NUMBERS = column("digit_numbers.tsv")  # "911" nine one one
 

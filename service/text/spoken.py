@@ -94,12 +94,19 @@ def decimal(text: str) -> list[str]:
 def _other(t: Token, tokens: list[Token], i: int) -> Said | None:
     ch = t.text
     prev, following = prev_token(tokens, i), next_token(tokens, i)
-    if ch == "-" and _between_numbers(t, prev, following):
-        return list(rules.RANGE_WORD)  # "$10-$20", "2pm-5pm"
+    if ch == "-" and (_between_numbers(t, prev, following) or _between_times(prev, following)):
+        return list(rules.RANGE_WORD)  # "$10-$20", "2pm-5pm", "9 am - 5 pm"
     if ch in "<>" and any(n is not None and n.kind in ("url", "email", "domain") for n in (prev, following)):
         if (prev is not None and prev.end == t.start) or (following is not None and following.start == t.end):
             return []  # "<https://example.org>": the brackets only mark the address
     return list(rules.SYMBOL_WORDS[ch]) if ch in rules.SYMBOL_WORDS else None
+
+
+def _between_times(prev: Token | None, following: Token | None) -> bool:
+    """A hyphen, spaced or not, after a time or its am/pm and before another time: "9 am - 5 pm", "9:00 - 17:00"."""
+    if prev is None or following is None or following.kind not in ("time", "number"):
+        return False
+    return prev.kind == "time" or prev.text.lower() in rules.TIME_SUFFIXES
 
 
 def _between_numbers(t: Token, prev: Token | None, following: Token | None) -> bool:
@@ -323,7 +330,7 @@ def _range(t: Token, tokens: list[Token], i: int) -> Said:
 
 READERS: dict[str, Callable[[Token, list[Token], int], Said | None]] = {
     "other": _other,
-    "ordinal": lambda t, tokens, i: ordinal(int(t.match["ordinal"])),
+    "ordinal": lambda t, tokens, i: ordinal(int(t.match["ordinal"].replace(",", ""))),  # "2,000th"
     "decade": _decade,
     "currency": _currency,
     "coded": _coded,

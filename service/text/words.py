@@ -13,7 +13,7 @@ from collections.abc import Container
 from num2words import num2words
 
 from attnserve.service.text import rules
-from attnserve.service.text.spoken import NUMERIC, cardinal, spelled
+from attnserve.service.text.spoken import NUMERIC, cardinal, house_number_follows, spelled
 from attnserve.service.text.tokens import Token, next_token, plain, prev_token
 
 _ROMAN = re.compile(r"M{0,3}(?:CM|CD|D?C{0,3})(?:XC|XL|L?X{0,3})(?:IX|IV|V?I{0,3})")
@@ -70,6 +70,9 @@ def context_word(text: str, tokens: list[Token], i: int) -> list[tuple[str, str 
         return list(rules.reading(rules.UNITS[word][prev.text != "1"]))
     if word in rules.ALONE_UNITS:
         return list(rules.reading(rules.UNITS[word][1]))
+    place = _place(tokens, i)
+    if place is not None:
+        return plain(place)
     abbreviation = _abbreviation(text, tokens, i)
     if abbreviation is not None:
         return plain(abbreviation)
@@ -135,7 +138,7 @@ def _abbreviation(text: str, tokens: list[Token], i: int) -> list[str] | None:
     stop_counts = has_stop and after is not None  # a full stop that ends the text may end a sentence instead
     written_as_title = word[0].isupper()
     prev = prev_token(tokens, i)
-    street = key.lower() in rules.STREET_TYPES and prev is not None and prev.kind in ("number", "ordinal")
+    street = key.lower() in rules.STREET_TYPES and _after_house_number(tokens, i)
     if (key in rules.ABBREVIATIONS_NEED_STOP or not written_as_title) and not (street and written_as_title):
         # a capitalised one may end the text ("Acme Co."), unless it is also a word ("the Sun.")
         at_end = has_stop and after is None and written_as_title and key not in rules.ABBREVIATIONS_ALSO_WORDS
@@ -157,6 +160,41 @@ def _abbreviation(text: str, tokens: list[Token], i: int) -> list[str] | None:
     if has_stop and not (after is not None and after.kind == "word" and after.text[0].isupper() and reading == after_name):
         stop.used_stop = True  # taken by the abbreviation (it still ends a sentence when a capital follows "Main St.")
     return reading.split()
+
+
+def _place(tokens: list[Token], i: int) -> list[str] | None:
+    """A compass point in an address (rules.COMPASS_POINTS: "708 N 1st St" north, "Pennsylvania Ave NW" northwest), or a
+    state's code after a city and its comma at a phrase's end ("Springfield, IL" illinois); None: neither."""
+    t, prev, following = tokens[i], prev_token(tokens, i), next_token(tokens, i)
+    word = t.text
+    if prev is None:
+        return None
+    if word in rules.COMPASS_POINTS:
+        before = tokens[i - 2] if prev.text == "." and i >= 2 else prev
+        if prev.kind in ("number", "code") and house_number_follows(tokens, i - 1):
+            return list(rules.COMPASS_POINTS[word])
+        if (
+            before.kind == "word"
+            and before.text.lower() in rules.STREET_TYPES
+            and _after_house_number(tokens, i - 1 - (before is not prev))
+        ):
+            return list(rules.COMPASS_POINTS[word])
+    if word in rules.STATES and prev.text == "," and i >= 2 and _is_name(tokens[i - 2]):
+        if word in rules.STATE_WORDS and not _in_sentence_name(tokens, i - 2):
+            return None
+        if following is None or following.kind == "other":
+            return list(rules.STATES[word])
+    return None
+
+
+def _after_house_number(tokens: list[Token], i: int) -> bool:
+    """Whether `tokens[i]` follows a house number, or a house number and a name: "5th Ave", "123 Main Ave"."""
+    prev = prev_token(tokens, i)
+    if prev is None:
+        return False
+    if prev.kind in ("number", "ordinal"):
+        return True
+    return _is_name(prev) and i >= 2 and tokens[i - 2].kind in ("number", "code")
 
 
 def _single_letter(t: Token | None) -> bool:

@@ -220,3 +220,12 @@ def test_an_initial_is_a_letter_whose_stop_ends_no_sentence():
     assert marks("Richard M. Stallman and J. K. Rowling.") == ["."]  # only the sentence's own stop
     assert marks("I took vitamin C. It helps.") == [".", "."]  # a sentence opens after the letter: its stop ends one
     assert [w.text for w in read_text("Elizabeth I. She ruled.").words][:3] == ["elizabeth", "the", "first"]
+
+
+def test_a_dash_between_times_is_read_to_not_kept_as_a_pause():
+    from attnserve.service.text.reader import read_text
+
+    for punctuation in (False, True):
+        words = [w.text for w in read_text("Open 9 am - 5 pm daily.", punctuation=punctuation).words]
+        assert words[:6] == ["open", "nine", "am", "to", "five", "pm"], words
+    assert "to" not in [w.text for w in read_text("It was late - very late.", punctuation=True).words]
