@@ -66,6 +66,12 @@ def test_keys_match_case_insensitively_but_an_all_caps_key_only_all_caps_words(u
     assert words(url, "hello", pronunciations={"Hello": "hh eh0 l ow1"}) == ["HH EH0 L OW1"]
 
 
+def test_an_acronym_the_tables_spell_is_overridden_by_a_requests_pronunciation(url, cmudict):
+    assert words(url, "Which OS do you run?")[1] == "OW1 EH1 S"  # spelled_acronyms.tsv: not the bone
+    assert words(url, "Which OS do you run?", pronunciations={"OS": "AA1 S"})[1] == "AA1 S"
+    assert words(url, "THE OS IS DOWN")[1] == cmudict["os"][0]  # a sentence in capitals: the word
+
+
 def test_a_pronunciation_in_ipa_is_written_from_its_phones(url):
     assert words(url, OOV, pronunciations={OOV: MINE}, alphabet="ipa") == ["ˈzɪkso͡ʊˌplæt"]
 
