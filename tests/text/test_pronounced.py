@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import pytest
+from service_harness import serving
 from tokenizers import Tokenizer
 
 from attnserve.service.client import Generator
@@ -158,3 +160,21 @@ def test_the_training_pairs_are_the_tables_words_and_none_of_cmudicts_held_out_o
     assert pairs == expected and len(pairs) >= 150
     assert not any(w in cmudict and split_of(w) == "test" for w, _ in pairs)
     assert {fold(w) for w in WRITTEN}.isdisjoint(w for w, _ in pairs)
+
+
+def test_a_server_answers_the_table_in_details_words_and_its_lexicon_setting_wins(tmp_path):
+    """The HTTP path (the server's own Lexicon.load, from ATTNSERVE_LEXICON's setting) on loopback."""
+    mine = tmp_path / "mine.tsv"
+    mine.write_text("nginx\tEH1 N JH IH0 N EH2 K S\n")
+    text = "Kubernetes runs nginx and crème"
+    with serving(DEFAULT_BUNDLE, lexicon=mine) as s, httpx.Client(timeout=60) as c:
+        body = c.post(s.url + "/generate", json={"inputs": text, "parameters": {"details": "words"}}).json()
+        espeak = c.post(s.url + "/generate", json={"inputs": "Kubernetes", "parameters": {"alphabet": "espeak"}}).json()
+    words = body["details"]["words"]
+    assert [(w["word"], w["text"], w["source"]) for w in words if w["word"] not in ("runs", "and")] == [
+        ("kubernetes", SERVED["kubernetes"][0], "lexicon"),
+        ("nginx", "EH1 N JH IH0 N EH2 K S", "lexicon"),  # the operator's file, over the table
+        ("creme", "K R EH1 M", "lexicon"),
+    ]
+    assert text[words[-1]["start"] : words[-1]["end"]] == "crème"
+    assert espeak["generated_text"] == "kˌuːbɚnˈɛɾiz"
