@@ -347,7 +347,7 @@ class Generator:
         has no parity corpus."""
         return list(sample_inputs(self.requests))
 
-    def score(self, text: str, targets: list[str], *, top_n_tokens: int = 0) -> list[ScoredTarget]:
+    def score(self, text: str, targets: list[str | list[int]], *, top_n_tokens: int = 0) -> list[ScoredTarget]:
         """The served model's log-probabilities of each target as the answer for `text`, as POST /score gives them
         (service/requests/scoring.py): per target its total, its length-normalised score and its tokens, the end token
         last. The lexicon is never consulted. Raises InputError for an input or a target the model cannot read."""

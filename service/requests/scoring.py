@@ -41,14 +41,20 @@ class ScoredTarget:
     top_tokens: list[list[Token]] | None = None  # per token: the top_n_tokens most likely at that position
 
 
-def target_ids(engine: Engine, targets: Sequence[str]) -> list[list[int]]:
-    """Each target's ids under the bundle's target tokenizer. InvalidRequest (field `targets`) for no target, an
-    empty one, a symbol the model does not write (named), or one longer than the model's answers can be."""
+def target_ids(engine: Engine, targets: Sequence[str | Sequence[int]]) -> list[list[int]]:
+    """Each target's ids: under the bundle's target tokenizer for a text, as given for a list of token ids (the ids
+    a generation's `details.tokens` reported, so an answer scores exactly as it was generated even where the
+    tokenizer would split its text otherwise). InvalidRequest (field `targets`) for no target, an empty one, a
+    symbol the model does not write (named), an id outside its vocabulary or a special one, or one longer than the
+    model's answers can be."""
     if not targets:
         raise InvalidRequest("give at least one target to score", field="targets")
     out = []
     longest = engine.max_target_len - 1  # the end token takes the last position
     for k, text in enumerate(targets):
+        if isinstance(text, list | tuple):
+            out.append(given_ids(engine, k, text, longest))
+            continue
         if not isinstance(text, str) or not text.strip():
             raise InvalidRequest(f"target {k} is empty", field="targets")
         enc = engine.tgt_tokenizer.encode(text, add_special_tokens=False)
@@ -72,10 +78,33 @@ def target_ids(engine: Engine, targets: Sequence[str]) -> list[list[int]]:
     return out
 
 
+def given_ids(engine: Engine, k: int, ids: Sequence[int], longest: int) -> list[int]:
+    """Target k given as token ids, checked: each a non-special id of the target vocabulary, at most `longest`."""
+    if not ids:
+        raise InvalidRequest(f"target {k} is empty", field="targets")
+    bad = [i for i in ids if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < engine.vocab_size]
+    if bad:
+        raise InvalidRequest(
+            f"target {k} holds {bad[0]!r}, not a token id of this model (0 to {engine.vocab_size - 1})", field="targets"
+        )
+    special = [i for i in ids if i in engine.special_token_ids]
+    if special:
+        raise InvalidRequest(
+            f"target {k} holds the special token id {special[0]} (the end token is scored after the ids given)",
+            field="targets",
+        )
+    if len(ids) > longest:
+        raise InvalidRequest(
+            f"target {k} is {len(ids)} tokens long; this model's answers are at most {longest} tokens (and the end token)",
+            field="targets",
+        )
+    return list(ids)
+
+
 def admit_scores(
     front: RequestLayer,
     inputs: str,
-    targets: Sequence[str],
+    targets: Sequence[str | Sequence[int]],
     *,
     top_n_tokens: int = 0,
     loop: asyncio.AbstractEventLoop | None = None,
@@ -97,7 +126,8 @@ def admit_scores(
         )
     ids = target_ids(front.engine, targets)
     ticket = front.scheduler.submit_scores(units[0].source_ids, ids, loop, top_n_tokens)
-    return ScoreRequest(front.engine, units[0].text, list(targets), ticket)
+    texts = [t if isinstance(t, str) else front.engine.decode_ids(list(t)) for t in targets]  # ids: their text
+    return ScoreRequest(front.engine, units[0].text, texts, ticket)
 
 
 class ScoreRequest:

@@ -47,18 +47,19 @@ class ScoreRequest(BaseModel):
         description="The input; for a word-level bundle, one word (read as /generate reads it: not empty or blank).",
         examples=["read"],
     )
-    targets: list[str] = Field(
+    targets: list[str | list[int]] = Field(
         ...,
         min_length=1,
-        description="The answers to score, in the model's output symbols (for G2P: ARPAbet with stress, space-separated). "
-        + MAX_TARGETS_NOTE,
+        description="The answers to score, in the model's output symbols (for G2P: ARPAbet with stress, space-separated), "
+        "or each as the token ids a generation's `details.tokens` gave (its end token left out), which scores an answer "
+        "exactly as it was generated where the tokenizer would split its text otherwise. " + MAX_TARGETS_NOTE,
         examples=[["R IY1 D", "R EH1 D"]],
     )
     parameters: ScoreParameters | None = Field(None, description="Scoring parameters.")
 
 
 class TargetScore(BaseModel):
-    target: str = Field(..., description="The target as given.")
+    target: str = Field(..., description="The target as given (for token ids, their text).")
     total: float = Field(
         ..., description="Its log-probability under the served model: the sum over its tokens, end token included."
     )
