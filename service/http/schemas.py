@@ -59,6 +59,12 @@ class GenerateParameters(BaseModel):
         description="Most tokens to generate (default and ceiling: the server's `max_new_tokens`).",
         examples=[20],
     )
+    min_new_tokens: int | None = Field(
+        None,
+        json_schema_extra=RANGE["min_new_tokens"],
+        description="Fewest tokens to generate before the end token may be chosen (null or 0: none); lifts the model's "
+        "learned length bound, as transformers' min_new_tokens does.",
+    )
     do_sample: bool | None = Field(
         False, description="Sample instead of greedy; also on when temperature, top_k (> 0) or top_p is set."
     )

@@ -150,6 +150,7 @@ class Validator:
         """`DecodingOptions`' keyword arguments for TGI's parameters."""
         return {
             "max_new_tokens": max_new_tokens,
+            "min_new_tokens": p.min_new_tokens or 0,
             "do_sample": bool(p.do_sample),
             "temperature": p.temperature,
             "top_k": p.top_k,

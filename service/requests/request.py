@@ -55,7 +55,7 @@ class Request:
 
 OUTPUT_OPTIONS = tuple(f.name for f in fields(OutputOptions))
 # the decoding options a request sets (the others are the engine's own: a front end derives them)
-DECODING_OPTIONS = tuple(f.name for f in fields(DecodingOptions) if f.name not in ("min_new_tokens", "logprobs", "token_text"))
+DECODING_OPTIONS = tuple(f.name for f in fields(DecodingOptions) if f.name not in ("logprobs", "token_text"))
 # every name a refusal of a generation request may give as its field: the options, and the input
 OPTION_NAMES = ("inputs", *DECODING_OPTIONS, *READING_OPTIONS, *OUTPUT_OPTIONS)
 

@@ -242,6 +242,7 @@ def decoding_values(
     top_k = body.top_k if body.top_k and body.top_k > 0 else None
     return {
         "max_new_tokens": max_new_tokens,
+        "min_new_tokens": body.min_tokens or 0,
         "do_sample": sampling,
         "temperature": body.temperature if sampling else None,
         "top_k": top_k if sampling else None,

@@ -98,6 +98,7 @@ PARAMS: Mapping[str, str] = MappingProxyType(
         "stop": "stop",
         "best_of": "best_of",
         "num_beams": "num_beams",
+        "min_new_tokens": "min_tokens",
         "top_n_tokens": "logprobs",
         # extra body fields of the same names
         "lexicon": "lexicon",

@@ -47,6 +47,7 @@ OPTIONS: Mapping[str, str] = {
     "n": "best_of",
     "best_of": "best_of",
     "num_beams": "num_beams",
+    "min_tokens": "min_new_tokens",
     "seed": "seed",
     "frequency_penalty": "frequency_penalty",
     "presence_penalty": "presence_penalty",
@@ -65,6 +66,7 @@ def documented(field: str) -> dict[str, float]:
 # the fields the engine's options are given as sent (whatever the request; with sampling, the sampling ones too)
 SEEN_BY_ENGINE = frozenset(
     {"max_tokens", "max_completion_tokens", "frequency_penalty", "presence_penalty", "repetition_penalty", "num_beams"}
+    | {"min_tokens"}
     | {"logprobs", "top_logprobs"}
 )
 SEEN_WHEN_SAMPLING = SEEN_BY_ENGINE | {"temperature", "top_p", "top_k", "seed"}

@@ -115,6 +115,11 @@ class SamplingFields(BaseModel):
         json_schema_extra=documented("num_beams"),
         description="Extension: beam width when larger than n / best_of (no sampling).",
     )
+    min_tokens: int | None = Field(
+        None,
+        json_schema_extra=documented("min_tokens"),
+        description="Extension (vLLM's): fewest tokens to generate before the end token may be chosen (0: none).",
+    )
     lexicon: bool | None = Field(
         None, description="Extension: false asks for the model's own answer even when the bundle's lexicon knows the input."
     )
