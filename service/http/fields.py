@@ -9,8 +9,9 @@ into something a user can see:
   with "did you mean `alphabet`?". Close means: the same name once case, hyphens and camelCase are
   normalised, or a `difflib` similarity ratio of at least `CLOSE_RATIO` (one or two letters wrong in
   a name of eight). Names that vendors really use and that happen to be close to one of ours
-  (`min_length`, `max_length`; `min_tokens` on the TGI routes) are in `VENDOR_FIELDS` and stay ignored. The rule (`close_match`) is the
-  one validator's (service/requests/validation.py), which the in-process client's keyword arguments meet too;
+  (`min_length`, `max_length`; `min_tokens` on the TGI routes) are in `VENDOR_FIELDS` and stay ignored. The rule
+  (`close_match`) is the one validator's (service/requests/validation.py), which the in-process client's keyword
+  arguments meet too;
 - every other ignored field is named in the response header `x-attnserve-ignored-fields` (comma-separated,
   `parameters.` in front of a field inside TGI's `parameters`) and logged once per name (INFO).
 """
