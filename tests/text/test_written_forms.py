@@ -15,13 +15,13 @@ from attnserve.service.text.reader import read_text
 
 HERE = Path(__file__).resolve().parent
 LEXICON = HERE.parents[1] / "models" / "g2p-en" / "lexicon.tsv.gz"
-CASES = [
-    tuple(line.split("\t"))
+ROWS = [
+    line.split("\t")
     for line in (HERE / "written_forms.tsv").read_text(encoding="utf-8").splitlines()
     if line and not line.startswith("#")
 ]
-PASS_RATE = 0.9  # the share of all cases read right; every kind at least KIND_RATE
-KIND_RATE = 0.75
+CASES = [tuple(row[:3]) for row in ROWS]
+KNOWN_MISSES = {(row[0], row[1]): row[3] for row in ROWS if len(row) > 3}  # each with its reason
 
 
 @pytest.fixture(scope="module")
@@ -49,16 +49,23 @@ def test_the_suite_has_every_kind():
 
 
 def test_written_forms_read_as_their_spoken_forms(lexicon):
+    """Every case reads as its spoken form but the known misses, each marked with its reason; a known miss that
+    reads right is a failure too, so its mark is taken off."""
     right: dict[str, list[bool]] = collections.defaultdict(list)
-    wrong = []
+    wrong, fixed = [], []
     for kind, written, spoken in CASES:
         got, want = phones(written, lexicon), phones(spoken, lexicon)
         right[kind].append(got == want)
-        if got != want:
+        miss = KNOWN_MISSES.get((kind, written))
+        if got != want and miss is None:
             wrong.append(f"{kind}: {written!r} -> {got} | want {want}")
+        elif got == want and miss is not None:
+            fixed.append(f"{kind}: {written!r} reads right now: take off its mark ({miss})")
     rates = {k: sum(v) / len(v) for k, v in right.items()}
     total = sum(sum(v) for v in right.values()) / len(CASES)
-    report = "\n".join([f"{k}: {r:.0%} of {len(right[k])}" for k, r in sorted(rates.items())] + [f"all: {total:.1%}", *wrong])
+    report = "\n".join(
+        [f"{k}: {r:.0%} of {len(right[k])}" for k, r in sorted(rates.items())] + [f"all: {total:.1%}", *wrong, *fixed]
+    )
     print(report)
-    assert total >= PASS_RATE, report
-    assert min(rates.values()) >= KIND_RATE, report
+    assert not wrong and not fixed, report
+    assert all(len(row) in (3, 4) and (len(row) == 3 or row[3].startswith("known miss: ")) for row in ROWS)
