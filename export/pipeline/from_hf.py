@@ -40,7 +40,7 @@ from attnserve.service.engine.bundle import FORMAT_VERSION, load_bundle
 
 FAMILIES = {"marian": "translation", "bart": "summarization", "mbart": "translation", "t5": "text2text"}
 TOKENIZER_FILES = {"marian": [MARIAN_FILES], "bart": [("tokenizer.json",), ("vocab.json", "merges.txt")]}
-TOKENIZER_FILES["mbart"] = [("tokenizer.json",), ("sentencepiece.bpe.model",)]
+TOKENIZER_FILES["mbart"] = [("tokenizer.json",)]
 TOKENIZER_FILES["t5"] = [("spiece.model",), ("tokenizer.json",)]
 T5_POSITIONS = 512  # relative positions set no limit; this bounds a source and an answer as T5's tokenizer does
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
