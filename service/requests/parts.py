@@ -55,6 +55,7 @@ class PartsTicket:
         whole: Ticket | None = None,
         parts: list[Part] | None = None,
         retry: Callable[[PartsTicket], list[Part] | None] | None = None,
+        parts_phones: int | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
         ready: asyncio.Event | None = None,
     ):
@@ -63,6 +64,7 @@ class PartsTicket:
         self.whole = whole
         self.parts = parts
         self.retry = retry
+        self.parts_phones = parts_phones  # the phonemes of the word's dictionary parts, where it splits wholly into them
         self.loop = loop
         # an owner reading answers whole shares its `ready`; a stream's owner waits on this ticket's own
         self.event = ready if ready is not None else (asyncio.Event() if loop is not None else None)
@@ -188,7 +190,7 @@ class PartsTicket:
         if self.whole is not None and whole is None:
             return []
         if self.parts is None:  # the word's own reading has ended: kept, or read again in parts
-            if not stopped_early(self.word, len(whole.token_ids)) or self.retry is None:
+            if not stopped_early(self.word, len(whole.token_ids), self.parts_phones) or self.retry is None:
                 return self._give(whole, "model")
             parts = self.retry(self)
             if parts is None:  # no room in the queue for the parts now: the model's own reading stands
@@ -215,7 +217,10 @@ class PartsTicket:
             kept = len(joined.token_ids) > len(whole.token_ids)
             if self.warnings is not None:
                 how = "the parts' reading is kept" if kept else "the model's own reading is kept, the parts' being no longer"
-                reason = f"the model's reading ended after {len(whole.token_ids)} phonemes for {len(self.word)} letters; {how}"
+                parts = f" (its dictionary parts read {self.parts_phones})" if self.parts_phones is not None else ""
+                reason = (
+                    f"the model's reading ended after {len(whole.token_ids)} phonemes for {len(self.word)} letters{parts}; {how}"
+                )
                 self.warnings.append(InParts(start, end, text, reason))
             if not kept:
                 return self._give(whole, "model")
@@ -311,7 +316,8 @@ class PartsPlan:
             if u.parts is None:
                 u.ticket, k = tickets[k], k + 1
                 if checked and u.word is not None and not u.known and letters(u.text) >= MIN_CHECKED_LETTERS:
-                    u.ticket = self._ticket(u, inputs, loop, ready, whole=u.ticket, retry=self._retry(u, options))
+                    retry, phones = self._retry(u, options), self._parts_phones(u.text)
+                    u.ticket = self._ticket(u, inputs, loop, ready, whole=u.ticket, retry=retry, parts_phones=phones)
                     out.append(u.ticket)
             elif id(u) in parted:
                 parts: list[Part] = []
@@ -327,6 +333,12 @@ class PartsPlan:
         pt = PartsTicket(self.engine, u.text, loop=loop, ready=ready, **kw)
         pt.span = (u.word.start, u.word.end, inputs[u.word.start : u.word.end])
         return pt
+
+    def _parts_phones(self, word: str) -> int | None:
+        """The phonemes of `word`'s parts together, when it splits wholly into two or more the lexicon answers."""
+        parts = split_word(word, self.lexicon, self.max_part)
+        found = [self.known(p) for p in parts] if len(parts) >= 2 else [None]
+        return None if any(f is None for f in found) else sum(len(f) for f in found)
 
     def _retry(self, u: Unit, options: DecodingOptions) -> Callable[[PartsTicket], list[Part] | None]:
         def retry(pt: PartsTicket) -> list[Part] | None:

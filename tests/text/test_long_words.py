@@ -18,7 +18,7 @@ from service_harness import read_one as one
 from service_harness import serving
 
 from attnserve.service.client import InputError
-from attnserve.service.text.parts import MIN_PHONES_PER_LETTER, split_word, stopped_early
+from attnserve.service.text.parts import MIN_PHONES_PER_LETTER, MIN_SHARE_OF_PARTS, split_word, stopped_early
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_BUNDLE = ROOT / "models" / "g2p-en"
@@ -54,7 +54,35 @@ def test_the_threshold_is_the_lexicons_first_percentile_of_phonemes_per_letter()
     assert stopped_early(PNEUMO, 5) and not stopped_early(PNEUMO, 30) and not stopped_early("through", 1)
 
 
+def test_a_compounds_threshold_is_the_first_percentile_of_its_phonemes_over_its_dictionary_parts():
+    lexicon: dict[str, str] = {}
+    with gzip.open(DEFAULT_BUNDLE / "lexicon.tsv.gz", "rt") as f:
+        for line in f:
+            word, phones = line.rstrip("\n").split("\t")[:2]
+            lexicon.setdefault(word, phones)
+    known, ratios = set(lexicon), []
+    for word, phones in lexicon.items():
+        if len(word) < 10 or not word.isalpha():
+            continue
+        known.discard(word)  # the word's parts, not the word itself
+        parts = split_word(word, known)
+        known.add(word)
+        if len(parts) >= 2 and all(p in lexicon for p in parts):
+            ratios.append(len(phones.split()) / sum(len(lexicon[p].split()) for p in parts))
+    below = sum(r < MIN_SHARE_OF_PARTS for r in ratios) / len(ratios)
+    assert len(ratios) > 5000 and 0.005 <= below <= 0.02, (len(ratios), below)
+    word = "hyperparameteroptimization"  # 16 phonemes: above 0.60 a letter, short of its parts' 22
+    assert not stopped_early(word, 16) and stopped_early(word, 16, 22) and not stopped_early(word, 21, 22)
+
+
 # ---- through the request layer ----------------------------------------------------------------------------------
+def test_a_compound_whose_reading_stops_short_of_its_parts_is_read_in_parts_and_named(gen):
+    r = one(gen, "hyperparameteroptimization")
+    assert len(r.answers[0][0].text.split()) >= 21 and r.answers[0][0].source == "parts"
+    (w,) = r.warnings
+    assert "its dictionary parts read" in w.message and "the parts' reading is kept" in w.message
+
+
 def test_a_45_letter_word_answers_at_least_30_phonemes_and_is_named(gen):
     r = one(gen, f"a {PNEUMO} case")
     assert len(r.answers) == 3 and r.text.count(" | ") == 2  # still one word of the answer
