@@ -59,9 +59,12 @@ CURRENCIES, CURRENCY_CODES = _currencies()
 MAGNITUDES = {r[0]: r[1] for r in table("magnitudes.tsv") if len(r) == 2}  # "2.5 million"
 SHORT_MAGNITUDES = {r[0]: r[1] for r in table("magnitudes.tsv") if len(r) > 2}  # "$5m", "10k"
 SYMBOL_WORDS = {r[0]: tuple(r[1].split()) for r in table("symbols.tsv")}
-# "#" before a number is "number" ("#1"), before a word "hashtag" ("#tbt"); alone it is skipped
+# "#" before a number is "number" ("#1"), before a word "hashtag" ("#tbt"), right after a letter that names a note or
+# a language "sharp" ("C#", "F#"); alone it is skipped
 HASH_BEFORE_NUMBER = ("number",)
 HASH_BEFORE_WORD = ("hashtag",)
+SHARP_WORD = ("sharp",)
+SHARP_NAMES = set("ABCDEFG")
 _UNIT_FLAGS = {r[0]: set(r[3].split(",")) if len(r) > 3 else set() for r in table("units.tsv")}
 UNITS = {r[0]: (r[1], r[2]) for r in table("units.tsv") if "attached" not in _UNIT_FLAGS[r[0]]}  # "5 kg", "5kg"
 ATTACHED_UNITS = {r[0]: (r[1], r[2]) for r in table("units.tsv") if "attached" in _UNIT_FLAGS[r[0]]}  # "5m", not "5 m"

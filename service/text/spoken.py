@@ -94,8 +94,12 @@ def decimal(text: str) -> list[str]:
 def _other(t: Token, tokens: list[Token], i: int) -> Said | None:
     ch = t.text
     prev, following = prev_token(tokens, i), next_token(tokens, i)
-    if ch == "-" and (_between_numbers(t, prev, following) or _between_times(prev, following)):
-        return list(rules.RANGE_WORD)  # "$10-$20", "2pm-5pm", "9 am - 5 pm"
+    if ch == "-" and (
+        _between_numbers(t, prev, following) or _between_times(prev, following) or _between_amounts(prev, following)
+    ):
+        return list(rules.RANGE_WORD)  # "$10-$20", "2pm-5pm", "9 am - 5 pm", "$10 - $20"
+    if ch == "#" and prev is not None and prev.end == t.start and prev.kind == "word" and prev.text in rules.SHARP_NAMES:
+        return list(rules.SHARP_WORD)  # "C#", "F#": a language or a note
     if ch in "<>" and any(n is not None and n.kind in ("url", "email", "domain") for n in (prev, following)):
         if (prev is not None and prev.end == t.start) or (following is not None and following.start == t.end):
             return []  # "<https://example.org>": the brackets only mark the address
@@ -107,6 +111,11 @@ def _between_times(prev: Token | None, following: Token | None) -> bool:
     if prev is None or following is None or following.kind not in ("time", "number"):
         return False
     return prev.kind == "time" or prev.text.lower() in rules.TIME_SUFFIXES
+
+
+def _between_amounts(prev: Token | None, following: Token | None) -> bool:
+    """A hyphen, spaced or not, between two sums of money: "$10 - $20"."""
+    return prev is not None and following is not None and prev.kind == following.kind == "currency"
 
 
 def _between_numbers(t: Token, prev: Token | None, following: Token | None) -> bool:
