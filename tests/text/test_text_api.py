@@ -20,6 +20,7 @@ from service_harness import free_port, metric, scrape, serving, stream
 from tokenizers import Tokenizer
 
 from attnserve.service.engine.bundle import write_bundle_json
+from attnserve.service.text.pronounced import SERVED
 from attnserve.service.text.reader import WORD_SEPARATOR
 from attnserve.training.data import cmudict_path, parse_cmudict
 
@@ -207,7 +208,8 @@ def test_unreadable_text_is_a_422_naming_the_problem(url, inputs, fragment):
 def test_info_shows_the_lexicon_the_word_level_flag_and_the_text_limits(url, cmudict):
     info = httpx.get(url + "/info", timeout=10).json()
     assert info["word_level_source"] is True
-    assert info["lexicon"]["sources"] == len(cmudict) and info["lexicon"]["override_file"] is None
+    # CMUdict's words and the words of the table of how tech words, brands and names are said (service/text/pronounced.py)
+    assert info["lexicon"]["sources"] == len(set(cmudict) | set(SERVED)) and info["lexicon"]["override_file"] is None
     assert (info["max_text_chars"], info["max_words"]) == (20000, 10000)
 
 
