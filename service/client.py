@@ -86,6 +86,7 @@ class TextAnswer:
     text: str
     score: float | None
     source: str  # "model", "lexicon" or "context"; "mixed" for a line whose words came from more than one
+    guessed: bool = False  # a model answer scored below the bundle's guess threshold (details.words[].guessed)
 
 
 @dataclass
@@ -134,6 +135,7 @@ class TextResult:
                     self.join([p.text for p in picked]),
                     float(np.mean(scores)) if None not in scores else None,
                     sources.pop() if len(sources) == 1 else "mixed",
+                    any(p.guessed for p in picked),
                 )
             )
         return out
@@ -336,7 +338,7 @@ class Generator:
             return input_error(e)
         except ServiceError as e:
             raise GenerationError(e.message) from None
-        answers = [[TextAnswer(a.text, a.score, a.source) for a in job.answers(u)[0]] for u in job.units]
+        answers = [[TextAnswer(a.text, a.score, a.source, a.guessed) for a in job.answers(u)[0]] for u in job.units]
         separator = self.reader.separator if self.reader else ""
         spans = tuple((u.word.start, u.word.end) for u in job.units if u.word is not None)
         joints = tuple(job.written.joints) if job.written is not None else None

@@ -38,8 +38,8 @@ _CLOSERS = "\"'”’)]»"
 class Word:
     """A word as read (`text`: "doctor" for "Dr.", "five" and "dollars" for "$5"), its span of the whole input
     (`input[start:end]`, shared by the words one written form reads as), its phonemes, where they came from
-    ("lexicon", "model", "context", "parts", or "punctuation" for a kept mark) and the model's score (None unless
-    "model")."""
+    ("lexicon", "model", "context", "parts", or "punctuation" for a kept mark), the model's score (None unless
+    "model"), and `guessed`: a model answer scored below the bundle's guess threshold, a likely wrong reading."""
 
     text: str
     start: int
@@ -47,6 +47,7 @@ class Word:
     phonemes: str
     source: str
     score: float | None
+    guessed: bool = False
 
 
 @dataclass(frozen=True)
@@ -184,7 +185,7 @@ class Phonemizer:
 
 def _words(result: TextResult, offset: int) -> tuple[str, list[Word]]:
     words = [
-        Word(w, offset + s, offset + e, a[0].text, a[0].source, a[0].score)
+        Word(w, offset + s, offset + e, a[0].text, a[0].source, a[0].score, a[0].guessed)
         for w, (s, e), a in zip(result.words, result.spans, result.answers)
     ]
     return result.text, words

@@ -183,3 +183,17 @@ def test_the_context_component_is_read_on_the_first_heteronym_not_at_start_up():
         assert chooser.read
     read = [w for s in (past, future) for w in s.words if w.text == "read"]
     assert [(w.phonemes, w.source) for w in read] == [("R EH1 D", "context"), ("R IY1 D", "context")]
+
+
+def test_a_word_the_model_guessed_at_says_so_and_a_dictionary_word_never():
+    import attnserve
+    from attnserve.service.engine.bundle import PACKAGED_BUNDLE, load_bundle
+
+    threshold = load_bundle(PACKAGED_BUNDLE).guess_threshold
+    (sentence,) = attnserve.phonemize("The xqzvbrt met pfzhuyle at the house.")
+    by_text = {w.text: w for w in sentence.words}
+    for word in ("xqzvbrt", "pfzhuyle"):
+        w = by_text[word]
+        assert w.source == "model" and w.guessed == (w.score < threshold), w
+    assert any(by_text[word].guessed for word in ("xqzvbrt", "pfzhuyle"))
+    assert by_text["house"].source == "lexicon" and by_text["house"].guessed is False
