@@ -66,7 +66,12 @@ def build_opus_shaped(out: Path, seed: int = 0) -> Path:
         vocab_size=VOCAB, decoder_vocab_size=VOCAB, pad_token_id=pad, decoder_start_token_id=pad, eos_token_id=0
     )
     torch.manual_seed(seed)
-    MarianMTModel(config).save_pretrained(out)  # d_model 512, 6+6 layers, 8 heads, d_ff 2048, swish: MarianConfig's defaults
+    model = MarianMTModel(config)  # d_model 512, 6+6 layers, 8 heads, d_ff 2048: MarianConfig's defaults
+    with torch.no_grad():  # default init gives near-flat logits, whose argmax rounding decides: import refuses those
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 0.05)
+    model.save_pretrained(out)
     GenerationConfig(
         bad_words_ids=[[pad]],
         decoder_start_token_id=pad,

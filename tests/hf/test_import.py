@@ -42,7 +42,7 @@ def imported(request, tmp_path_factory):
     root = tmp_path_factory.mktemp(name)
     hf_dir = BUILDERS[name](root / "hf")
     bundle = root / "bundle"
-    assert export_main(["from-hf", str(hf_dir), "--out", str(bundle), "--parity-sources", "12", "--threads", "1"]) == 0
+    assert export_main(["from-hf", str(hf_dir), "--out", str(bundle), "--parity-sources", "8", "--threads", "1"]) == 0
     model = AutoModelForSeq2SeqLM.from_pretrained(hf_dir).eval()
     return family, hf_dir, bundle, model, AutoTokenizer.from_pretrained(hf_dir)
 
@@ -62,9 +62,9 @@ def test_bundle_records_the_family_its_rules_and_parity_with_transformers(import
     meta = json.loads((bundle / "bundle.json").read_text())
     assert meta["family"] == family and meta["parity"]["ok"]
     figures = meta["parity"]["fp32"]
-    assert figures["tokenizer_equal"] == "12/12"
-    assert figures["greedy"]["equal"] == figures["greedy"]["of"] == 12
-    assert figures["beam4"]["equal"] >= 11
+    assert figures["tokenizer_equal"] == "8/8"
+    assert figures["greedy"]["equal"] == figures["greedy"]["of"] == 8
+    assert figures["beam4"]["equal"] >= 8 * 0.9
     gen = model.generation_config
     assert meta["special_ids"]["bos"] == gen.decoder_start_token_id
     assert meta["generation"]["num_beams"] == (gen.num_beams or 1) and meta["generation"]["max_length"] == gen.max_length
@@ -87,7 +87,7 @@ def test_continuous_batching_answers_as_transformers(imported):
     from attnserve.service.engine.options import DecodingOptions
 
     engine = Engine(load_bundle(imported[2]), variant="fp32", provider="cpu", threads=1)
-    sources = sentences(12, seed=5)
+    sources = sentences(8, seed=5)
     options = [DecodingOptions(max_new_tokens=NEW_TOKENS - (i % 5)) for i in range(len(sources))]
     results = engine.generate(sources, options, batch_size=3, refill=True, sort=False)
     for text, opts, r in zip(sources, options, results):
@@ -98,7 +98,7 @@ def test_continuous_batching_answers_as_transformers(imported):
 
 def test_served_greedy_beam_and_completions_equal_transformers(imported):
     family, _, bundle, _, tok = imported
-    sources = sentences(10, seed=77)
+    sources = sentences(8, seed=77)
     with serving(bundle, variant="fp32") as server:
         info = httpx.get(f"{server.url}/info").json()
         assert info["family"] == family and info["variant"] == "fp32"
@@ -122,4 +122,4 @@ def test_served_greedy_beam_and_completions_equal_transformers(imported):
             body = {"inputs": text, "parameters": {"details": True, "max_new_tokens": NEW_TOKENS}}
             r = httpx.post(f"{server.url}/generate", json=body, timeout=60)
             agree += [t["id"] for t in r.json()["details"]["tokens"]] == generate(imported, text)
-        assert agree >= 9
+        assert agree >= 7
