@@ -64,7 +64,7 @@ from attnserve.service.engine.options import request_seed
 from attnserve.service.engine.scheduler import Failed, Finished, Scheduler
 from attnserve.service.errors import InvalidRequest
 from attnserve.service.requests.alphabets import EspeakText, FormUnsupported, OutputForm, output_form
-from attnserve.service.requests.overrides import pronounce
+from attnserve.service.requests.overrides import as_given, pronounce
 from attnserve.service.requests.parts import PartsPlan, PartsTicket, compound_ids
 from attnserve.service.requests.request import OutputOptions
 from attnserve.service.requests.streaming import StreamReader
@@ -403,9 +403,9 @@ class AdmittedRequest:
             if k in self.written.marks:
                 return self.written.marks[k]
             answer = u.known[0].text if u.known else u.ticket.generation.text
-            return self.form.spoken(answer, self.written.weak.get(k), k in self.written.linked)
+            return as_given(u, self.form) or self.form.spoken(answer, self.written.weak.get(k), k in self.written.linked)
         if self.form is not None and not is_mark(u):
-            return self.form.text(u.known[0].token_ids if u.known else u.ticket.generation.token_ids)
+            return as_given(u, self.form) or self.form.text(u.known[0].token_ids if u.known else u.ticket.generation.token_ids)
         return u.known[0].text if u.known else u.ticket.generation.text
 
     def generated_text(self) -> str:
@@ -429,6 +429,7 @@ class AdmittedRequest:
         if self.form is None or is_mark(u):  # a kept mark of punctuation is written as itself in every other form
             return answers, top
         weak, link = (self.written.weak.get(k), k in self.written.linked) if k is not None else (None, False)
+        weak = as_given(u, self.form) or weak  # a request's pronunciation written in the answer's form, as written
         written = [
             dataclasses.replace(a, text=self.form.text(a.token_ids, w, n), tokens=self.form.tokens(a.tokens, w, n))
             for a, (w, n) in zip(answers, [(weak, link)] + [(None, False)] * (len(answers) - 1))

@@ -32,6 +32,7 @@ def pronounce(engine: Engine, inputs: str, units: list[Unit], found: Pronunciati
         for u, ids in pronounced:
             if ids is not None:
                 u.known = [lexicon_answer(engine, ids, options.max_new_tokens, options.stop)]
+                u.given = found.given.get(ids)
             out.append(u)
         k += n
     return out
@@ -66,3 +67,17 @@ def merged_unit(inputs: str, units: list[Unit]) -> Unit:
     source_ids = [i for u in units for i in u.source_ids]
     word = Word(inputs[start:end], start, end, tuple(source_ids))
     return Unit(word.text, word, source_ids, [])
+
+
+IPA_FAMILY = ("ipa", "espeak")  # detection cannot tell espeak-ng's IPA from IPA: either is read as "ipa"
+
+
+def as_given(u: Unit, form) -> str | None:
+    """The text a request's pronunciation of unit `u` is answered with as written: where it was written in IPA (or
+    espeak-ng's IPA) and the answer is espeak-ng's IPA, with stress on (the marks it was given are its stress and
+    length, which espeak's own rendering of the phones would change); else None, and the answer's form (`form`:
+    service/requests/alphabets.py's OutputForm) writes its phones, as alphabet "ipa" always does."""
+    if u.given is None or form is None or not form.stress:
+        return None
+    text, read_as = u.given
+    return text if read_as in IPA_FAMILY and form.alphabet == "espeak" else None

@@ -117,6 +117,7 @@ class Unit:
     results: list[StepResult] = field(default_factory=list)
     finished: Finished | None = None
     parts: list[str] | None = None  # a word longer than the model reads: its parts (service/requests/parts.py)
+    given: tuple[str, str] | None = None  # a request's pronunciation of it as written, and its alphabet (overrides.py)
 
 
 @dataclass(slots=True)  # one per streamed token: a frozen dataclass's __init__ sets each field through object.__setattr__

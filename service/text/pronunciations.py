@@ -6,7 +6,9 @@ that word, in that request; nothing is kept between requests. Its answer is a le
 
 A value is ARPAbet, IPA or espeak-ng's IPA (service/text/phone_input.py): its alphabet is detected, or
 said for every entry by `parameters.pronunciations_alphabet`. IPA is read into the model's ARPAbet phones,
-so the answer is written in whatever `alphabet` the request asks for.
+so the answer is written in whatever `alphabet` the request asks for; a value written in IPA (or espeak-ng's IPA)
+for an answer in espeak-ng's IPA, with stress on, is answered as it was written, stress and length marks included
+(`given`: espeak's form would otherwise write its phones anew).
 
 Matching a key to the words of the text:
 - case-insensitively ("Nguyen" matches "nguyen" and "NGUYEN"), except that
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tokenizers import Tokenizer
 
@@ -53,6 +55,8 @@ class Pronunciations:
     caps: Mapping[str, tuple[int, ...]]
     folded: Mapping[str, tuple[int, ...]]
     phrases: Mapping[str, Sequence[Phrase]]
+    # target ids -> (the value as written, the alphabet it was read as); ids two values share are left out
+    given: Mapping[tuple[int, ...], tuple[str, str]] = field(default_factory=dict)
 
     def find(self, original: str, read: str | None = None) -> tuple[int, ...] | None:
         """The ids for a word whose text in the input is `original` (and which reads as `read`); None: no entry."""
@@ -95,6 +99,7 @@ def check_pronunciations(entries: Mapping[str, str], tgt_tokenizer: Tokenizer, a
     caps: dict[str, tuple[int, ...]] = {}
     folded: dict[str, tuple[int, ...]] = {}
     phrases: dict[str, list[Phrase]] = {}
+    given: dict[tuple[int, ...], tuple[str, str] | None] = {}
     for key, value in entries.items():
         words = tuple(key.split())
         if not words:
@@ -103,7 +108,9 @@ def check_pronunciations(entries: Mapping[str, str], tgt_tokenizer: Tokenizer, a
             raise InvalidRequest(f"{key!r}: at most {MAX_KEY_WORDS} words in one key", field=FIELD)
         if not isinstance(value, str) or not value.strip():
             raise InvalidRequest(f"{key!r}: give its phones as a string, e.g. 'AH0 T EH1 N SH AH0 N' or 'əˈtɛnʃən'", field=FIELD)
-        ids = entry_ids(key, value, tgt_tokenizer, alphabet)
+        ids, read_as = entry_ids(key, value, tgt_tokenizer, alphabet)
+        written = (value.strip(), read_as)
+        given[ids] = written if given.get(ids, written) == written else None
         if len(words) > 1:
             phrases.setdefault(words[0].lower(), []).append((words, ids))
         elif words[0].isupper():
@@ -112,11 +119,12 @@ def check_pronunciations(entries: Mapping[str, str], tgt_tokenizer: Tokenizer, a
             folded[words[0].lower()] = ids
     for found in phrases.values():
         found.sort(key=lambda p: -len(p[0]))
-    return Pronunciations(caps, folded, phrases)
+    return Pronunciations(caps, folded, phrases, {ids: g for ids, g in given.items() if g is not None})
 
 
-def entry_ids(key: str, value: str, tgt_tokenizer: Tokenizer, alphabet: str | None) -> tuple[int, ...]:
-    """One entry's target token ids; InvalidRequest quoting the entry as given and naming its first unknown symbol."""
+def entry_ids(key: str, value: str, tgt_tokenizer: Tokenizer, alphabet: str | None) -> tuple[tuple[int, ...], str]:
+    """One entry's target token ids and the alphabet its value was read as; InvalidRequest quoting the entry as given
+    and naming its first unknown symbol."""
     if alphabet is None and _RESPELLING.fullmatch(value):
         # plain small letters ("engine x") parse as IPA by accident: a respelling, or IPA that says nothing of stress
         why = "plain small letters may be a respelling or IPA without stress, and are not guessed"
@@ -136,7 +144,7 @@ def entry_ids(key: str, value: str, tgt_tokenizer: Tokenizer, alphabet: str | No
         else:
             where = f"it reads as {' '.join(phones)!r}, and {first!r} is not one of this model's phones"
         raise InvalidRequest(_bad(key, value, read_as, where), field=FIELD)
-    return tuple(enc.ids)
+    return tuple(enc.ids), read_as
 
 
 def _bad(key: str, value: str, alphabet: str, why: str) -> str:
