@@ -18,7 +18,8 @@ from attnserve.service.http.openai.ranges import NARROWER
 
 TGI = ["/generate", "/generate_stream", "/"]
 EPS = 1e-6
-NOT_PARAMETERS = {"min_new_tokens"}  # an engine option no route takes
+# its bounds are the engine's on every route, and /v1 names it min_tokens: tests/requests/test_min_new_tokens.py
+NOT_PARAMETERS = {"min_new_tokens"}
 # the OpenAI field with each engine option's range, per route (typical_p is not one of OpenAI's)
 OPENAI_FIELDS = {
     "/v1/completions": {
