@@ -77,11 +77,12 @@ def test_dockerignore_keeps_the_context_to_what_the_image_needs():
     assert rules[0] == "*"
     allowed = {r[1:].rstrip("/") for r in rules if r.startswith("!")}
     # export/ and training/ reach only the build stage that adds the GPU flavour's fp16 variant; bundles/ holds
-    # the bundles of one's own that --build-arg BUNDLE_DIR=bundles/NAME bakes in
+    # the bundles of one's own that --build-arg BUNDLE_DIR=bundles/NAME bakes in; attnserve/ is the namespace's links
     assert allowed == {
         "pyproject.toml",
         "README.md",
         "LICENSE",
+        "attnserve",
         "service",
         "loadtest",
         "export",
