@@ -9,7 +9,6 @@ many answers it flags, and how many of the wrong ones: both go into bundle.json 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import numpy as np
 
 from attnserve.service.engine.bundle import load_bundle, write_bundle_json
 from attnserve.service.engine.engine import DecodingOptions, Engine
-from attnserve.training.data import load_examples
+from attnserve.training.data import load_examples, strip_stress
 
 GUESS_SHARE = 0.10  # the share of the dev split's model answers flagged
 SCORE = "mean_logprob"  # what the threshold compares: the answer's `score`
@@ -28,12 +27,8 @@ def _scored(engine: Engine, dataset: str, split: str, limit: int | None) -> tupl
     examples = load_examples(dataset, split, False, limit)
     options = DecodingOptions(max_new_tokens=engine.max_target_len, logprobs=True)
     results = engine.generate([e.source for e in examples], options, batch_size=64, refill=True)
-
-    def stressless(text: str) -> str:
-        return re.sub(r"\d", "", text)
-
     scores = np.array([r.hypotheses[0].score for r in results], dtype=np.float64)
-    right = np.array([stressless(r.text) in {stressless(t) for t in e.targets} for r, e in zip(results, examples)])
+    right = np.array([strip_stress(r.text) in {strip_stress(t) for t in e.targets} for r, e in zip(results, examples)])
     return scores, right
 
 
