@@ -338,7 +338,7 @@ class Generator:
             return input_error(e)
         except ServiceError as e:
             raise GenerationError(e.message) from None
-        answers = [[TextAnswer(a.text, a.score, a.source, a.guessed) for a in job.answers(u)[0]] for u in job.units]
+        answers = [[TextAnswer(text, a.score, a.source, a.guessed) for text, a in job.answer_texts(u)] for u in job.units]
         separator = self.reader.separator if self.reader else ""
         spans = tuple((u.word.start, u.word.end) for u in job.units if u.word is not None)
         joints = tuple(job.written.joints) if job.written is not None else None

@@ -85,6 +85,7 @@ class Phonemizer:
             lexicon_file=lexicon_file,
             max_batch_size=max_batch_size,
         )
+        self._checked: set[tuple] = set()  # option sets `_options` has checked (without pronunciations, which vary)
 
     def close(self) -> None:
         self.generator.close()
@@ -159,7 +160,11 @@ class Phonemizer:
         names = ("alphabet", "punctuation", "stress", "pronunciations", "pronunciations_alphabet", "date_order")
         options = {k: asked[k] for k in (*names, "context", "lexicon") if asked[k] is not None}
         options["logprobs"] = True  # a model word's score: its tokens' log-probabilities
-        list(self.generator.generate_text_many([], **options))  # the options' checks, before any text is read
+        key = tuple(sorted(options.items())) if "pronunciations" not in options else None
+        if key is None or key not in self._checked:
+            list(self.generator.generate_text_many([], **options))  # the options' checks, before any text is read
+            if key is not None and len(self._checked) < 64:
+                self._checked.add(key)
         return options
 
     def _read(self, text: str, spans: Sequence[tuple[int, int]], offset: int, options: dict) -> list[Sentence]:

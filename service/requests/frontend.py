@@ -67,9 +67,8 @@ from attnserve.service.requests.alphabets import EspeakText, FormUnsupported, Ou
 from attnserve.service.requests.overrides import as_given, pronounce
 from attnserve.service.requests.parts import PartsPlan, PartsTicket, compound_ids
 from attnserve.service.requests.request import OutputOptions
-from attnserve.service.requests.streaming import StreamReader
+from attnserve.service.requests.streaming import stream_items
 from attnserve.service.requests.units import (
-    CAUGHT_UP,
     Answer,
     CaughtUp,
     StreamToken,
@@ -422,19 +421,39 @@ class AdmittedRequest:
         """A finished unit's answers, best first (the lexicon's, then the model's beams that differ from
         them, n_best in all), and the model's top tokens per step when asked for; in the request's form."""
         answers, top = self.own_answers(u)
-        k = self._index[id(u)] if self.written is not None else None
-        if k is not None and k in self.written.marks:  # espeak: a kept mark as Piper writes it
-            mark = self.written.marks[k]
-            return [dataclasses.replace(a, text=mark, tokens=[t.with_text(mark) for t in a.tokens]) for a in answers], top
-        if self.form is None or is_mark(u):  # a kept mark of punctuation is written as itself in every other form
+        how = self._written_as(u, len(answers))
+        if isinstance(how, str):  # espeak: a kept mark as Piper writes it
+            return [dataclasses.replace(a, text=how, tokens=[t.with_text(how) for t in a.tokens]) for a in answers], top
+        if how is None:
             return answers, top
-        weak, link = (self.written.weak.get(k), k in self.written.linked) if k is not None else (None, False)
-        weak = as_given(u, self.form) or weak  # a request's pronunciation written in the answer's form, as written
         written = [
             dataclasses.replace(a, text=self.form.text(a.token_ids, w, n), tokens=self.form.tokens(a.tokens, w, n))
-            for a, (w, n) in zip(answers, [(weak, link)] + [(None, False)] * (len(answers) - 1))
+            for a, (w, n) in zip(answers, how)
         ]
         return written, self.form.top(top)
+
+    def answer_texts(self, u: Unit) -> list[tuple[str, Answer]]:
+        """`answers`' texts, each with its answer in the model's own form: for owners that show no tokens (the
+        library, the in-process client), which need not have every token's text rewritten."""
+        answers, _ = self.own_answers(u)
+        how = self._written_as(u, len(answers))
+        if isinstance(how, str):
+            return [(how, a) for a in answers]
+        if how is None:
+            return [(a.text, a) for a in answers]
+        return [(self.form.text(a.token_ids, w, n), a) for a, (w, n) in zip(answers, how)]
+
+    def _written_as(self, u: Unit, n: int) -> str | list[tuple[str | None, bool]] | None:
+        """How a unit's `n` answers are written: a kept mark's text (espeak), None for their own text (the model's
+        form, or a mark in any other), else each one's weak form and linking r (`OutputForm.text`)."""
+        k = self._index[id(u)] if self.written is not None else None
+        if k is not None and k in self.written.marks:
+            return self.written.marks[k]
+        if self.form is None or is_mark(u):  # a kept mark of punctuation is written as itself in every other form
+            return None
+        weak, link = (self.written.weak.get(k), k in self.written.linked) if k is not None else (None, False)
+        weak = as_given(u, self.form) or weak  # a request's pronunciation written in the answer's form, as written
+        return [(weak, link)] + [(None, False)] * (n - 1)
 
     def own_answers(self, u: Unit) -> tuple[list[Answer], list[list[Token] | None] | None]:
         """`answers` in the model's own form."""
@@ -545,47 +564,9 @@ class AdmittedRequest:
             self.cancel()
             raise
 
-    async def stream_items(self, keepalive_s: float) -> AsyncIterator[StreamToken | Failed | CaughtUp | None]:
-        """The answer's tokens in text order as the engine makes them (service/requests/streaming.py): StreamToken per
-        token (a lexicon word's at once), CAUGHT_UP after the tokens of each wake-up, None after `keepalive_s`
-        without one, or a Failed that ends the stream."""
-        # one timer per stream, re-armed only when it fires, not a timeout per token: it wakes the ticket
-        # being read, which then answers a keep-alive if nothing was yielded for keepalive_s
-        loop = asyncio.get_running_loop()
-        last_yield = loop.time()
-        reader = StreamReader(self)
-
-        def check_quiet() -> None:
-            nonlocal timer
-            quiet_until = last_yield + keepalive_s
-            if loop.time() >= quiet_until and reader.reading is not None:
-                reader.reading.wake()
-                quiet_until = loop.time() + keepalive_s
-            timer = loop.call_at(quiet_until, check_quiet)
-
-        timer = loop.call_at(last_yield + keepalive_s, check_quiet)
-        try:
-            items = reader.read([])
-            while True:
-                for item in items:
-                    if item is CAUGHT_UP:
-                        last_yield = loop.time()
-                    yield item
-                if reader.ended:
-                    return
-                events = await reader.reading.wait_events()
-                if not events:  # woken by the timer (or late by a step whose events were taken already)
-                    if loop.time() - last_yield >= keepalive_s:
-                        last_yield = loop.time()
-                        yield None
-                    items = ()
-                    continue
-                items = reader.read(events)
-        finally:
-            timer.cancel()
-            # check_quiet's closure holds itself and the timer (which holds check_quiet): cut both, so the stream's
-            # state is freed now rather than by the cyclic collector
-            timer = check_quiet = None
+    def stream_items(self, keepalive_s: float) -> AsyncIterator[StreamToken | Failed | CaughtUp | None]:
+        """The answer's tokens in text order as the engine makes them (service/requests/streaming.py `stream_items`)."""
+        return stream_items(self, keepalive_s)
 
 
 def _take(u: Unit, events: list) -> bool:

@@ -6,12 +6,14 @@ lexicon word's at once, an engine word's as far as its ticket has events); or a 
 Then `reading` is the ticket whose events come next, or `ended` is true.
 
 Two owners read a stream this way: service/http/generation.py (/generate_stream and a one-choice /v1 stream, handed
-each wake-up by the scheduler's per-step callback) and `AdmittedRequest.stream_items` (an async generator that waits on
-the ticket: a /v1 stream of several choices, whose chunks are merged).
+each wake-up by the scheduler's per-step callback) and `stream_items` (an async generator that waits on the ticket:
+`AdmittedRequest.stream_items`, for a /v1 stream of several choices, whose chunks are merged).
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
 from typing import Protocol
 
 from attnserve.service.engine.engine import Engine
@@ -116,3 +118,46 @@ class StreamReader:
                 out.append(StreamToken(token, top, reason, last_unit and reason is not None, None if reason is None else k))
         out.append(CAUGHT_UP)
         return u.finished is not None
+
+
+async def stream_items(job: Streamed, keepalive_s: float) -> AsyncIterator[StreamToken | Failed | CaughtUp | None]:
+    """A request's tokens in text order as the engine makes them: StreamToken per token (a lexicon word's at once),
+    CAUGHT_UP after the tokens of each wake-up, None after `keepalive_s` without one, or a Failed that ends the
+    stream."""
+    # one timer per stream, re-armed only when it fires, not a timeout per token: it wakes the ticket
+    # being read, which then answers a keep-alive if nothing was yielded for keepalive_s
+    loop = asyncio.get_running_loop()
+    last_yield = loop.time()
+    reader = StreamReader(job)
+
+    def check_quiet() -> None:
+        nonlocal timer
+        quiet_until = last_yield + keepalive_s
+        if loop.time() >= quiet_until and reader.reading is not None:
+            reader.reading.wake()
+            quiet_until = loop.time() + keepalive_s
+        timer = loop.call_at(quiet_until, check_quiet)
+
+    timer = loop.call_at(last_yield + keepalive_s, check_quiet)
+    try:
+        items = reader.read([])
+        while True:
+            for item in items:
+                if item is CAUGHT_UP:
+                    last_yield = loop.time()
+                yield item
+            if reader.ended:
+                return
+            events = await reader.reading.wait_events()
+            if not events:  # woken by the timer (or late by a step whose events were taken already)
+                if loop.time() - last_yield >= keepalive_s:
+                    last_yield = loop.time()
+                    yield None
+                items = ()
+                continue
+            items = reader.read(events)
+    finally:
+        timer.cancel()
+        # check_quiet's closure holds itself and the timer (which holds check_quiet): cut both, so the stream's
+        # state is freed now rather than by the cyclic collector
+        timer = check_quiet = None
