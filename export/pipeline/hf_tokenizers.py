@@ -3,8 +3,14 @@
 - Marian: `source.spm` and `target.spm` (SentencePiece unigram models) with the joint `vocab.json`. Each side is a
   `tokenizers` Unigram over the joint vocabulary in its id order, scored by its own SentencePiece model, with that
   model's normaliser, whitespace handling and decoder (transformers' own SentencePiece conversion builds those), so
-  a piece gets the id Marian's tokenizer gives it. Pieces of the joint vocabulary the side's model lacks get a
-  score below every real piece. Language codes (`>>fr<<`) are whole tokens, as Marian splits them off.
+  a piece gets the id Marian's tokenizer gives it. A piece of the joint vocabulary that the side's model lacks (the
+  other language's) is one Marian's SentencePiece never emits, but for one case: characters the model does not know
+  come out as one unknown piece, which Marian looks up in the joint vocabulary by its text ("ß" of a German target
+  in an English source). So such a piece is matched only when all its characters are unknown to the side's model;
+  any other is held under a name no text normalises to (UNSEEN_MARK in front), which the decoder removes, so its id
+  still decodes as transformers decodes it. (A run of unknown characters that the vocabulary spells only in parts,
+  "ßß" where it holds "ß", is one `<unk>` to Marian and two pieces here.) Language codes (`>>fr<<`) are whole
+  tokens, as Marian splits them off.
 - T5 (`spiece.model` or `tokenizer.json`), BART (`tokenizer.json`, or `vocab.json` + `merges.txt`): the fast
   tokenizer transformers loads, saved as it is.
 
@@ -24,7 +30,8 @@ from tokenizers.models import Unigram
 from attnserve.export.errors import BuildError
 
 MARIAN_FILES = ("source.spm", "target.spm", "vocab.json")
-UNSEEN_PIECE_SCORE = -1e4  # below any SentencePiece piece's log-probability: chosen only where nothing else fits
+UNSEEN_MARK = "\ue000"  # a private-use character in front of a piece the side's model lacks: no text matches it
+UNSEEN_PIECE_SCORE = -1e4  # below any SentencePiece piece's log-probability
 
 
 def _spm_side(spm_file: Path, vocab: dict[str, int], special: list[str]) -> Tokenizer:
@@ -37,13 +44,23 @@ def _spm_side(spm_file: Path, vocab: dict[str, int], special: list[str]) -> Toke
     ordered = sorted(vocab.items(), key=lambda kv: kv[1])
     if [i for _, i in ordered] != list(range(len(ordered))):
         raise BuildError(f"{spm_file.parent / 'vocab.json'}: ids must run 0..{len(ordered) - 1} without gaps")
-    pieces = [(p, 0.0 if p in special else scores.get(p, UNSEEN_PIECE_SCORE)) for p, _ in ordered]
+    codes = {p for p in vocab if p.startswith(">>") and p.endswith("<<")}  # matched whole, under their own names
+
+    known = {c for p in scores for c in p}  # the characters the side's model can spell
+
+    def piece(p: str) -> tuple[str, float]:
+        if p in special:
+            return p, 0.0
+        if p in scores or p in codes or known.isdisjoint(p):  # the last: a text Marian's unknown piece may have
+            return p, scores.get(p, UNSEEN_PIECE_SCORE)
+        return UNSEEN_MARK + p, UNSEEN_PIECE_SCORE
+
+    pieces = [piece(p) for p, _ in ordered]
     shell = SpmConverter.build_tokenizer_from_spm_proto(proto, pieces)  # the normaliser, pre-tokenizer, decoder
     tok = Tokenizer(Unigram(pieces, unk_id=vocab["<unk>"], byte_fallback=False))
     tok.normalizer = shell.normalizer
     tok.pre_tokenizer = shell.pre_tokenizer
     tok.decoder = _strip_both(shell.decoder)
-    codes = [p for p in vocab if p.startswith(">>") and p.endswith("<<")]
     if codes:
         tok.add_tokens([AddedToken(c, normalized=False) for c in codes])
     tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in special])
@@ -51,10 +68,11 @@ def _spm_side(spm_file: Path, vocab: dict[str, int], special: list[str]) -> Toke
 
 
 def _strip_both(decoder):
-    """Marian's decode strips the text at both ends; SentencePiece's decoder strips only the dummy prefix."""
+    """Marian's decode strips the text at both ends; SentencePiece's decoder strips only the dummy prefix. The other
+    side's pieces lose their UNSEEN_MARK first."""
     from tokenizers import decoders
 
-    return decoders.Sequence([decoder, decoders.Strip(content=" ", left=0, right=1)])
+    return decoders.Sequence([decoders.Replace(UNSEEN_MARK, ""), decoder, decoders.Strip(content=" ", left=0, right=1)])
 
 
 def marian_tokenizers(hf_dir: Path, hf_tok) -> tuple[Tokenizer, Tokenizer]:
