@@ -5,7 +5,7 @@ The checkpoint is built here (no download): opus-mt-en-de's dimensions (6+6 laye
 hundred generated sentences and the vocabulary filled to size. Then:
 - `attnserve-export from-hf` imports it (its parity proof against transformers runs as always);
 - `ct2-transformers-converter` converts the same folder to CTranslate2 int8;
-- each engine decodes the same sources at batch 1 and 32, greedy, every answer forced to `--tokens` tokens
+- each engine decodes the same sources at batch 1 and 32, greedy and beam 4, every answer forced to `--tokens` tokens
   (min = max length), so each does the same work: tokens/s is generated tokens over wall time, the encoder included.
 The imported bundle's int8 is measured when it passed its gate, or written beside it for the measurement only.
 
@@ -95,7 +95,8 @@ def timed(fn) -> float:
     return time.perf_counter() - t0
 
 
-def measure(hf_dir: Path, bundle: Path, ct2_dir: Path, texts: list[str], tokens: int, batch: int) -> dict:
+def measure(hf_dir: Path, bundle: Path, ct2_dir: Path, texts: list[str], tokens: int, batch: int, beams: int) -> dict:
+    """Seconds and tokens/s of each engine on `texts` in batches of `batch`, `beams` 1 (greedy) or more."""
     import ctranslate2
     import torch
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
@@ -108,7 +109,8 @@ def measure(hf_dir: Path, bundle: Path, ct2_dir: Path, texts: list[str], tokens:
     tok = AutoTokenizer.from_pretrained(hf_dir)
     model = AutoModelForSeq2SeqLM.from_pretrained(hf_dir).eval()
     out: dict = {}
-    options = DecodingOptions(max_new_tokens=tokens, min_new_tokens=tokens - 1)  # the last is the forced end token
+    # every answer forced to `tokens` tokens: the last is the checkpoint's forced end token
+    options = DecodingOptions(max_new_tokens=tokens, min_new_tokens=tokens - 1, num_beams=beams)
     for variant in ("int8", "fp32"):
         engine = Engine(load_bundle(bundle, check_hashes=False), variant=variant, provider="cpu", threads=1)
         engine.generate(texts[:batch], options, batch_size=batch)  # warm
@@ -119,7 +121,11 @@ def measure(hf_dir: Path, bundle: Path, ct2_dir: Path, texts: list[str], tokens:
     def ct2_run():
         for i in range(0, len(pieces), batch):
             translator.translate_batch(
-                pieces[i : i + batch], beam_size=1, max_decoding_length=tokens, min_decoding_length=tokens, max_batch_size=batch
+                pieces[i : i + batch],
+                beam_size=beams,
+                max_decoding_length=tokens,
+                min_decoding_length=tokens,
+                max_batch_size=batch,
             )
 
     ct2_run()
@@ -129,7 +135,7 @@ def measure(hf_dir: Path, bundle: Path, ct2_dir: Path, texts: list[str], tokens:
         with torch.no_grad():
             for i in range(0, len(texts), batch):
                 enc = tok(texts[i : i + batch], return_tensors="pt", padding=True)
-                model.generate(**enc, num_beams=1, do_sample=False, max_new_tokens=tokens, min_new_tokens=tokens)
+                model.generate(**enc, num_beams=beams, do_sample=False, max_new_tokens=tokens, min_new_tokens=tokens)
 
     out["transformers_fp32"] = timed(hf_run)
     return {name: {"seconds": round(s, 3), "tokens_per_s": round(len(texts) * tokens / s, 1)} for name, s in out.items()}
@@ -181,7 +187,13 @@ def main(argv: list[str] | None = None) -> int:
         "threads": 1,
         "tokens": args.tokens,
         "sources": args.sources,
-        "greedy": {f"batch{b}": measure(hf_dir, bundle, ct2_dir, texts, args.tokens, b) for b in (1, 32)},
+        "cells": {
+            f"{'greedy' if beams == 1 else f'beam{beams}'}_batch{b}": measure(
+                hf_dir, bundle, ct2_dir, texts, args.tokens, b, beams
+            )
+            for beams in (1, 4)
+            for b in (1, 32)
+        },
         "date": time.strftime("%Y-%m-%d"),
         "command": "python -m benchmarks.hf_marian_speed " + " ".join(argv if argv is not None else sys.argv[1:]),
     }

@@ -28,8 +28,10 @@ Evaluation never reads a lexicon: it scores the model alone.
 
 from __future__ import annotations
 
+import gc
 import gzip
 import io
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,12 +60,8 @@ class LexiconAnswer:
     ids: tuple[int, ...]
 
 
-def read_lexicon_file(path: Path, comments: bool = False) -> Iterator[tuple[int, str, str]]:
-    """(line number, source, target) of each entry of a TSV file (gzip when the name ends in .gz).
-
-    `comments`: skip blank lines and lines starting with '#' (operators' files).
-    Raises LexiconError naming the file and line for a line that is not `source<TAB>target`.
-    """
+def _lexicon_text(path: Path) -> str:
+    """A lexicon file's text (gunzipped when the name ends in .gz); LexiconError naming the file and line."""
     if not path.is_file():
         raise LexiconError(f"lexicon file not found: {path}")
     raw = path.read_bytes()
@@ -73,10 +71,22 @@ def read_lexicon_file(path: Path, comments: bool = False) -> Iterator[tuple[int,
         except (OSError, EOFError) as e:
             raise LexiconError(f"{path}: not a gzip file ({e})") from None
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError as e:
         line = raw[: e.start].count(b"\n") + 1
         raise LexiconError(f"{path}:{line}: not valid UTF-8 ({e.reason})") from None
+
+
+def read_lexicon_file(path: Path, comments: bool = False) -> Iterator[tuple[int, str, str]]:
+    """(line number, source, target) of each entry of a TSV file (gzip when the name ends in .gz).
+
+    `comments`: skip blank lines and lines starting with '#' (operators' files).
+    Raises LexiconError naming the file and line for a line that is not `source<TAB>target`.
+    """
+    return _entries_of(path, _lexicon_text(path), comments)
+
+
+def _entries_of(path: Path, text: str, comments: bool) -> Iterator[tuple[int, str, str]]:
     for lineno, line in enumerate(text.splitlines(), 1):
         if comments and (not line.strip() or line.lstrip().startswith("#")):
             continue
@@ -87,6 +97,51 @@ def read_lexicon_file(path: Path, comments: bool = False) -> Iterator[tuple[int,
         if not source or not target:
             raise LexiconError(f"{path}:{lineno}: empty source or target")
         yield lineno, source, target
+
+
+def read_lexicon_entries(path: Path) -> dict[str, list[str]]:
+    """A bundle's lexicon file as source -> targets in file order, with `read_lexicon_file`'s checks and errors.
+
+    This is start-up's largest cost (126,000 lines for the default model), so a file that `write_lexicon_file` could
+    have written (no spaces around a tab or at a line's ends) is read in one tight loop with the cyclic collector
+    paused: its 126,000 new lists would otherwise set off full passes over a growing heap. Any other file, or a line
+    the loop cannot take, is read by `read_lexicon_file`."""
+    text = _lexicon_text(path)
+    if _tidy(text):
+        entries: dict[str, list[str]] = {}
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            for line in text.splitlines():
+                source, tab, target = line.partition("\t")
+                if not (source and target) or "\t" in target:
+                    break
+                found = entries.get(source)
+                if found is None:
+                    entries[source] = [target]
+                else:
+                    found.append(target)
+            else:
+                return entries
+        finally:
+            if collecting:
+                gc.enable()
+    entries = {}
+    for _, source, target in _entries_of(path, text, comments=False):
+        entries.setdefault(source, []).append(target)
+    return entries
+
+
+# what the tight loop leaves to `read_lexicon_file`: spaces around a tab or at a line's ends, blank lines, line ends
+# other than "\n" and whitespace other than ASCII's (`str.strip` and `str.splitlines` read all of them otherwise)
+_UNTIDY = (" \t", "\t ", " \n", "\n ", "\n\n", "\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e")
+_OTHER_SPACE = re.compile(r"[^\S\t\n ]")
+
+
+def _tidy(text: str) -> bool:
+    if any(mark in text for mark in _UNTIDY) or text[:1].isspace() or text.rstrip("\n")[-1:].isspace():
+        return False
+    return text.isascii() or _OTHER_SPACE.search(text) is None
 
 
 def write_lexicon_file(path: Path, entries: Mapping[str, Sequence[str]]) -> None:
@@ -123,7 +178,7 @@ class Lexicon:
         one_word: bool = False,
         operator_sources: frozenset[str] = frozenset(),
     ):
-        self._entries = {source: tuple(targets) for source, targets in entries.items()}
+        self._entries = dict(entries)  # its target lists are never changed: not copied (start-up time)
         self._operator = operator_sources  # the sources the operator's file gives (`from_operator`)
         # what `reloaded` starts again from: the bundle's entries before the operator's file, and how it reads sources
         self._bundle_entries = bundle_entries if bundle_entries is not None else {}
@@ -154,10 +209,9 @@ class Lexicon:
             return None
         src = src_tokenizer or Tokenizer.from_file(str(bundle.src_tokenizer_path))
         tgt = tgt_tokenizer or Tokenizer.from_file(str(bundle.tgt_tokenizer_path))
-        entries: dict[str, list[str]] = {}
+        entries: dict[str, Sequence[str]] = {}
         if bundle.lexicon_path is not None:
-            for _, source, target in read_lexicon_file(bundle.lexicon_path):
-                entries.setdefault(source, []).append(target)
+            entries = read_lexicon_entries(bundle.lexicon_path)
             if bundle.word_level_source:
                 entries = served_first(entries, lambda target: _readable(tgt, target))
         overrides: dict[str, list[str]] = {}

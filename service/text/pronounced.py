@@ -75,11 +75,11 @@ def _load() -> tuple[dict[str, tuple[str, ...]], dict[str, str]]:
 SERVED, WRITTEN = _load()
 
 
-def served_first(entries: Mapping[str, Sequence[str]], readable: Callable[[str], bool]) -> dict[str, list[str]]:
+def served_first(entries: Mapping[str, Sequence[str]], readable: Callable[[str], bool]) -> dict[str, Sequence[str]]:
     """`entries` (the bundle's lexicon: word -> readings, best first) with the table's readings of each of its words
     first and the entries' others after them, and the table's words the entries lack added. Empty of the table when
     one of its readings is not `readable` (a bundle whose targets are not ARPAbet): the table is all or nothing."""
-    out = {word: list(readings) for word, readings in entries.items()}
+    out = dict(entries)  # the entries' own lists, which neither changes
     if not all(readable(r) for r in [*(r for rs in SERVED.values() for r in rs), *WRITTEN.values()]):
         return out
     for word, readings in SERVED.items():

@@ -15,7 +15,7 @@ from tokenizers import Tokenizer
 
 from attnserve.export.pipeline.lexicon import add_lexicon
 from attnserve.service.engine.bundle import BundleError, load_bundle, sha256_file, write_bundle_json
-from attnserve.service.text.lexicon import LEXICON_FILE, Lexicon, LexiconError
+from attnserve.service.text.lexicon import LEXICON_FILE, Lexicon, LexiconError, read_lexicon_entries, read_lexicon_file
 from attnserve.service.text.pronounced import SERVED
 from attnserve.training.data import cmudict_path, parse_cmudict
 
@@ -208,3 +208,51 @@ def test_evaluation_scores_the_model_alone_whatever_the_lexicon_says(tmp_path):
     shipped = evaluate_bundle(DEFAULT_BUNDLE, "test", 24, None, 24)
     wrong = evaluate_bundle(d, "test", 24, None, 24)
     assert wrong["wer"] == shipped["wer"] < 100 and wrong["per"] == shipped["per"]
+
+
+def _by_lines(path: Path) -> tuple:
+    """A lexicon file read line by line (`read_lexicon_file`): its entries, or its error."""
+    entries: dict[str, list[str]] = {}
+    try:
+        for _, source, target in read_lexicon_file(path):
+            entries.setdefault(source, []).append(target)
+    except LexiconError as e:
+        return "error", str(e)
+    return "entries", entries
+
+
+def _at_once(path: Path) -> tuple:
+    try:
+        return "entries", read_lexicon_entries(path)
+    except LexiconError as e:
+        return "error", str(e)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "a\tB\nc\tD\na\tE\n",  # tidy: the tight loop's own case, a second target kept in order
+        "a\tB\nc\tD",  # no newline at the end
+        "a\tB\n\nc\tD\n",  # a blank line: refused, naming line 2
+        "a \tB\n",  # spaces around the tab or at the ends: stripped
+        "a\t B\n",
+        "a\tB \n",
+        " a\tB\n",
+        "a\tB\r\nc\tD\r\n",  # Windows line ends
+        "a\u00a0\tB\n",  # a space other than ASCII's
+        "a\tB\tC\n",  # three columns: refused
+        "a\t\n",  # an empty target: refused
+        "\tB\n",
+        "a\tB\nc\n",  # one column: refused, naming line 2
+    ],
+)
+def test_a_bundle_lexicon_read_at_once_is_read_as_line_by_line(tmp_path, content):
+    path = tmp_path / "lexicon.tsv"
+    path.write_text(content, encoding="utf-8")
+    assert _at_once(path) == _by_lines(path)
+
+
+def test_the_default_lexicon_read_at_once_is_read_as_line_by_line():
+    path = DEFAULT_BUNDLE / LEXICON_FILE
+    assert _at_once(path) == _by_lines(path)
+    assert len(_at_once(path)[1]) > 100_000
