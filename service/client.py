@@ -252,6 +252,7 @@ class Generator:
         decoder_input_details: bool | None = None,
         punctuation: bool | None = None,
         date_order: str | None = None,
+        number_and: bool | None = None,
         window: int | None = None,
         context: bool | None = None,
         alphabet: str | None = None,
@@ -265,8 +266,9 @@ class Generator:
         every word, and so does `decoder_input_details` (as over HTTP); `context` False reads heteronyms as the
         lexicon's first entry; `punctuation` keeps running text's pauses as units of their own (the mark is their
         answer, source "punctuation"; default: on for alphabet "espeak", off otherwise); `date_order` orders dates
-        written in numbers. A line that cannot be read yields its InputError in its place. Up to `window` lines
-        (default 4 x max_batch_size) are in flight, so the model's words of many lines share the batch. `alphabet`
+        written in numbers; `number_and` reads numbers with the British "and". A line that cannot be read yields its
+        InputError in its place. Up to `window` lines (default 4 x max_batch_size) are in flight, so the model's
+        words of many lines share the batch. `alphabet`
         ("arpabet", "ipa" or "espeak"), `stress`, `pronunciations` ({word or words: ARPAbet, IPA or espeak-ng IPA},
         for these lines only) and `pronunciations_alphabet`: a bad one raises InputError before any line is read.
         Each result's `word_details()` gives what `details: "words"` gives over HTTP."""
@@ -276,6 +278,7 @@ class Generator:
             decoder_input_details=decoder_input_details,
             punctuation=punctuation,
             date_order=date_order,
+            number_and=number_and,
             context=context,
             alphabet=alphabet,
             stress=stress,
@@ -306,6 +309,7 @@ class Generator:
         decoder_input_details: bool | None = None,
         punctuation: bool | None = None,
         date_order: str | None = None,
+        number_and: bool | None = None,
         context: bool | None = None,
         alphabet: str | None = None,
         stress: bool | None = None,
@@ -323,6 +327,7 @@ class Generator:
                 context=context,
                 punctuation=punctuation,
                 date_order=date_order,
+                number_and=number_and,
                 pronunciations=pronunciations,
                 pronunciations_alphabet=pronunciations_alphabet,
             )

@@ -106,6 +106,7 @@ class Phonemizer:
         pronunciations: Mapping[str, str] | None = None,
         pronunciations_alphabet: str | None = None,
         date_order: str | None = None,
+        number_and: bool | None = None,
         language: str | None = None,
         context: bool | None = None,
         lexicon: bool = True,
@@ -113,8 +114,9 @@ class Phonemizer:
         """`text`'s sentences in order. `alphabet` "espeak" (espeak-ng's en-us IPA, every symbol in Piper's phoneme
         map), "ipa" or "arpabet"; `punctuation` keeps the marks a voice pauses on (default: on for "espeak");
         `stress` False drops stress marks; `pronunciations` {word or words: phonemes} for this call; `date_order`
-        "mdy" (default), "dmy" or "ymd"; `context` False reads a heteronym as the lexicon's first entry; `lexicon`
-        False asks the model for every word. ValueError for a bad option, a language other than en-us, or a
+        "mdy" (default), "dmy" or "ymd"; `number_and` True reads numbers with the British "and" (one hundred and
+        five); `context` False reads a heteronym as the lexicon's first entry; `lexicon` False asks the model for
+        every word. ValueError for a bad option, a language other than en-us, or a
         sentence the reader cannot take (longer than its limit)."""
         options = self._options(locals())
         spans, _ = sentence_spans(text, final=True)
@@ -130,6 +132,7 @@ class Phonemizer:
         pronunciations: Mapping[str, str] | None = None,
         pronunciations_alphabet: str | None = None,
         date_order: str | None = None,
+        number_and: bool | None = None,
         language: str | None = None,
         context: bool | None = None,
         lexicon: bool = True,
@@ -157,7 +160,7 @@ class Phonemizer:
             check_language(asked["language"])
         except InvalidRequest as e:
             raise ValueError(str(e)) from None
-        names = ("alphabet", "punctuation", "stress", "pronunciations", "pronunciations_alphabet", "date_order")
+        names = ("alphabet", "punctuation", "stress", "pronunciations", "pronunciations_alphabet", "date_order", "number_and")
         options = {k: asked[k] for k in (*names, "context", "lexicon") if asked[k] is not None}
         options["logprobs"] = True  # a model word's score: its tokens' log-probabilities
         key = tuple(sorted(options.items())) if "pronunciations" not in options else None

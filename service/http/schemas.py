@@ -144,6 +144,11 @@ class GenerateParameters(BaseModel):
         "alphabet `espeak` (a Piper voice pauses on the marks), off otherwise.",
     )
     date_order: DateOrder | None = Field(None, description=DATE_ORDER_DESCRIPTION)
+    number_and: bool | None = Field(
+        None,
+        description='Extension, word-level bundles: true reads numbers with the British "and" (105 one hundred and '
+        "five, 2005 two thousand and five); default false: US English, one hundred five (docs/TEXT.md).",
+    )
     # output forms and per-request pronunciations (service/requests/alphabets.py, service/text/pronunciations.py)
     alphabet: Literal["arpabet", "ipa", "espeak"] | None = Field(
         None,

@@ -177,6 +177,7 @@ def tgi_reading(p: GenerateParameters) -> ReadingOptions:
         context=p.context,
         punctuation=p.punctuation,
         date_order=p.date_order,
+        number_and=p.number_and,
         truncate=p.truncate,
         pronunciations=p.pronunciations,
         pronunciations_alphabet=p.pronunciations_alphabet,

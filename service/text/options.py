@@ -28,6 +28,7 @@ class ReadingOptions:
     context: bool = True  # False: a heteronym reads as the lexicon's first entry, whatever its sentence
     punctuation: bool = False  # running text: sentence and phrase punctuation kept as units of their own between words
     date_order: str = DATE_ORDERS[0]  # the order of a date written in numbers (forms.DATE_ORDERS)
+    number_and: bool = False  # True: British "and" in numbers (105 one hundred and five); US English reads none
     truncate: int | None = None  # keep the input's last `truncate` source tokens; None: all of it
     pronunciations: Mapping[str, str] | None = None  # word(s) -> phones, this request only
     pronunciations_alphabet: str | None = None  # how `pronunciations` are written; None: each one's detected

@@ -54,7 +54,7 @@ from attnserve.service.text.normalize import Skipped, prepare
 from attnserve.service.text.options import DEFAULT_READING, ReadingOptions
 from attnserve.service.text.pronounced import cased_word, dotted_names, possessive_word, written_word
 from attnserve.service.text.rules import Currency
-from attnserve.service.text.spoken import PAUSE
+from attnserve.service.text.spoken import NUMBER_AND, PAUSE
 from attnserve.service.text.tokens import Token, tokenize
 from attnserve.service.text.words import all_caps_sentences, case_word, context_word
 
@@ -110,13 +110,15 @@ def read_text(
     punctuation: bool = False,
     ids: Callable[[str], tuple[int, ...]] | None = None,
     date_order: str = DATE_ORDERS[0],
+    number_and: bool = False,
 ) -> Reading:
     """The words of `text` and the characters skipped. `known`: the dictionary's words (lower-case), which tells an
     acronym read as a word (NASA) from one spelt (GPU); None: no word is known. `punctuation`: keep the marks of
     rules.PAUSE_MARKS between the words, each run of them as one `Word` with `punctuation` set (where a TTS engine
     pauses); the full stop of an abbreviation is not one, and the groups of a telephone number are kept apart by
     commas. `ids`: each word's source ids, set as the word is made (`TextReader.read`); None: words have none.
-    `date_order`: how a date written in numbers is ordered (one of forms.DATE_ORDERS).
+    `date_order`: how a date written in numbers is ordered (one of forms.DATE_ORDERS); `number_and`: numbers read
+    with the British "and" (one hundred and five).
 
     Raises TextError when `text` is longer than `max_chars`, has more than `max_words` words, or has none and
     skipped characters (punctuation alone has no words and no error).
@@ -137,7 +139,11 @@ def read_text(
     prepared, origin = prepare(text)
     tokens = tokenize(prepared, origin)
     skipped: list[Skipped] = []
-    _read_tokens(text, tokens, known, skipped, date_order)
+    convention = NUMBER_AND.set(number_and)
+    try:
+        _read_tokens(text, tokens, known, skipped, date_order)
+    finally:
+        NUMBER_AND.reset(convention)
     words: list[Word] = []
     n_words = 0
     for t in tokens:
@@ -325,11 +331,13 @@ class TextReader:
         may be is the request layer's check, with the whole input's: service/requests/frontend.py `RequestLayer.units`),
         and what was skipped. `known`: the dictionary (a Lexicon), for the acronym rules; `options`: the request's
         reading (service/text/options.py): `punctuation` keeps the pauses' marks as words (`read_text`), which have no
-        source ids; `date_order` orders numeric dates.
+        source ids; `date_order` orders numeric dates; `number_and` reads numbers with the British "and".
 
         A word with a character the model cannot read is skipped too (the rules leave none for the default model's
         alphabet). Raises TextError when no word is left of a text that had some."""
-        reading = read_text(text, self.max_chars, self.max_words, known, options.punctuation, self.ids, options.date_order)
+        reading = read_text(
+            text, self.max_chars, self.max_words, known, options.punctuation, self.ids, options.date_order, options.number_and
+        )
         words, unk = reading.words, self.unk_id
         if all(w.source_ids and unk not in w.source_ids for w in words if not w.punctuation):  # the common case
             return reading

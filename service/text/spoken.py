@@ -2,7 +2,8 @@
 (service/text/tokens.py) names. This module reads numbers, money, measures, fractions and symbols; dates, times,
 telephone numbers, codes, addresses and electronic forms are read by service/text/forms.py.
 
-Cardinals are American: no "and" inside them (123 one hundred twenty three). num2words spells them; the words
+Cardinals are American: no "and" inside them (123 one hundred twenty three), unless the reading asks for the British
+one (`NUMBER_AND`, set by the reader for one text: one hundred and twenty three). num2words spells them; the words
 these rules name are tables in service/text/rules.py.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Callable
+from contextvars import ContextVar
 from fractions import Fraction
 from functools import lru_cache
 
@@ -38,32 +40,36 @@ NUMERIC = {  # kinds of token that are amounts: a hyphen between two of them is 
     "range",
 }
 Said = list  # words (str) or (word, fixed pronunciation) pairs, as a token's `spoken` takes them
+# the reading's `number_and` (service/text/options.py), set by the reader around one text's verbalising (read_text):
+# a context variable, not a parameter of every reader of a number, as it changes only the words num2words spells
+NUMBER_AND: ContextVar[bool] = ContextVar("number_and", default=False)
 
 
-def spelled(text: str) -> list[str]:
-    """num2words' text as words, case folded, without the British "and": "one hundred and twenty-one" ->
-    one hundred twenty one."""
-    return [w for w in _SPELLED_SPLIT.split(text.casefold()) if w and w != "and"]
+def spelled(text: str, keep_and: bool | None = None) -> list[str]:
+    """num2words' text as words, case folded, without the British "and" ("one hundred and twenty-one" -> one
+    hundred twenty one) unless `keep_and` (None: the reading's NUMBER_AND) keeps it."""
+    keep = NUMBER_AND.get() if keep_and is None else keep_and
+    return [w for w in _SPELLED_SPLIT.split(text.casefold()) if w and (keep or w != "and")]
 
 
 @lru_cache(maxsize=4096)
-def _cardinal(n: int) -> tuple[str, ...]:
-    return tuple(spelled(num2words(n, lang="en")))
+def _cardinal(n: int, keep_and: bool) -> tuple[str, ...]:
+    return tuple(spelled(num2words(n, lang="en"), keep_and))
 
 
 def cardinal(n: int) -> list[str]:
     """`n` as a cardinal's words: 21 -> twenty one, 123 -> one hundred twenty three."""
-    return list(_cardinal(n)) if -(10**15) < n < 10**15 else spelled(num2words(n, lang="en"))
+    return list(_cardinal(n, NUMBER_AND.get())) if -(10**15) < n < 10**15 else spelled(num2words(n, lang="en"))
 
 
 @lru_cache(maxsize=1024)
-def _ordinal(n: int) -> tuple[str, ...]:
-    return tuple(spelled(num2words(n, lang="en", to="ordinal")))
+def _ordinal(n: int, keep_and: bool) -> tuple[str, ...]:
+    return tuple(spelled(num2words(n, lang="en", to="ordinal"), keep_and))
 
 
 def ordinal(n: int) -> list[str]:
     """`n` as an ordinal's words: 3 -> third, 21 -> twenty first."""
-    return list(_ordinal(n))
+    return list(_ordinal(n, NUMBER_AND.get()))
 
 
 def year(n: int) -> list[str]:

@@ -1,6 +1,6 @@
 """Written forms over HTTP: a sample of each kind (tests/text/written_forms.tsv has them all, read without a server)
-read by the served reader, `date_order` from a request's parameters and from the OpenAI routes' extra body field, and
-a bad `date_order` refused with a message that says what to send."""
+read by the served reader, `date_order` and `number_and` from a request's parameters and from the OpenAI routes' extra
+body fields, and a bad `date_order` refused with a message that says what to send."""
 
 from __future__ import annotations
 
@@ -68,3 +68,16 @@ def test_openai_routes_take_date_order_as_an_extra_body_field(url):
     assert r.json()["choices"][0]["text"].count("|") == 6  # the third of april twenty twenty one: seven words
     bad = httpx.post(url + "/v1/completions", json={**body, "date_order": "dym"}, timeout=30)
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "date_order", bad.text
+
+
+def test_number_and_reads_numbers_with_the_british_and_on_both_apis(url):
+    text = "105 in 2005, the 121st"
+    assert words(url, text) == "one hundred five in two thousand five the one hundred twenty first".split()
+    british = "one hundred and five in two thousand and five the one hundred and twenty first".split()
+    assert words(url, text, number_and=True) == british
+    body = {"model": "g2p-tiny", "prompt": "105", "max_tokens": 4}
+    us = httpx.post(url + "/v1/completions", json=body, timeout=60).json()["choices"][0]["text"]
+    gb = httpx.post(url + "/v1/completions", json={**body, "number_and": True}, timeout=60).json()["choices"][0]["text"]
+    assert us.count("|") == 2 and gb.count("|") == 3  # one hundred five; one hundred and five
+    bad = httpx.post(url + "/v1/completions", json={**body, "number_and": "often"}, timeout=30)
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "number_and", bad.text

@@ -67,6 +67,14 @@ def test_the_options_are_the_request_layers(phonemizer):
     assert "ˈeɪpɹəl" in dmy.phonemes or "ɑːpɹɪl" in dmy.phonemes or "eɪpɹɪl" in dmy.phonemes, dmy.phonemes
 
 
+def test_number_and_reads_numbers_with_the_british_and(phonemizer):
+    (us,) = phonemizer.phonemize("105 people.", punctuation=False)
+    (gb,) = phonemizer.phonemize("105 people.", number_and=True, punctuation=False)
+    assert [w.text for w in us.words] == ["one", "hundred", "five", "people"]
+    assert [w.text for w in gb.words] == ["one", "hundred", "and", "five", "people"]
+    assert {(w.start, w.end) for w in gb.words[:4]} == {(0, 3)}  # every word of the number has its span
+
+
 @pytest.mark.parametrize("language", [None, "en", "en-us", "en_US", "EN-US"])
 def test_en_us_by_any_of_its_names_is_read(phonemizer, language):
     assert phonemizer.phonemize("Hello.", language=language)[0].phonemes == "həlˈoʊ."

@@ -229,3 +229,21 @@ def test_a_dash_between_times_is_read_to_not_kept_as_a_pause():
         words = [w.text for w in read_text("Open 9 am - 5 pm daily.", punctuation=punctuation).words]
         assert words[:6] == ["open", "nine", "am", "to", "five", "pm"], words
     assert "to" not in [w.text for w in read_text("It was late - very late.", punctuation=True).words]
+
+
+def test_number_and_reads_every_spelt_number_with_the_british_and_and_only_for_its_text():
+    from attnserve.service.text.reader import read_text
+    from attnserve.service.text.spoken import NUMBER_AND
+
+    text = "105 cats, $2,340 and the 101st in 2005"
+    us = [w.text for w in read_text(text).words]
+    gb = [w.text for w in read_text(text, number_and=True).words]
+    assert " ".join(us) == (
+        "one hundred five cats two thousand three hundred forty dollars and the one hundred first in two thousand five"
+    )
+    assert " ".join(gb) == (
+        "one hundred and five cats two thousand three hundred and forty dollars and the one hundred and first "
+        "in two thousand and five"
+    )
+    assert NUMBER_AND.get() is False  # the convention is the one text's: the next reads as US English again
+    assert [w.text for w in read_text(text).words] == us

@@ -161,6 +161,7 @@ def plan(
             context=body.context,
             punctuation=body.punctuation,
             date_order=body.date_order,
+            number_and=body.number_and,
             pronunciations=body.pronunciations,
             pronunciations_alphabet=body.pronunciations_alphabet,
             language=body.language,

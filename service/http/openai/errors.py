@@ -105,6 +105,7 @@ PARAMS: Mapping[str, str] = MappingProxyType(
         "context": "context",
         "punctuation": "punctuation",
         "date_order": "date_order",
+        "number_and": "number_and",
         "pronunciations": "pronunciations",
         "pronunciations_alphabet": "pronunciations_alphabet",
         "language": "language",

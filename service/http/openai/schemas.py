@@ -129,6 +129,11 @@ class SamplingFields(BaseModel):
         "the words' answers (docs/TEXT.md). Default: on with alphabet `espeak`, off otherwise.",
     )
     date_order: DateOrder | None = Field(None, description=DATE_ORDER_DESCRIPTION)
+    number_and: bool | None = Field(
+        None,
+        description='Extension, word-level bundles: true reads numbers with the British "and" (105 one hundred and '
+        "five, 2005 two thousand and five); default false: US English, one hundred five (docs/TEXT.md).",
+    )
     # output forms and per-request pronunciations, as the TGI routes' parameters of the same names
     alphabet: Literal["arpabet", "ipa", "espeak"] | None = Field(
         None,
