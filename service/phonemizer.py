@@ -17,8 +17,9 @@ them in one batch. Keywords left None take the request layer's defaults (punctua
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,7 +39,7 @@ _CLOSERS = "\"'”’)]»"
 class Word:
     """A word as read (`text`: "doctor" for "Dr.", "five" and "dollars" for "$5"), its span of the whole input
     (`input[start:end]`, shared by the words one written form reads as), its phonemes, where they came from
-    ("lexicon", "model", "context", "parts", or "punctuation" for a kept mark), the model's score (None unless
+    ("lexicon", "model", "context", "parts", "fallback" (`phonemize`'s), or "punctuation" for a kept mark), the model's score (None unless
     "model"), and `guessed`: a model answer scored below the bundle's guess threshold, a likely wrong reading."""
 
     text: str
@@ -110,17 +111,20 @@ class Phonemizer:
         language: str | None = None,
         context: bool | None = None,
         lexicon: bool = True,
+        fallback: Callable[[str], str | None] | None = None,
     ) -> list[Sentence]:
         """`text`'s sentences in order. `alphabet` "espeak" (espeak-ng's en-us IPA, every symbol in Piper's phoneme
         map), "ipa" or "arpabet"; `punctuation` keeps the marks a voice pauses on (default: on for "espeak");
         `stress` False drops stress marks; `pronunciations` {word or words: phonemes} for this call; `date_order`
         "mdy" (default), "dmy" or "ymd"; `number_and` True reads numbers with the British "and" (one hundred and
         five); `context` False reads a heteronym as the lexicon's first entry; `lexicon` False asks the model for
-        every word. ValueError for a bad option, a language other than en-us, or a
+        every word. `fallback`: called with each word the model guessed (`Word.guessed`) as read ("kubernetes"), it
+        returns that word's phonemes in the call's alphabet (espeak-ng's, say), or None to keep the model's; the word's
+        source is then "fallback". ValueError for a bad option, a language other than en-us, or a
         sentence the reader cannot take (longer than its limit)."""
         options = self._options(locals())
         spans, _ = sentence_spans(text, final=True)
-        return self._read(text, spans, 0, options)
+        return self._read(text, spans, 0, options, fallback)
 
     def phonemize_stream(
         self,
@@ -136,23 +140,24 @@ class Phonemizer:
         language: str | None = None,
         context: bool | None = None,
         lexicon: bool = True,
+        fallback: Callable[[str], str | None] | None = None,
     ) -> Iterator[Sentence]:
         """The sentences of the text `chunks` make together, each yielded once, as soon as the text that decides its
         end has arrived (the word after it), the last at the end of the input: the same sentences, offsets included,
         as `phonemize` gives for the whole text. Options as `phonemize`'s, checked by this call (ValueError), before
         any chunk is read."""
-        return self._stream(chunks, self._options(locals()))
+        return self._stream(chunks, self._options(locals()), fallback)
 
-    def _stream(self, chunks: Iterable[str], options: dict) -> Iterator[Sentence]:
+    def _stream(self, chunks: Iterable[str], options: dict, fallback=None) -> Iterator[Sentence]:
         pending, offset = "", 0  # the text not yet cut into sentences, and where it starts in the whole input
         for chunk in chunks:
             pending += chunk
             spans, settled = sentence_spans(pending, final=False)
             if spans:
-                yield from self._read(pending, spans, offset, options)
+                yield from self._read(pending, spans, offset, options, fallback)
             pending, offset = pending[settled:], offset + settled
         spans, _ = sentence_spans(pending, final=True)
-        yield from self._read(pending, spans, offset, options)
+        yield from self._read(pending, spans, offset, options, fallback)
 
     def _options(self, asked: dict) -> dict:
         """`generate_text_many`'s keywords of a call's, checked now (ValueError): None means the default."""
@@ -170,14 +175,17 @@ class Phonemizer:
                 self._checked.add(key)
         return options
 
-    def _read(self, text: str, spans: Sequence[tuple[int, int]], offset: int, options: dict) -> list[Sentence]:
-        """The sentences text[start:end] for `spans`, read together, their offsets moved by `offset`."""
+    def _read(self, text: str, spans: Sequence[tuple[int, int]], offset: int, options: dict, fallback=None) -> list[Sentence]:
+        """The sentences text[start:end] for `spans`, read together, their offsets moved by `offset`; `fallback` as
+        `phonemize` takes it."""
         lines = [text[a:b] for a, b in spans]
         out = []
         for line, (a, b), result in zip(lines, spans, self.generator.generate_text_many(lines, **options)):
             if isinstance(result, InputError):
                 raise ValueError(f"sentence at {offset + a}: {result}")
             phonemes, words = _words(result, offset + a)
+            if fallback is not None and any(w.guessed for w in words):
+                phonemes, words = _fall_back(result, words, fallback)
             if self._keeps_marks(options) and _ends_in_taken_stop(line, words):
                 # an abbreviation took the sentence's full stop ("5 p.m."): the sentence still ends with one
                 at = offset + a + len(line.rstrip(_CLOSERS)) - 1
@@ -197,6 +205,17 @@ def _words(result: TextResult, offset: int) -> tuple[str, list[Word]]:
         for w, (s, e), a in zip(result.words, result.spans, result.answers)
     ]
     return result.text, words
+
+
+def _fall_back(result: TextResult, words: list[Word], fallback: Callable[[str], str | None]) -> tuple[str, list[Word]]:
+    """The sentence's phonemes and words with each guessed word's phonemes from `fallback` where it gives some."""
+    out = []
+    for w in words:
+        given = fallback(w.text) if w.guessed else None
+        if given is not None and not isinstance(given, str):
+            raise TypeError(f"fallback({w.text!r}) returned {type(given).__name__}; phonemes are a str (or None)")
+        out.append(w if given is None else dataclasses.replace(w, phonemes=given, source="fallback"))
+    return result.join([w.phonemes for w in out]), out
 
 
 def _ends_in_taken_stop(line: str, words: list[Word]) -> bool:

@@ -205,3 +205,35 @@ def test_a_word_the_model_guessed_at_says_so_and_a_dictionary_word_never():
         assert w.source == "model" and w.guessed == (w.score < threshold), w
     assert any(by_text[word].guessed for word in ("xqzvbrt", "pfzhuyle"))
     assert by_text["house"].source == "lexicon" and by_text["house"].guessed is False
+
+
+def test_a_fallback_reads_the_guessed_words_and_only_those(phonemizer):
+    text = "The xqzvbrt met pfzhuyle at the house."
+    (plain,) = phonemizer.phonemize(text)
+    guessed = [w.text for w in plain.words if w.guessed]
+    assert len(guessed) >= 2  # the case this test is for: one replaced, the last kept
+    asked: list[str] = []
+
+    def espeak_ng(word: str) -> str | None:  # a user's fallback: espeak-ng, say; here a mark to find
+        asked.append(word)
+        return "ZZ" if word != guessed[-1] else None  # None keeps the model's reading
+
+    (read,) = phonemizer.phonemize(text, fallback=espeak_ng)
+    assert asked == guessed
+    for before, after in zip(plain.words, read.words):
+        if before.guessed and before.text != guessed[-1]:
+            assert (after.phonemes, after.source, after.guessed) == ("ZZ", "fallback", True)
+        else:
+            assert after == before
+    expected = plain.phonemes
+    for w in plain.words:
+        if w.guessed and w.text != guessed[-1]:
+            expected = expected.replace(w.phonemes, "ZZ", 1)
+    assert read.phonemes == expected and read.phonemes.endswith(".")
+    streamed = list(phonemizer.phonemize_stream([text[:9], text[9:]], fallback=espeak_ng))
+    assert [s.phonemes for s in streamed] == [read.phonemes]
+
+
+def test_a_fallback_that_returns_no_text_is_a_type_error_naming_the_word(phonemizer):
+    with pytest.raises(TypeError, match="xqzvbrt"):
+        phonemizer.phonemize("The xqzvbrt met pfzhuyle.", fallback=lambda word: 42)
