@@ -39,8 +39,9 @@ _CLOSERS = "\"'”’)]»"
 class Word:
     """A word as read (`text`: "doctor" for "Dr.", "five" and "dollars" for "$5"), its span of the whole input
     (`input[start:end]`, shared by the words one written form reads as), its phonemes, where they came from
-    ("lexicon", "model", "context", "parts", "fallback" (`phonemize`'s), or "punctuation" for a kept mark), the model's score (None unless
-    "model"), and `guessed`: a model answer scored below the bundle's guess threshold, a likely wrong reading."""
+    ("lexicon", "model", "context", "parts", "fallback" (`phonemize`'s), or "punctuation" for a kept mark), the
+    model's score (None unless "model"), and `guessed`: a model answer scored below the bundle's guess threshold, a
+    likely wrong reading."""
 
     text: str
     start: int

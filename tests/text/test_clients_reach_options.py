@@ -153,3 +153,19 @@ def test_details_sentences_gives_each_sentence_its_span_answer_and_words(url):
     assert sentences[-1]["word_end"] == len(words) and answer["details"]["tokens"] is None  # as "words": no token list
     plain = httpx.post(url + "/generate", json={"inputs": text, "parameters": {"details": "words"}}, timeout=60).json()
     assert plain["details"]["sentences"] is None
+
+
+def test_the_openai_routes_give_the_same_sentences_on_the_first_choice(url):
+    text = "Dr. Smith arrived at 5 p.m. He paid $5. Really?"
+    body = {"inputs": text, "parameters": {"alphabet": "espeak", "details": "sentences"}}
+    expected = httpx.post(url + "/generate", json=body, timeout=60).json()["details"]["sentences"]
+    extra = {"alphabet": "espeak", "details": "sentences", "max_tokens": 16}
+    completion = {"model": "g2p-en", "prompt": text, **extra}
+    chat = {"model": "g2p-en", "messages": [{"role": "user", "content": text}], **extra}
+    for route, request in (("/v1/completions", completion), ("/v1/chat/completions", chat)):
+        answer = httpx.post(url + route, json=request, timeout=60).json()
+        (choice,) = answer["choices"]
+        assert choice["sentences"] == expected, route
+        assert len(choice["words"]) == expected[-1]["word_end"], route  # the words beside them, as "words" gives
+        words_only = httpx.post(url + route, json={**request, "details": "words"}, timeout=60).json()
+        assert "sentences" not in words_only["choices"][0] and words_only["choices"][0]["words"] == choice["words"]

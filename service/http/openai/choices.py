@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from attnserve.service.http.responses import warnings, word_details
+from attnserve.service.http.responses import sentence_details, warnings, word_details
 from attnserve.service.requests.frontend import AdmittedRequest
 from attnserve.service.requests.units import Token
 
@@ -94,6 +94,7 @@ class Choice:
     completion_tokens: int
     warnings: list[dict] | None = None  # its prompt's skipped characters (running text); None: nothing skipped
     words: list[dict] | None = None  # with `details`: its words, as /generate's details.words; None: not asked
+    sentences: list[dict] | None = None  # with `details: "sentences"`, on a prompt's first choice: /generate's
 
 
 def answered_choices(job: AdmittedRequest, k: int, base: int, stop: tuple[str, ...]) -> list[Choice]:
@@ -127,6 +128,8 @@ def answered_choices(job: AdmittedRequest, k: int, base: int, stop: tuple[str, .
         if text.finish_reason is None:  # no tokens at all
             text.finish_reason = FINISH.get(finish, "stop")
         out.append(Choice(base + j, text.text, shown, text.finish_reason, text.tokens, skipped_warnings(job), words[j]))
+    if job.output.sentences and job.reader is not None and out:  # the best answer's, as /generate gives them
+        out[0].sentences = [s.model_dump() for s in sentence_details(job)]
     return out
 
 
@@ -148,6 +151,8 @@ def with_warnings(choice: dict, c: Choice) -> dict:
     characters skipped (otherwise as OpenAI's, unchanged)."""
     if c.words is not None:
         choice["words"] = c.words
+    if c.sentences is not None:
+        choice["sentences"] = c.sentences
     if c.warnings:
         choice["warnings"] = c.warnings
     return choice

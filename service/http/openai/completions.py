@@ -169,7 +169,13 @@ def plan(
     except InvalidRequest as e:
         raise from_error(e, params) from None
     # the choices' tokens and words are read from the answer's details
-    output = OutputOptions.of(alphabet=body.alphabet, stress=body.stress, details=True, words_only=bool(body.details))
+    output = OutputOptions.of(
+        alphabet=body.alphabet,
+        stress=body.stress,
+        details=True,
+        words_only=bool(body.details),
+        sentences=body.details == "sentences",
+    )
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     stop = tuple(body.stop or ())
     planned = Plan(

@@ -20,6 +20,7 @@ from attnserve.service.http.schemas import (
     DATE_ORDER_DESCRIPTION,
     LANGUAGE_DESCRIPTION,
     DateOrder,
+    SentenceDetails,
     TextWarning,
     WordDetails,
 )
@@ -150,10 +151,12 @@ class SamplingFields(BaseModel):
         None, description="Extension: how every value of `pronunciations` is written; null: each one's is detected."
     )
     language: str | None = Field(None, description=LANGUAGE_DESCRIPTION)
-    details: bool | Literal["words"] | None = Field(
+    details: bool | Literal["words", "sentences"] | None = Field(
         None,
         description='Extension: true or "words" adds `words` to each choice (each word of running text with its span, '
-        "answer and source), and to a stream's chunk that completes a word its `word` (index and span).",
+        "answer and source), and to a stream's chunk that completes a word its `word` (index and span); "
+        "\"sentences\" adds, beside the words, `sentences` to each prompt's first choice, as /generate's "
+        "`details.sentences`.",
     )
     context: bool | None = Field(
         None, description="Extension: false reads a heteronym as the lexicon's first entry, whatever its sentence."
@@ -251,6 +254,9 @@ class CompletionChoice(BaseModel):
     words: list[WordDetails] | None = Field(
         None, description="Extension, with `details`: the words of running text, as /generate's `details.words`."
     )
+    sentences: list[SentenceDetails] | None = Field(
+        None, description="Extension, with `details: \"sentences\"`: the prompt's sentences, as /generate's."
+    )
     warnings: list[TextWarning] | None = Field(
         None,
         description="Extension, word-level bundles: its prompt's characters that were skipped, with offsets, as /generate's "
@@ -294,6 +300,9 @@ class ChatChoice(BaseModel):
     finish_reason: FinishReason
     words: list[WordDetails] | None = Field(
         None, description="Extension, with `details`: the words of running text, as /generate's `details.words`."
+    )
+    sentences: list[SentenceDetails] | None = Field(
+        None, description="Extension, with `details: \"sentences\"`: the prompt's sentences, as /generate's."
     )
     warnings: list[TextWarning] | None = Field(
         None,
