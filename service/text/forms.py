@@ -20,6 +20,7 @@ from attnserve.service.text.spoken import (
     PAUSE,
     READERS,
     Said,
+    after_pairs_word,
     cardinal,
     decimal,
     digits,
@@ -174,9 +175,10 @@ def _code(t: Token, tokens: list[Token], i: int) -> Said:
     out: Said = []
     pieces = re.findall(r"[A-Za-z]+|[0-9]+", t.text)
     house = pieces[0].isdigit() and house_number_follows(tokens, i)
+    paired = after_pairs_word(tokens, i)  # "Room 214B", "Airbus A320"
     for k, p in enumerate(pieces):
         if p.isdigit():
-            if house and k == 0:
+            if house and k == 0 or paired and 3 <= len(p) <= 4:
                 out += house_number(p)
             elif len(p) <= 2 and not (len(p) == 2 and p[0] == "0"):
                 out += cardinal(int(p))
@@ -290,7 +292,15 @@ def _electronic(t: Token, tokens: list[Token], i: int) -> Said:
     return words
 
 
+def _plan(t: Token, tokens: list[Token], i: int) -> Said:
+    """A retirement plan or a tax section, in pairs and letters: `401(k)` four oh one K, `501(c)(3)` five oh one C
+    three."""
+    m = t.match
+    return [*house_number(m["pnum"]), *letters(m["pletter"]), *(cardinal(int(m["pdigit"])) if m["pdigit"] else [])]
+
+
 _READERS: dict[str, Callable[[Token, list[Token], int], Said | None]] = {
+    "plan": _plan,
     "time": _time,
     "phone": _phone,
     "card": _card,

@@ -124,6 +124,9 @@ STREET_TYPES = column("street_types.tsv")  # "1428 Elm St." a house number
 STATE_WORDS = {r[0] for r in table("states.tsv") if len(r) > 2 and "word" in r[2]}  # "OK": a state only in a sentence
 COMPASS_POINTS = {r[0]: tuple(r[1].split()) for r in table("compass_points.tsv")}  # "Ave NW" northwest
 DIGIT_WORDS = column("digit_words.tsv")  # "PIN 0042", "flight 870": digit by digit
+PAIRS_AFTER = column("pairs_after.tsv")  # "Room 214" two fourteen, "Boeing 747" seven forty seven: in pairs
+WEEKDAYS = {r[0]: r[1] for r in table("weekdays.tsv")}  # "Mon-Fri" monday to friday
+SLASHED = {r[0]: tuple(r[1].split()) for r in table("slashed.tsv")}  # "w/o" without
 DIGIT_NUMBERS = column("digit_numbers.tsv")  # "911" nine one one
 
 # with `punctuation: true`, the marks kept between words as their own tokens (where a TTS engine pauses): sentence

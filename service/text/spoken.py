@@ -159,7 +159,7 @@ def number_in_context(text: str, tokens: list[Token], i: int) -> Said:
         return [
             w for k, g in enumerate(x for x in groups if x) for w in ([(",", PAUSE)] if k else []) + digits(g, rules.PHONE_DIGITS)
         ]
-    if 3 <= len(text) <= 5 and house_number_follows(tokens, i):
+    if 3 <= len(text) <= 5 and house_number_follows(tokens, i) or 3 <= len(text) <= 4 and after_pairs_word(tokens, i):
         return house_number(text)
     if 1000 <= int(text) <= 2999:
         return year(int(text))
@@ -176,6 +176,13 @@ def _after_digit_word(tokens: list[Token], i: int) -> bool:
         if not (t.text.lower() in _BETWEEN or (t.kind == "word" and t.text.isupper() and len(t.text) <= 3)):
             return False
     return False
+
+
+def after_pairs_word(tokens: list[Token], i: int) -> bool:
+    """Whether a word of rules.PAIRS_AFTER stands just before `tokens[i]`, its full stop between allowed: "Room 214",
+    "Apt. 101", "Boeing 747"."""
+    k = i - 2 if i >= 2 and tokens[i - 1].text == "." else i - 1
+    return k >= 0 and tokens[k].kind == "word" and tokens[k].text.lower() in rules.PAIRS_AFTER
 
 
 def _nanp(text: str) -> bool:
@@ -337,10 +344,23 @@ def _hash(t: Token, tokens: list[Token], i: int) -> Said:
 
 def _range(t: Token, tokens: list[Token], i: int) -> Said:
     low, high = t.match["low"], t.match["high"]
+    if 3 <= len(low) <= 4 and len(high) <= 2 and after_pairs_word(tokens, i):  # "Boeing 787-9": a model, not a range
+        return [*house_number(low), *cardinal(int(high))]
     read = [year(int(n)) if len(n) == 4 and 1000 <= int(n) <= 2999 else decimal(n) for n in (low, high)]
     if len(low) == 4 and len(high) == 2:  # "1960-80" nineteen sixty to eighty
         read[1] = cardinal(int(high))
     return [*read[0], *rules.RANGE_WORD, *read[1]]
+
+
+def _days(t: Token, tokens: list[Token], i: int) -> Said:
+    """A range of weekdays, "Mon-Fri" monday to friday; a full stop after the last is the abbreviation's when the
+    text goes on in small letters or numbers ("Mon.-Fri. 9am-5pm"), not a sentence's end."""
+    following = next_token(tokens, i)
+    if following is not None and following.text == "." and following.start == t.end:
+        after = tokens[i + 2] if i + 2 < len(tokens) else None
+        following.used_stop = after is not None and (after.text[0].isdigit() or after.text[0].islower())
+    first, last = rules.WEEKDAYS[t.match["day1"].lower()], rules.WEEKDAYS[t.match["day2"].lower()]
+    return [first, *rules.RANGE_WORD, last]
 
 
 READERS: dict[str, Callable[[Token, list[Token], int], Said | None]] = {
@@ -356,6 +376,8 @@ READERS: dict[str, Callable[[Token, list[Token], int], Said | None]] = {
     "vulgar": _vulgar,
     "hash": _hash,
     "range": _range,
+    "days": lambda t, tokens, i: _days(t, tokens, i),
+    "slashed": lambda t, tokens, i: list(rules.SLASHED[t.text.lower()]),
     "version": lambda t, tokens, i: [*rules.VERSION_WORD, *decimal_parts(t.match["vnum"])],
     "dotnum": lambda t, tokens, i: ipv4(t.match["dotnum"]) or decimal_parts(t.match["dotnum"]),
 }

@@ -39,6 +39,7 @@ _CODES = _alternatives(rules.CURRENCY_CODES)
 _MONTH = rf"(?:(?=[A-Z])(?i:{_alternatives(rules.MONTHS)})|(?:{_alternatives(set(rules.MONTHS) - rules.MONTH_WORDS)}))\b\.?"
 _DOMAIN_END = _alternatives(rules.DOMAINS)  # lower-case only: "end.It" is two sentences, not a domain
 _STATES = _alternatives(rules.STATES)
+_WEEKDAY = rf"(?=[A-Z])(?i:{_alternatives(rules.WEEKDAYS)})"  # "Mon", "FRI", "Tues": capitalised or in capitals
 _URL_TAIL = r"[^\s<>\"]*[^\s<>\".,;:!?)'\]]"
 TOKENS = re.compile(
     rf"(?P<url>(?:(?i:https?|ftp)://|(?i:file):///?|(?i:www)\.){_URL_TAIL})"
@@ -61,6 +62,8 @@ TOKENS = re.compile(
     r"|(?P<height>(?<![\w.'])(?P<feet>[0-9])'\s?(?P<inches>1[01]|[0-9])(?:\"|'')(?![\w]))"
     r"|(?P<ratio>(?<![\w:.])(?P<ra>[0-9]+):(?P<rb>[0-9]+)(?![0-9:]|\.[0-9]))"
     r"|(?P<card>(?<![\w-])[0-9]{4}(?P<csep>[ -])[0-9]{4}(?P=csep)[0-9]{4}(?P=csep)[0-9]{1,4}(?![\w-]))"
+    # a retirement plan or a tax section: "401(k)", "501(c)(3)"
+    r"|(?P<plan>(?<![\w.])(?P<pnum>[0-9]{3})\((?P<pletter>[A-Za-z])\)(?:\((?P<pdigit>[0-9]{1,2})\))?(?![\w(]))"
     # telephone numbers: NANP with or without +1, brackets, dashes, dots; +country and groups; a UK number of 0 and
     # groups; 555-1234; each with an extension. Groups joined by single spaces alone are numbers ("100 500 1000")
     r"|(?P<phone>(?:(?<![\w+])(?:\+?1[\s.-]?)?(?:\([0-9]{3}\)[\s.-]?|[0-9]{3}[\s.-])[0-9]{3}[\s.-][0-9]{4}"
@@ -86,12 +89,14 @@ TOKENS = re.compile(
     r"|(?P<decade>(?P<dnum>(?:1[0-9]|2[0-9])?[1-9]0|[12][0-9]00)'?s(?![A-Za-z])"
     r"|(?<=[Tt]he )(?P<sdecade>[12][0-9][0-9]0) s(?![\w']))"
     r"|(?P<ordinal>[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:st|nd|rd|th)(?![A-Za-z])"
+    rf"|(?P<days>(?<![\w.-])(?P<day1>{_WEEKDAY})\.?\s?[-–—]\s?(?P<day2>{_WEEKDAY})(?![\w-]))"  # "Mon-Fri"
     rf"|(?P<stzip>(?<!\w)(?P<state>{_STATES}),?\s(?P<zip>[0-9]{{5}}(?:-[0-9]{{4}})?)(?![\w-]))"
     r"|(?P<postcode>(?<!\w)[A-Z]{1,2}[0-9][A-Z0-9]?\s[0-9][A-Z]{2}(?!\w))"
     r"|(?P<code>(?<![\w.-])(?:[A-Za-z]+[0-9][A-Za-z0-9]*|[0-9]+[A-Za-z]+[0-9][A-Za-z0-9]*|[0-9]+[A-LN-Z])(?!\w))"
     rf"|(?P<measure>(?P<mminus>(?<![\w.,])-)?(?<![A-Za-z])(?P<mnum>{_NUMBER})"
     rf"(?:\s?(?P<unit>{_UNITS}){_PER.format('mper')}|(?P<aunit>{_ATTACHED})|(?P<mag>{_ATTACHED_MAGNITUDE}))(?![A-Za-z0-9]))"
     rf"|(?P<number>(?P<minus>(?<![\w.,])-)?(?P<digits>{_NUMBER}|\.[0-9]+(?![\w.])){_PER.format('nper')})"
+    rf"|(?P<slashed>(?<![\w/])(?i:{_alternatives(rules.SLASHED)})(?![\w/]))"  # "w/o" without
     r"|(?P<hash>#)(?=[A-Za-z0-9])"
     r"|(?P<dotted>(?<![A-Za-z.])(?:[A-Za-z]\.){2,})"
     r"|(?P<word>[A-Za-z]+(?:'[A-Za-z]+)*)"
@@ -119,8 +124,8 @@ class Token:
 # at every position (spaces included). tests/text/test_tokens.py holds `tokenize` equal to TOKENS.finditer.
 _PLAIN_WORD = re.compile(r"(?P<word>[A-Za-z]+(?:'[A-Za-z]+)*)(?=[\s,;!?)\]}\"]|\Z)")
 _SPACES = re.compile(r"\s*")
-_RULED_WORDS = frozenset(  # the words an earlier rule may start with: dates, ZIP codes, amounts ("USD 5", "US $5")
-    {m.lower() for m in rules.MONTHS} | set(rules.STATES) | set(rules.CURRENCY_CODES) | {"US"}
+_RULED_WORDS = frozenset(  # the words an earlier rule may start: dates, ZIP codes, amounts ("USD 5", "US $5"), days
+    {m.lower() for m in rules.MONTHS} | set(rules.STATES) | set(rules.CURRENCY_CODES) | {"US"} | set(rules.WEEKDAYS)
 )
 
 

@@ -43,8 +43,8 @@ def test_every_written_form_and_the_news_text_cut_as_by_the_rules_alone():
 
 
 def test_words_that_start_a_rule_are_left_to_the_rules():
-    # a month before a day, a state before a ZIP code, a currency code or US before an amount
-    for text in ("March 5", "May 5", "IL 60601", "IL, 60601", "USD 5", "US $5", "March the 5th", "Sept 9"):
+    # a month before a day, a state before a ZIP code, a currency code or US before an amount, a range of days
+    for text in ("March 5", "May 5", "IL 60601", "IL, 60601", "USD 5", "US $5", "March the 5th", "Sept 9", "Mon - Fri"):
         assert by_tokenize(text) == by_rules_alone(text), text
         assert by_tokenize(text)[0][0] != "word", text
     assert {"march", "IL", "USD", "US"} <= _RULED_WORDS
@@ -55,7 +55,7 @@ def test_words_that_start_a_rule_are_left_to_the_rules():
 PIECES = st.sampled_from(
     ["word", "Word", "March", "may", "IL", "US", "USD", "EUR", "the", "www", "v", "x", "a", "co", "com", "io", "e", "p"]
     + list("0123456789 .,;:!?'\"-/\\@#$€£^()[]{}~_+*=%&\n\t")
-    + ["1990", "s", "am", "pm", "st", "th", "http://", "ftp", "½", "×"]
+    + ["1990", "s", "am", "pm", "st", "th", "http://", "ftp", "½", "×", "Mon", "Fri", "FRI", " - ", "w/o", "401(k)"]
 )
 
 
