@@ -127,6 +127,7 @@ DIGIT_WORDS = column("digit_words.tsv")  # "PIN 0042", "flight 870": digit by di
 PAIRS_AFTER = column("pairs_after.tsv")  # "Room 214" two fourteen, "Boeing 747" seven forty seven: in pairs
 WEEKDAYS = {r[0]: r[1] for r in table("weekdays.tsv")}  # "Mon-Fri" monday to friday
 SLASHED = {r[0]: tuple(r[1].split()) for r in table("slashed.tsv")}  # "w/o" without
+VOWELLESS_WORDS = column("vowelless_words.tsv")  # "brr", "psst": words, not acronyms to spell
 DIGIT_NUMBERS = column("digit_numbers.tsv")  # "911" nine one one
 
 # with `punctuation: true`, the marks kept between words as their own tokens (where a TTS engine pauses): sentence

@@ -274,12 +274,33 @@ def all_caps_sentences(tokens: list[Token]) -> list[bool]:
     return out
 
 
+def _in_small_letters(word: str, letters: str) -> list[tuple[str, str | None]] | None:
+    """An acronym written in small or mixed letters that the dictionary does not know: one of acronyms.tsv ("cuda",
+    "Sql") as the table reads it, or a short word without a vowel ("npm", "ssh", "dns"; not one of
+    vowelless_words.tsv, "psst") spelt; None: neither."""
+    upper = word.upper()
+    if upper in rules.WORD_ACRONYMS:
+        return list(rules.WORD_ACRONYMS[upper])
+    short = 2 <= len(letters) <= rules.MAX_SPELLED_LETTERS and letters.lower() not in rules.VOWELLESS_WORDS
+    if short and not _VOWELS.intersection(letters.lower()):
+        return [(word.lower(), _letters(upper))]
+    return None
+
+
+_VOWELS = frozenset("aeiouy")
+
+
 def case_word(surface: str, word: str, sentence_in_capitals: bool, known: Container[str] | None) -> list[tuple[str, str | None]]:
     """A word read by its case: an all-capital word is spelt when the dictionary does not know it and it is short, or
-    when it is a common word written as an acronym in a sentence not all in capitals; any other word is read as a
+    when it is a common word written as an acronym in a sentence not all in capitals; a word in small letters the
+    dictionary does not know is read as an acronym when it is one (`_in_small_letters`); any other word is read as a
     word (lower-cased)."""
     lower = word.lower()
     letters = word.replace("'", "")
+    if letters.isalpha() and not letters.isupper() and known is not None and lower not in known:
+        small = _in_small_letters(word, letters)  # "cuda", "npm": an acronym the dictionary lacks, not a word
+        if small is not None:
+            return small
     if len(letters) < 2 or not word[0].isupper() or not letters.isalpha():
         return [(lower, None)]
     if letters.isupper():
