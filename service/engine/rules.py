@@ -29,6 +29,7 @@ RULE_FIELDS = (
     "forced_eos_token_id",
     "no_repeat_ngram_size",
 )
+FORCED_IDS = ("forced_bos_token_id", "forced_eos_token_id")
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,8 @@ class GenerationRules:
     def of(cls, generation: dict | None, vocab_size: int, start_id: int, eos_id: int) -> GenerationRules | None:
         """The rules bundle.json's `generation` sets (None when it sets none)."""
         g = generation or {}
-        if not any(g.get(k) for k in RULE_FIELDS):
+        # an id of 0 is a rule (Marian's </s> is 0: its forced_eos_token_id), a length or n-gram size of 0 is none
+        if not any(g.get(k) is not None if k in FORCED_IDS else g.get(k) for k in RULE_FIELDS):
             return None
         ban = np.zeros(vocab_size)
         singles = [w[0] for w in g.get("bad_words_ids") or [] if len(w) == 1]

@@ -70,3 +70,13 @@ def test_the_other_sides_pieces_decode_as_transformers_decodes_them(marian_files
     for piece in OTHER_SIDE:
         ids = [*the, vocab[piece], *the]
         assert tgt.decode(ids, skip_special_tokens=True) == hf.decode(ids, skip_special_tokens=True), piece
+
+
+def test_an_answer_of_special_tokens_alone_decodes_to_nothing_as_in_transformers(marian_files):
+    from transformers import MarianTokenizer
+
+    hf = MarianTokenizer(str(marian_files / "source.spm"), str(marian_files / "target.spm"), str(marian_files / "vocab.json"))
+    _, tgt = marian_tokenizers(marian_files, hf)
+    vocab = json.loads((marian_files / "vocab.json").read_text(encoding="utf-8"))
+    for ids in ([], [vocab["</s>"]], [vocab["<pad>"], vocab["</s>"]], [vocab["\u2581the"]] if "\u2581the" in vocab else []):
+        assert tgt.decode(ids, skip_special_tokens=True) == hf.decode(ids, skip_special_tokens=True), ids
