@@ -111,10 +111,11 @@ def measure(hf_dir: Path, bundle: Path, ct2_dir: Path, texts: list[str], tokens:
     out: dict = {}
     # every answer forced to `tokens` tokens: the last is the checkpoint's forced end token
     options = DecodingOptions(max_new_tokens=tokens, min_new_tokens=tokens - 1, num_beams=beams)
+    rows = batch * beams  # a beam request takes a row per beam: `batch` requests at once, as the others take them
     for variant in ("int8", "fp32"):
         engine = Engine(load_bundle(bundle, check_hashes=False), variant=variant, provider="cpu", threads=1)
-        engine.generate(texts[:batch], options, batch_size=batch)  # warm
-        out[f"attnserve_{variant}"] = timed(lambda e=engine: e.generate(texts, options, batch_size=batch, sort=False))
+        engine.generate(texts[:batch], options, batch_size=rows)  # warm
+        out[f"attnserve_{variant}"] = timed(lambda e=engine: e.generate(texts, options, batch_size=rows, sort=False))
     translator = ctranslate2.Translator(str(ct2_dir), device="cpu", compute_type="int8", intra_threads=1)
     pieces = [tok.convert_ids_to_tokens(tok(t).input_ids) for t in texts]
 
@@ -187,16 +188,15 @@ def main(argv: list[str] | None = None) -> int:
         "threads": 1,
         "tokens": args.tokens,
         "sources": args.sources,
-        "cells": {
-            f"{'greedy' if beams == 1 else f'beam{beams}'}_batch{b}": measure(
-                hf_dir, bundle, ct2_dir, texts, args.tokens, b, beams
-            )
-            for beams in (1, 4)
-            for b in (1, 32)
-        },
+        "cells": {},
         "date": time.strftime("%Y-%m-%d"),
         "command": "python -m benchmarks.hf_marian_speed " + " ".join(argv if argv is not None else sys.argv[1:]),
     }
+    for beams in (1, 4):
+        for b in (1, 32):
+            cell = f"{'greedy' if beams == 1 else f'beam{beams}'}_batch{b}"
+            results["cells"][cell] = measure(hf_dir, bundle, ct2_dir, texts, args.tokens, b, beams)
+            print(cell, json.dumps(results["cells"][cell]), file=sys.stderr, flush=True)
     text = json.dumps(results, indent=2)
     print(text)
     if args.out:

@@ -42,6 +42,10 @@ LANGUAGE_DESCRIPTION = (
     "Extension: the language to read the text in; a word-level bundle reads en-us (also en, en_US), and refuses any "
     "other (a 422 on the TGI routes, a 400 on the OpenAI routes). Null: the bundle's own."
 )
+NUMBER_AND_DESCRIPTION = (
+    'Extension, word-level bundles: true reads numbers with the British "and" (105 one hundred and five, 2005 two '
+    "thousand and five); default false: US English, one hundred five (docs/TEXT.md)."
+)
 DATE_ORDER_DESCRIPTION = (
     f"Extension, word-level bundles: the order of a date written in numbers (`{DATE_ORDERS[0]}` default: 12/25/2023 "
     f"december twenty fifth; {'; '.join(f'`{order}`' for order in DATE_ORDERS[1:])}); docs/TEXT.md."
@@ -144,11 +148,7 @@ class GenerateParameters(BaseModel):
         "alphabet `espeak` (a Piper voice pauses on the marks), off otherwise.",
     )
     date_order: DateOrder | None = Field(None, description=DATE_ORDER_DESCRIPTION)
-    number_and: bool | None = Field(
-        None,
-        description='Extension, word-level bundles: true reads numbers with the British "and" (105 one hundred and '
-        "five, 2005 two thousand and five); default false: US English, one hundred five (docs/TEXT.md).",
-    )
+    number_and: bool | None = Field(None, description=NUMBER_AND_DESCRIPTION)
     # output forms and per-request pronunciations (service/requests/alphabets.py, service/text/pronunciations.py)
     alphabet: Literal["arpabet", "ipa", "espeak"] | None = Field(
         None,

@@ -19,6 +19,7 @@ from attnserve.service.http.openai.ranges import documented
 from attnserve.service.http.schemas import (
     DATE_ORDER_DESCRIPTION,
     LANGUAGE_DESCRIPTION,
+    NUMBER_AND_DESCRIPTION,
     DateOrder,
     SentenceDetails,
     TextWarning,
@@ -130,11 +131,7 @@ class SamplingFields(BaseModel):
         "the words' answers (docs/TEXT.md). Default: on with alphabet `espeak`, off otherwise.",
     )
     date_order: DateOrder | None = Field(None, description=DATE_ORDER_DESCRIPTION)
-    number_and: bool | None = Field(
-        None,
-        description='Extension, word-level bundles: true reads numbers with the British "and" (105 one hundred and '
-        "five, 2005 two thousand and five); default false: US English, one hundred five (docs/TEXT.md).",
-    )
+    number_and: bool | None = Field(None, description=NUMBER_AND_DESCRIPTION)
     # output forms and per-request pronunciations, as the TGI routes' parameters of the same names
     alphabet: Literal["arpabet", "ipa", "espeak"] | None = Field(
         None,
