@@ -71,7 +71,7 @@ def _strip_both(decoder):
     """Marian's decode strips the text at both ends; SentencePiece's decoder strips only the dummy prefix. The other
     side's pieces lose their UNSEEN_MARK first. The trailing space goes by a Replace anchored at the end, not a
     Strip decoder: `tokenizers` panics on a Strip after the Fuse when no token is left to decode (an answer of its
-    end token alone, skip_special_tokens), which took the engine's thread down."""
+    end token alone, skip_special_tokens), and the panic would end the engine's thread."""
     from tokenizers import Regex, decoders
 
     return decoders.Sequence([decoders.Replace(UNSEEN_MARK, ""), decoder, decoders.Replace(Regex(" $"), "")])

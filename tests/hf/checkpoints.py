@@ -43,6 +43,23 @@ def _train_spm(text_file: Path, prefix: Path, vocab_size: int) -> None:
     )
 
 
+def joint_vocab(out: Path, extra: tuple[str, ...] = ()) -> dict[str, int]:
+    """Marian's vocab.json for out/source.spm and out/target.spm: </s> and <unk> first, both models' pieces, `extra`
+    pieces neither model has, <pad> last."""
+    import sentencepiece as spm
+
+    vocab = {"</s>": 0, "<unk>": 1}
+    for name in ("source.spm", "target.spm"):
+        sp = spm.SentencePieceProcessor(model_file=str(out / name))
+        for i in range(sp.get_piece_size()):
+            if not (sp.is_control(i) or sp.is_unknown(i)):
+                vocab.setdefault(sp.id_to_piece(i), len(vocab))
+    for piece in extra:
+        vocab.setdefault(piece, len(vocab))
+    vocab["<pad>"] = len(vocab)
+    return vocab
+
+
 def build_marian(out: Path, seed: int = 0, d_model: int = 32, layers: int = 2, spm_vocab: int = 120) -> Path:
     """A Marian (opus-mt's layout: two SentencePiece models, a joint vocab.json, pad as the decoder start,
     bad_words_ids [[pad]], forced eos at max_length) with random weights."""
@@ -58,16 +75,7 @@ def build_marian(out: Path, seed: int = 0, d_model: int = 32, layers: int = 2, s
     (out / "target.model").rename(out / "target.spm")
     for f in ("source.vocab", "target.vocab", "train.txt"):
         (out / f).unlink()
-    import sentencepiece as spm
-
-    vocab = {"</s>": 0, "<unk>": 1}
-    for name in ("source.spm", "target.spm"):
-        sp = spm.SentencePieceProcessor(model_file=str(out / name))
-        for i in range(sp.get_piece_size()):
-            piece = sp.id_to_piece(i)
-            if not (sp.is_control(i) or sp.is_unknown(i)):
-                vocab.setdefault(piece, len(vocab))
-    vocab["<pad>"] = len(vocab)
+    vocab = joint_vocab(out)
     (out / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
     (out / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "MarianTokenizer", "model_max_length": 64}))
     pad = vocab["<pad>"]

@@ -14,32 +14,22 @@ pytest.importorskip("transformers")
 pytest.importorskip("sentencepiece")
 
 sys.path.insert(0, str(Path(__file__).parent))
-from checkpoints import _train_spm, sentences  # noqa: E402
+from checkpoints import _train_spm, joint_vocab, sentences  # noqa: E402
 
 from attnserve.export.pipeline.hf_tokenizers import marian_tokenizers  # noqa: E402
 
-OTHER_SIDE = ["\u2581stra\u00dfe", "\u00df", "\u2581x9", "9", "\u2581caf\u00e9"]  # letters and digits neither model saw
+OTHER_SIDE = ("\u2581stra\u00dfe", "\u00df", "\u2581x9", "9", "\u2581caf\u00e9")  # letters and digits neither model saw
 
 
 @pytest.fixture(scope="module")
 def marian_files(tmp_path_factory):
-    import sentencepiece as spm
-
     out = tmp_path_factory.mktemp("marian-tok")
     text = out / "train.txt"
     text.write_text("\n".join(sentences(300, 3)) + "\n")
     for side in ("source", "target"):
         _train_spm(text, out / side, 90)
         (out / f"{side}.model").rename(out / f"{side}.spm")
-    vocab = {"</s>": 0, "<unk>": 1}
-    for side in ("source", "target"):
-        sp = spm.SentencePieceProcessor(model_file=str(out / f"{side}.spm"))
-        for i in range(sp.get_piece_size()):
-            if not (sp.is_control(i) or sp.is_unknown(i)):
-                vocab.setdefault(sp.id_to_piece(i), len(vocab))
-    for piece in OTHER_SIDE:
-        vocab.setdefault(piece, len(vocab))
-    vocab["<pad>"] = len(vocab)
+    vocab = joint_vocab(out, OTHER_SIDE)
     (out / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False))
     return out
 
