@@ -15,6 +15,7 @@ The imported bundle's int8 is measured when it passed its gate, or written besid
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import platform
 import random
@@ -62,11 +63,25 @@ def build_opus_shaped(out: Path, seed: int = 0) -> Path:
     vocab["<pad>"] = VOCAB - 1
     (out / "vocab.json").write_text(json.dumps(vocab))
     pad = VOCAB - 1
-    config = MarianConfig(
-        vocab_size=VOCAB, decoder_vocab_size=VOCAB, pad_token_id=pad, decoder_start_token_id=pad, eos_token_id=0
+    config = MarianConfig(  # opus-mt-en-de's config.json; MarianConfig's own defaults are a larger model (1024, 12+12)
+        vocab_size=VOCAB,
+        decoder_vocab_size=VOCAB,
+        d_model=512,
+        encoder_layers=6,
+        decoder_layers=6,
+        encoder_attention_heads=8,
+        decoder_attention_heads=8,
+        encoder_ffn_dim=2048,
+        decoder_ffn_dim=2048,
+        activation_function="swish",
+        max_position_embeddings=512,
+        scale_embedding=True,
+        pad_token_id=pad,
+        decoder_start_token_id=pad,
+        eos_token_id=0,
     )
     torch.manual_seed(seed)
-    model = MarianMTModel(config)  # d_model 512, 6+6 layers, 8 heads, d_ff 2048: MarianConfig's defaults
+    model = MarianMTModel(config)
     with torch.no_grad():  # default init gives near-flat logits, whose argmax rounding decides: import refuses those
         for p in model.parameters():
             if p.dim() > 1:
@@ -110,7 +125,8 @@ def measure(hf_dir: Path, bundle: Path, ct2_dir: Path, texts: list[str], tokens:
     model = AutoModelForSeq2SeqLM.from_pretrained(hf_dir).eval()
     out: dict = {}
     # every answer forced to `tokens` tokens: the last is the checkpoint's forced end token
-    options = DecodingOptions(max_new_tokens=tokens, min_new_tokens=tokens - 1, num_beams=beams)
+    # greedy is num_beams None: num_beams=1 asks for a beam search of width 1 (service/engine/options.py)
+    options = DecodingOptions(max_new_tokens=tokens, min_new_tokens=tokens - 1, num_beams=beams if beams > 1 else None)
     rows = batch * beams  # a beam request takes a row per beam: `batch` requests at once, as the others take them
     for variant in ("int8", "fp32"):
         engine = Engine(load_bundle(bundle, check_hashes=False), variant=variant, provider="cpu", threads=1)
@@ -168,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
         pairs = [(s, s) for s in sources(32, seed=9)]
         write_int8(bundle, VARIANT_FILES["fp32"], VARIANT_FILES["int8"], src, tgt, meta["config"], pairs, print)
         meta["variants"]["int8"] = {**VARIANT_FILES["int8"], "kv_cache": "concat"}
+        for name in VARIANT_FILES["int8"].values():  # listed, as load_bundle requires of every referenced file
+            meta["files"][name] = hashlib.sha256((bundle / name).read_bytes()).hexdigest()
         (bundle / "bundle.json").write_text(json.dumps(meta))  # this copy is for measuring; its hashes go unchecked
     if not (ct2_dir / "model.bin").is_file():
         subprocess.run(

@@ -68,6 +68,8 @@ def _split(x: Tensor, n_heads: int) -> Tensor:
 class HFSeq2Seq(nn.Module):
     """A Marian/BART/mBART `...ForConditionalGeneration` as the v1 writer's model (module docstring)."""
 
+    LAST_POSITION_LOGITS = True  # decode projects the last position alone (export/graphs/v1.py reads it)
+
     def __init__(self, hf_model: nn.Module, cfg: PortConfig):
         super().__init__()
         self.hf = hf_model.eval()
@@ -133,7 +135,8 @@ class HFSeq2Seq(nn.Module):
         cross_bias: Tensor,  # [B, 1, 1, S]
         past: list[KV] | None = None,
     ) -> tuple[Tensor, list[KV], list[Tensor]]:
-        """-> logits [B, T, V], present self-attention K/V per layer, and no cross weights (no explain graph)."""
+        """-> logits [B, V] (the last position's), present self-attention K/V per layer, and no cross weights (no
+        explain graph)."""
         x = self._embed(self.decoder, input_ids, position_ids)
         h = self.n_heads
         presents: list[KV] = []
@@ -154,6 +157,8 @@ class HFSeq2Seq(nn.Module):
 
             x = self._residual(layer.encoder_attn_layer_norm, x, cross_attention)
             x = self._residual(layer.final_layer_norm, x, lambda y, layer=layer: self._ffn(layer, y))
-        x = self._final_norm(self.decoder, x)
-        logits = self.hf.lm_head(x) + self.hf.final_logits_bias
+        x = self._final_norm(self.decoder, x[:, -1])  # [B, D]: the step's logits are its last position's alone
+        logits = self.hf.lm_head(x)
+        if self.hf.final_logits_bias.any():  # zeros in most checkpoints: an [B, V] Add a step for nothing
+            logits = logits + self.hf.final_logits_bias
         return logits, presents, []

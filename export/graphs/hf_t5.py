@@ -38,6 +38,8 @@ def _attention(attn: nn.Module, y: Tensor, k: Tensor, v: Tensor, bias: Tensor, n
 
 
 class T5Seq2Seq(nn.Module):
+    LAST_POSITION_LOGITS = True  # decode projects the last position alone (export/graphs/v1.py reads it)
+
     def __init__(self, hf_model: nn.Module, cfg: PortConfig):
         super().__init__()
         self.hf = hf_model.eval()
@@ -88,7 +90,7 @@ class T5Seq2Seq(nn.Module):
         cross_bias: Tensor,  # [B, 1, 1, S]
         past: list[KV] | None = None,
     ) -> tuple[Tensor, list[KV], list[Tensor]]:
-        """-> logits [B, T, V], present self-attention K/V per layer, no cross weights."""
+        """-> logits [B, V] (the last position's), present self-attention K/V per layer, no cross weights."""
         # each key slot's position: the real slots counted (the last query sees every real slot of its row)
         real = (self_bias[:, 0, -1, :] > NEG_INF / 2).to(torch.long)  # [B, P+T]
         key_pos = torch.cumsum(real, dim=1) - 1
@@ -109,7 +111,7 @@ class T5Seq2Seq(nn.Module):
             ck, cv = cross_kv[i]
             x = x + _attention(ca_layer.EncDecAttention, ca_layer.layer_norm(x), ck, cv, cross_bias, h)
             x = x + ff_layer.DenseReluDense(ff_layer.layer_norm(x))
-        x = self.decoder.final_layer_norm(x)
+        x = self.decoder.final_layer_norm(x[:, -1])  # [B, D]: the step's logits are its last position's alone
         if self.rescale:
             x = x * self.cfg.d_model**-0.5
         return self.hf.lm_head(x), presents, []

@@ -79,7 +79,9 @@ class DecoderGraph(nn.Module):
         logits, presents, cross_weights = self.model.decode(
             input_ids, position_ids, self_bias, cross, encoder_attention_bias, past
         )
-        last = logits[:, -1, :]  # [B, V]
+        # a model that projects only the last position returns its [B, V] logits: the head's own output is then the
+        # graph's, written straight into the bound buffer, where taking the last position would copy [B, V] a step
+        last = logits if getattr(self.model, "LAST_POSITION_LOGITS", False) else logits[:, -1, :]  # [B, V]
         out: list[Tensor] = [last, *[t for kv in presents for t in kv]]
         if self.next_token:
             out.append(torch.argmax(last, dim=-1))  # [B] int64

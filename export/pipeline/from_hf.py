@@ -37,6 +37,7 @@ from attnserve.export.pipeline.hf_tokenizers import (
 )
 from attnserve.export.pipeline.manifest import BUNDLE_JSON, TOKENIZERS, VARIANT_FILES, write_manifest
 from attnserve.service.engine.bundle import FORMAT_VERSION, load_bundle
+from attnserve.service.engine.rules import GenerationRules
 
 FAMILIES = {"marian": "translation", "bart": "summarization", "mbart": "translation", "t5": "text2text"}
 TOKENIZER_FILES = {"marian": [MARIAN_FILES], "bart": [("tokenizer.json",), ("vocab.json", "merges.txt")]}
@@ -224,8 +225,11 @@ def write_graphs_and_meta(hf_dir: Path, model, hf_tok, family: str, work: Path, 
     log(f"[from-hf] graphs (opset {OPSET}): encoder and one-step decoder, fp32")
     port = T5Seq2Seq(model, cfg) if family == "t5" else HFSeq2Seq(model, cfg)
     export_encoder(port, work / VARIANT_FILES["fp32"]["encoder"])
-    export_decoder(port, work / VARIANT_FILES["fp32"]["decoder"])
     generation = generation_rules(model)
+    # the engine chooses a checkpoint's tokens after its rules mask the logits (service/engine/rules.py), so an
+    # in-graph argmax would go unread: a [B, V] pass a step (a tenth of a batch-32 Marian step) left out of the graph
+    next_token = GenerationRules.of(generation, cfg.tgt_vocab_size, cfg.bos_id, cfg.eos_id) is None
+    export_decoder(port, work / VARIANT_FILES["fp32"]["decoder"], next_token=next_token)
     meta = {
         "format_version": FORMAT_VERSION,
         "model_id": model_id,
@@ -241,7 +245,7 @@ def write_graphs_and_meta(hf_dir: Path, model, hf_tok, family: str, work: Path, 
         "max_target_len": cfg.max_target_len,
         "opset": OPSET,
         "io": {g: graph_io(work / VARIANT_FILES["fp32"][g]) for g in ("encoder", "decoder")},
-        "decoder_extra_outputs": ["next_token"],
+        "decoder_extra_outputs": ["next_token"] if next_token else [],
         "variants": {"fp32": {**VARIANT_FILES["fp32"], "kv_cache": "concat"}},
         "default_variant": {"cpu": "fp32", "cuda": "fp32"},
         "tokenizers": dict(TOKENIZERS),

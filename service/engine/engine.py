@@ -41,6 +41,7 @@ from tokenizers import Tokenizer
 
 from attnserve.service.engine.beam import LengthPenaltySearch
 from attnserve.service.engine.bundle import BundleError, LoadedBundle
+from attnserve.service.engine.concat import ConcatSlotBatch
 from attnserve.service.engine.contract import BufferPool, CacheLayout, DecodeBatch, DecoderSpec, EncodedSource, KernelsMissing
 from attnserve.service.engine.names import (
     ATTENTION_MASK,
@@ -66,7 +67,7 @@ from attnserve.service.engine.runtime import (
     providers,
     session_options,
 )
-from attnserve.service.engine.slots import ConcatSlotBatch, SlotBatch
+from attnserve.service.engine.slots import SlotBatch
 from attnserve.service.engine.step import StepResult, choose_tokens
 from attnserve.service.engine.stopping import Hypothesis
 
@@ -325,12 +326,19 @@ class Engine:
         if not len(batch):
             return []
         logits, next_tokens = self.run_step(batch)
-        normalised = self.rules is not None
-        if normalised:  # transformers' order: log-probabilities first, then the rules mask them (no renormalising)
+        normalised = False
+        if self.rules is not None:  # transformers' order: log-probabilities first, then the rules mask them
             state = batch.state
+            # rows that report, rank or sample read the log-probabilities; when none does, the argmax alone reads
+            # the masked raw logits, which it orders as it would their log-probabilities (service/engine/rules.py)
+            normalised = bool(state.summary.logprobs or state.summary.processed_rows.size)
+            if normalised:
+                logits = log_softmax(logits)  # a fresh float64 array, masked in place below
+            elif not logits.flags.writeable:
+                logits = logits.copy()
             limits = np.array([r.generation.max_new_tokens if r is not None and r.generation else 0 for r in state.rows])
             history = lambda: row_histories(state.rows, self.bos_id)  # noqa: E731 - read only by the rules that need it
-            logits = self.rules.apply(log_softmax(logits), state.n_generated, limits, history)
+            logits = self.rules.apply(logits, state.n_generated, limits, history)
             next_tokens = None  # the in-graph argmax saw none of the rules
         choice = choose_tokens(batch.state, logits, next_tokens, self.eos_id, self.decode_ids, normalised, self.marked_special)
         batch.follow(choice)

@@ -7,11 +7,13 @@ applies from a model's generation_config, applied here to every row of every ste
 - `forced_bos_token_id` as the first token; `forced_eos_token_id` as the last one the row's length allows.
 - `no_repeat_ngram_size` n: no token that would repeat an n-gram of the row's own ids (the start token included).
 
-The static bans are one [V] additive vector made once; the per-row ones are array writes over the rows they hit.
+The static bans are one array of ids made once; the per-row ones are array writes over the rows they hit.
 Only the rules that need a row's history (n-grams, multi-token bad words) read it, as one [R, L] array.
-`apply` takes the step's log-probabilities and returns them masked, not renormalised, as transformers' processors
-leave them: the step's token choice (service/engine/step.py) takes them as they are, so greedy, sampling and beam
-search all see the same rules, and beams are scored as transformers scores them.
+`apply` masks the step's log-probabilities in place, not renormalised, as transformers' processors leave them: the
+step's token choice (service/engine/step.py) takes them as they are, so greedy, sampling and beam search all see the
+same rules, and beams are scored as transformers scores them. A step whose rows only take the argmax masks the raw
+logits instead (the engine's step): a row's log-probabilities are its logits less one constant, so the argmax is the
+same, and a [R, V] float64 log-softmax is not worth paying for a choice it cannot change.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ FORCED_IDS = ("forced_bos_token_id", "forced_eos_token_id")
 @dataclass(frozen=True)
 class GenerationRules:
     start_id: int  # the decoder start token: position 0 of every row's history
-    static_ban: np.ndarray | None  # [V] float64: 0, or -inf for a token never chosen
+    banned: np.ndarray | None  # [K] int64: the ids never chosen
     begin_ban: np.ndarray | None  # ids not chosen first
     bad_sequences: tuple[tuple[int, ...], ...]  # multi-token bad words
     min_length: int
@@ -51,13 +53,12 @@ class GenerationRules:
         # an id of 0 is a rule (Marian's </s> is 0: its forced_eos_token_id), a length or n-gram size of 0 is none
         if not any(g.get(k) is not None if k in FORCED_IDS else g.get(k) for k in RULE_FIELDS):
             return None
-        ban = np.zeros(vocab_size)
         singles = [w[0] for w in g.get("bad_words_ids") or [] if len(w) == 1]
-        ban[[i for i in [*singles, *(g.get("suppress_tokens") or [])] if 0 <= i < vocab_size]] = -np.inf
+        banned = sorted({i for i in [*singles, *(g.get("suppress_tokens") or [])] if 0 <= i < vocab_size})
         eos = g.get("eos_token_id", eos_id)
         return cls(
             start_id=start_id,
-            static_ban=ban if np.isinf(ban).any() else None,
+            banned=np.array(banned, np.int64) if banned else None,
             begin_ban=np.array(g["begin_suppress_tokens"], np.int64) if g.get("begin_suppress_tokens") else None,
             bad_sequences=tuple(tuple(w) for w in g.get("bad_words_ids") or [] if len(w) > 1),
             min_length=int(g.get("min_length") or 0),
@@ -67,13 +68,13 @@ class GenerationRules:
             no_repeat_ngram=int(g.get("no_repeat_ngram_size") or 0),
         )
 
-    def apply(self, logits: np.ndarray, n_generated: np.ndarray, limits: np.ndarray, history) -> np.ndarray:
-        """logits [R, V] (the step's log-probabilities) -> a new float64 [R, V] with the rules applied.
-        n_generated [R]: tokens each row has generated; limits [R]: the most it may; `history()`: [R, L] int64 of
-        each row's ids so far, the start token first (-1 pads shorter rows), called only when a rule reads it."""
-        x = np.array(logits, dtype=np.float64)
-        if self.static_ban is not None:
-            x += self.static_ban
+    def apply(self, x: np.ndarray, n_generated: np.ndarray, limits: np.ndarray, history) -> np.ndarray:
+        """x [R, V] (the step's log-probabilities, or its raw logits where only the argmax reads them): the rules
+        applied IN PLACE (the caller's own fresh array), and returned. n_generated [R]: tokens each row has
+        generated; limits [R]: the most it may; `history()`: [R, L] int64 of each row's ids so far, the start token
+        first (-1 pads shorter rows), called only when a rule reads it."""
+        if self.banned is not None:
+            x[:, self.banned] = -np.inf
         first = n_generated == 0
         if self.begin_ban is not None and first.any():
             x[np.ix_(np.flatnonzero(first), self.begin_ban)] = -np.inf

@@ -1,5 +1,6 @@
 """The batch (service/engine/contract.py): each row's cache lives in a slot. `SlotBatch` steps a v2 decoder
-(`kv_cache: "in_place"`, Contract 2 version 2); `ConcatSlotBatch` steps the v1 graph over the same slots.
+(`kv_cache: "in_place"`, Contract 2 version 2); `ConcatSlotBatch`
+(service/engine/concat.py) steps the v1 graph over the same slots.
 
 Buffers, allocated for `capacity` rows and grown by doubling (a copy of the rows in use, rare):
 - self-attention cache `past_key_values.{i}.decoder.key/value` = `present.{i}.decoder.*`: one buffer
@@ -30,7 +31,6 @@ changed, and only their first `positions` entries.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -41,7 +41,6 @@ from attnserve.service.engine.bundle import BundleError
 from attnserve.service.engine.contract import BufferPool, DecodeBatch, DecoderSpec, EncodedSource, KernelsMissing
 from attnserve.service.engine.names import (
     DECODER,
-    DECODER_ATTENTION_MASK,
     ENCODER,
     ENCODER_ATTENTION_BIAS,
     INPUT_IDS,
@@ -137,6 +136,7 @@ class SlotBatch(DecodeBatch):
         self.cache: list = []
         self.given: list | None = None  # the cache set given to the pool when the batch emptied (`_emptied`)
         self.bound = -1
+        self.cache_moves = 0  # compactions and beam reorders so far: rows whose cache another row's slot now holds
 
     def _emptied(self) -> None:
         """The last row left. A host batch gives its self-attention cache to the pool (the next batch, or this one,
@@ -395,6 +395,7 @@ class SlotBatch(DecodeBatch):
         keep[dest] = src
         self.state.take(keep, [])  # the rows renumbered: a moved row's slot is its new one
         self.n = n_live
+        self.cache_moves += 1
 
     def follow(self, choice: StepChoice) -> None:
         """After token choice: beams take their parents' cache, every row feeds its new token at its next
@@ -414,6 +415,7 @@ class SlotBatch(DecodeBatch):
         """Rows `dest` take the self-attention cache of rows `src` (beams continue from their parents): only
         those rows, and only the positions they have written (a beam's rows share their position)."""
         p = int(self.positions[src].max()) + 1
+        self.cache_moves += 1
         if self.device == "cpu":
             first = self.cache[0]
             # Rows of 16 KiB and more (a default-model row past 16 positions), where no row both gives and takes
@@ -433,70 +435,6 @@ class SlotBatch(DecodeBatch):
                 host = v.numpy()
                 host[dest, :, :p] = host[src, :, :p]
                 v.update_inplace(host)
-
-
-class ConcatSlotBatch(SlotBatch):
-    """The same slots, rows, joins, compaction and beam reorder as SlotBatch, stepping a v1 decoder (`kv_cache:
-    "concat"`): the fp32 reference graph, served only when asked for by name, when a v2 variant cannot load here, or
-    for a bundle that has no v2 variant. The batch contract's v1 kind, written as an adapter of the one step below.
-
-    The v1 graph takes its past as an input [n, H, P, Dh] and returns present = concat(past, new) [n, H, P+1, Dh].
-    Each step feeds the slots' first P positions (P = the longest past among the n rows, copied out: v1's own cost,
-    a copy of the past per step), with `decoder_attention_mask` [n, P+1] = 1 below each row's length and on the new
-    column P; position_ids are the rows' own. Then each row's new K/V (present's column P) is written at its own
-    position in its slot, where a v2 step writes it, so slots read alike whichever graph steps them. Positions
-    between a row's length and P hold finite leftovers under a 0 mask (weight exactly 0 after the softmax).
-
-    Its buffers are on the host whatever the provider: on CUDA, ONNX Runtime copies the fed past to the device and
-    present back each step (a v1 graph's step moves its whole cache anyway)."""
-
-    KV_CACHE = "concat"
-    DISABLED_OPTIMIZERS: list[str] = []
-
-    def __init__(self, decoder: DecoderSpec, pool: BufferPool, run: Callable):
-        """`run`: the adapter's `run_with_values` (the engine's `run_decoder`, which a profiler may wrap)."""
-        super().__init__(dataclasses.replace(decoder, device="cpu"), pool, run)
-        self.run_values = run
-        self.host_values = decoder.values  # host OrtValues: the buffers stay on the host
-        self.output_names = decoder.output_names  # logits, present self-attention (2L), next_token when present
-        self.next_token_output = len(decoder.output_names) - 1 if decoder.has_next_token else None
-
-    @classmethod
-    def step_call(cls, calls: StepCalls) -> Callable:
-        return calls.run_with_values  # {name: value} in, the outputs back
-
-    @classmethod
-    def load_error(cls, decoder_path: Path, variant: str, reason: str) -> Exception:
-        return BundleError(f"{decoder_path.parent}: ONNX Runtime cannot load variant {variant!r}: {reason}")
-
-    @classmethod
-    def check_decoder(cls, session: ort.InferenceSession, bundle, variant: str, use_cuda: bool) -> None:
-        return None  # a v1 decoder needs no check beyond loading
-
-    def run(self) -> tuple[np.ndarray, np.ndarray | None]:
-        """ONE v1 decoder call on the first n rows: (logits [n, V], in-graph argmax [n] or None), fresh arrays."""
-        if 2 * (self.n - self.n_live) >= self.n:
-            self._compact()
-        n = self.n
-        if self.bound != n:  # the views `follow` writes through (SlotBatch makes them when it binds)
-            self.ids_view, self.positions_view, self.live_view = self.input_ids[:n, 0], self.positions[:n], self.live[:n]
-            self.row_index = np.arange(n)
-            self.bound = n
-        lengths = self.positions[:n, 0]
-        p = int(lengths.max())
-        mask = np.ones((n, p + 1), np.int64)
-        mask[:, :p] = np.arange(p) < lengths[:, None]
-        positions = self.positions[:n].astype(np.int64)
-        past = [np.ascontiguousarray(buf[:n, :, :p]) for buf in self.cache]
-        arrays = [self.input_ids[:n], positions, mask, self.bias[:n], *(c[:n] for c in self.cross), *past]
-        names = [INPUT_IDS, POSITION_IDS, DECODER_ATTENTION_MASK, ENCODER_ATTENTION_BIAS, *self.cross_names, *self.past_names]
-        value = self.host_values.input  # shares each array's memory: `arrays` outlives the call
-        outs = self.run_values({name: value(a) for name, a in zip(names, arrays)}, self.output_names, None)
-        rows = self.row_index
-        for j, buf in enumerate(self.cache):
-            buf[rows, :, lengths] = outs[1 + j].numpy()[:, :, p]  # each row's new K/V at its own position
-        logits = outs[0].numpy()
-        return logits, (None if self.next_token_output is None else outs[self.next_token_output].numpy())
 
 
 class RowStep:

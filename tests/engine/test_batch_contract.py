@@ -17,12 +17,13 @@ import numpy as np
 import pytest
 
 from attnserve.service.engine.bundle import load_bundle, write_bundle_json
+from attnserve.service.engine.concat import ConcatSlotBatch
 from attnserve.service.engine.contract import DecodeBatch
 from attnserve.service.engine.engine import BATCH_KINDS, DecodingOptions, Engine
 from attnserve.service.engine.processors import log_softmax
 from attnserve.service.engine.scheduler import ScoreTicket
 from attnserve.service.engine.scoring import ForcedBatch
-from attnserve.service.engine.slots import KEEP_WIDER, ConcatSlotBatch, SlotBatch
+from attnserve.service.engine.slots import KEEP_WIDER, SlotBatch
 from attnserve.service.engine.step import choose_tokens
 
 WORDS = ["attention", "hello", "a", "phonetics", "zebra", "characteristically", "it", "onnx", "runtime", "cat"]

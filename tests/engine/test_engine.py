@@ -152,6 +152,60 @@ def test_v1_steps_write_each_rows_cache_at_its_own_position_in_its_slot(engine):
     assert not np.allclose(last[2, :, 0], last[0, :, 0]) and np.abs(last[0, :, 3]).sum() > 0
 
 
+def test_v1_rows_in_step_feed_the_last_present_as_their_past_and_read_as_a_copied_past(engine, monkeypatch):
+    """Rows that stand at one position, with nothing moved, left or joined since, feed the step before's present
+    as their past (no copy); the logits are bitwise those of the same step fed a copy of the slots, and a row
+    leaving ends the reuse."""
+    options = DecodingOptions(max_new_tokens=12, min_new_tokens=12)
+    reused, copied = engine.new_batch(), engine.new_batch()
+    gens = {
+        id(batch): engine.join(batch, [(engine.encode_text(w), options) for w in ["hello", "characteristically", "world"]])
+        for batch in (reused, copied)
+    }
+    seen = []
+    run_step = engine.run_step
+
+    def recording(batch):
+        out = run_step(batch)
+        seen.append(out[0].copy())
+        return out
+
+    monkeypatch.setattr(engine, "run_step", recording)
+
+    def fed_ready() -> bool:  # the next step's past, as its run asks: True when it copies none of the slots
+        n, lengths, copies = reused.n, reused.positions[: reused.n, 0], []
+        in_step = bool((lengths[reused.live[:n, 0] == 1] == lengths.max()).all())
+        views = reused.scratch[0].views  # where the copy goes
+        monkeypatch.setattr(reused.scratch[0], "views", lambda shape: copies.append(shape) or views(shape))
+        reused._past(n, int(lengths.max()), in_step)
+        monkeypatch.delattr(reused.scratch[0], "views")
+        return not copies
+
+    def step_both() -> None:
+        copied.ready = None  # every step of this batch copies the slots' past
+        engine.step(reused)
+        engine.step(copied)
+        np.testing.assert_array_equal(seen[-2], seen[-1])
+
+    fed = []
+    for _ in range(8):
+        fed.append(fed_ready())
+        step_both()
+    assert fed == [False] + [True] * 7
+    for batch in (reused, copied):
+        batch.remove(gens[id(batch)][1:2])  # the middle row leaves: its slot stands at 0, masked whole
+    assert reused.n == 3 and fed_ready()
+    step_both()
+    for batch in (reused, copied):
+        batch.remove(gens[id(batch)][2:])  # the top row leaves: n shrinks to 1, the first row of present
+    assert reused.n == 1 and fed_ready()
+    step_both()
+    engine.join(reused, [(engine.encode_text("a"), options)])  # a row joins at position 0: the slots are copied
+    engine.join(copied, [(engine.encode_text("a"), options)])
+    assert not fed_ready()
+    step_both()
+
+
 def test_streamed_deltas_concatenate_to_the_text(engine):
     batch = engine.new_batch()
     engine.join(batch, [(engine.encode_text(w), greedy()) for w in WORDS[:4]])

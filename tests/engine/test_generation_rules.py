@@ -20,6 +20,6 @@ def test_a_forced_end_token_of_id_zero_is_a_rule_and_a_length_of_zero_is_none():
 def test_the_forced_end_token_takes_the_last_step_the_length_allows():
     rules = GenerationRules.of({"forced_eos_token_id": 0}, vocab_size=5, start_id=4, eos_id=0)
     logits = np.log(np.full((2, 5), 0.2))
-    out = rules.apply(logits, n_generated=np.array([2, 3]), limits=np.array([4, 4]), history=lambda: None)
+    out = rules.apply(logits.copy(), n_generated=np.array([2, 3]), limits=np.array([4, 4]), history=lambda: None)
     assert np.array_equal(out[0], logits[0])  # two more steps allowed: untouched
     assert out[1, 0] == 0.0 and np.isneginf(out[1, 1:]).all()  # the last: the end token alone

@@ -63,9 +63,9 @@ def trained(tmp_path_factory):
     args = Seq2SeqTrainingArguments(
         output_dir=str(root / "trainer"),
         per_device_train_batch_size=32,
-        learning_rate=5e-3,
-        warmup_steps=30,
-        max_steps=700,
+        learning_rate=2e-3,
+        warmup_steps=50,
+        max_steps=1000,
         weight_decay=0.0,
         save_strategy="no",
         report_to=[],
