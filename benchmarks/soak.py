@@ -15,11 +15,16 @@ a made-up word; a dictionary word; "kubernetes" and "New York" for the overrides
 text: an alphabet (ARPAbet, IPA, espeak), per-request pronunciations in ARPAbet, IPA or espeak IPA, `date_order`,
 `details: "words"`.
 
+`--bundle DIR`: serve that bundle instead (an imported checkpoint's, `attnserve-export from-hf`), its inputs the
+bundle's own sample sources (`GET /samples`), each sent as one of: `/generate` with no search parameters (the checkpoint's
+default search: beam 4 for opus-mt's generation_config), greedy on `/generate_stream`, sampled on `/generate`, beam 3
+on `/generate`; every request at most 24 new tokens.
+
 Every answer is compared with the first answer its word got in that mode (greedy over both routes shares one
-reference): a difference is a changed answer. Any status but 200, a broken stream or a client error is an
-error. The server's resident memory (VmRSS) is read after a warm-up minute (or a tenth of the run, whichever
-is shorter) and at the end; growth is the relative difference. Writes DIR/soak_TIME.json and prints a summary;
-exits 1 on any error, changed answer or growth of 5% or more.
+reference; with `--bundle`, each mode has its own): a difference is a changed answer. Any status but 200, a broken
+stream or a client error is an error. The server's resident memory (VmRSS) is read after a warm-up minute (or a
+tenth of the run, whichever is shorter) and at the end; growth is the relative difference. Writes DIR/soak_TIME.json
+and prints a summary; exits 1 on any error, changed answer or growth of 5% or more.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from benchmarks.http_overhead import ROOT, portable_args, proc_cpu_s, pseudo_wor
 from benchmarks.measure import machine, write_report
 
 MODES = ("greedy", "stream", "sampled")
+IMPORTED_MODES = ("default", "stream", "sampled", "beam")  # --bundle: an imported checkpoint's searches
 
 
 def rss_kib(pid: int) -> int:
@@ -95,22 +101,25 @@ def text_pool(n: int, seed: int = 0) -> list[str]:
     return [f"{rng.choice(TEXT_FORMS)}; {made_up[i]} and {rng.choice(known)} run kubernetes in New York." for i in range(n)]
 
 
-def body(mode: str, word: str, seed: int) -> dict:
+def body(mode: str, word: str, seed: int, imported: bool = False) -> dict:
     """One request for `word` (a word, or a text of --text, whose parameters its seed picks)."""
-    parameters = dict(PARAMETERS[seed % len(PARAMETERS)]) if " " in word else {}
+    if imported:  # a seq2seq checkpoint's source: no reading options, a bound on the answer's length
+        parameters = {"max_new_tokens": 24} | ({"num_beams": 3} if mode == "beam" else {})
+    else:
+        parameters = dict(PARAMETERS[seed % len(PARAMETERS)]) if " " in word else {}
     if mode == "sampled":
         parameters |= {"do_sample": True, "temperature": 0.8, "seed": seed}
     return {"inputs": word, "parameters": parameters} if parameters else {"inputs": word}
 
 
-async def answer(client: httpx.AsyncClient, mode: str, word: str, seed: int) -> str:
+async def answer(client: httpx.AsyncClient, mode: str, word: str, seed: int, imported: bool = False) -> str:
     """The generated text, or an exception for anything a client would count as a failure."""
     if mode != "stream":
-        r = await client.post("/generate", json=body(mode, word, seed))
+        r = await client.post("/generate", json=body(mode, word, seed, imported))
         r.raise_for_status()
         return r.json()["generated_text"]
     tokens, final = [], None
-    async with client.stream("POST", "/generate_stream", json=body(mode, word, seed)) as r:
+    async with client.stream("POST", "/generate_stream", json=body(mode, word, seed, imported)) as r:
         r.raise_for_status()
         async for line in r.aiter_lines():
             if not line.startswith("data:"):
@@ -132,13 +141,14 @@ async def answer(client: httpx.AsyncClient, mode: str, word: str, seed: int) -> 
     return final
 
 
-async def soak(url: str, pid: int, words: list[str], clients: int, seconds: float, warm_s: float) -> dict:
+async def soak(url: str, pid: int, words: list[str], clients: int, seconds: float, warm_s: float, imported: bool = False) -> dict:
+    modes = IMPORTED_MODES if imported else MODES
     seeds = {w: i + 1 for i, w in enumerate(words)}
     reference: dict[tuple[str, str], str] = {}
-    counts = {m: 0 for m in MODES}
+    counts = {m: 0 for m in modes}
     errors: list[str] = []
     changed: list[dict] = []
-    latencies: dict[str, list[float]] = {m: [] for m in MODES}
+    latencies: dict[str, list[float]] = {m: [] for m in modes}
     t_end = time.monotonic() + seconds
     rss: dict[str, int] = {}
 
@@ -146,16 +156,16 @@ async def soak(url: str, pid: int, words: list[str], clients: int, seconds: floa
         rng = random.Random(k)
         async with httpx.AsyncClient(base_url=url, timeout=60) as client:
             while time.monotonic() < t_end:
-                mode, word = rng.choice(MODES), rng.choice(words)
+                mode, word = rng.choice(modes), rng.choice(words)
                 t0 = time.perf_counter()
                 try:
-                    text = await answer(client, mode, word, seeds[word])
+                    text = await answer(client, mode, word, seeds[word], imported)
                 except Exception as e:  # every failure is counted and shown, never retried
                     errors.append(f"{mode} {word!r}: {type(e).__name__}: {e}"[:300])
                     continue
                 latencies[mode].append(time.perf_counter() - t0)
                 counts[mode] += 1
-                key = ("sampled" if mode == "sampled" else "greedy", word)
+                key = (mode if imported else "sampled" if mode == "sampled" else "greedy", word)
                 first = reference.setdefault(key, text)
                 if text != first:
                     changed.append({"mode": mode, "word": word, "first": first, "now": text})
@@ -196,15 +206,20 @@ def main() -> int:
     ap.add_argument("--clients", type=int, default=6)
     ap.add_argument("--words", type=int, default=500, help="distinct words in the pool (default 500)")
     ap.add_argument("--text", action="store_true", help="running text with written forms, alphabets and overrides")
+    ap.add_argument("--bundle", type=Path, help="serve this bundle (an imported checkpoint's), its /samples as inputs")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/soak")
     args = ap.parse_args()
-    words = text_pool(args.words) if args.text else word_pool(args.words)
-    server, url = start_server(ROOT, batch=32)
+    server, url = start_server(ROOT, batch=32, bundle=args.bundle)
+    if args.bundle:
+        words = httpx.get(f"{url}/samples", timeout=30).raise_for_status().json()["samples"][: args.words]
+    else:
+        words = text_pool(args.words) if args.text else word_pool(args.words)
     affinity = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {1} if len(affinity) > 1 else affinity)  # the clients beside the server's core
     try:
         seconds = args.minutes * 60
-        result = asyncio.run(soak(url, server.pid, words, args.clients, seconds, warm_s=min(60.0, seconds / 10)))
+        warm_s = min(60.0, seconds / 10)
+        result = asyncio.run(soak(url, server.pid, words, args.clients, seconds, warm_s, imported=args.bundle is not None))
     finally:
         os.sched_setaffinity(0, affinity)
         server.terminate()
@@ -215,6 +230,7 @@ def main() -> int:
         "clients": args.clients,
         "words": args.words,
         "text": args.text,
+        "bundle": str(args.bundle) if args.bundle else None,
     }
     path = write_report(args.out, "soak", result)
     print(

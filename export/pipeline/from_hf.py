@@ -35,7 +35,7 @@ from attnserve.export.pipeline.hf_tokenizers import (
     source_template,
     special_ids,
 )
-from attnserve.export.pipeline.manifest import BUNDLE_JSON, TOKENIZERS, VARIANT_FILES, write_manifest
+from attnserve.export.pipeline.manifest import BUNDLE_JSON, PARITY_CORPUS, TOKENIZERS, VARIANT_FILES, write_manifest
 from attnserve.service.engine.bundle import FORMAT_VERSION, load_bundle
 from attnserve.service.engine.rules import GenerationRules
 
@@ -201,6 +201,9 @@ def from_hf(
         sources = synthetic_sources(
             Tokenizer.from_file(str(work / TOKENIZERS["source"])), set(meta["special_tokens"]), parity_sources
         )
+        # the sources the proofs ran on, as every bundle keeps them: `GET /samples` and the load testers send them
+        (work / PARITY_CORPUS).write_text(json.dumps({"sources": sources}, ensure_ascii=False), encoding="utf-8")
+        meta["parity_corpus"] = PARITY_CORPUS
         meta = prove(work, meta, model, hf_tok, sources, threads, log)
         load_bundle(work)
         if out_dir.exists():

@@ -56,6 +56,7 @@ class PickedTokens:
     raw: np.ndarray | None  # [B, V] the model's own log-probabilities; None when no row reports or ranks by them
     processed_rows: np.ndarray  # the rows picked from processed logits (sampling, penalties), in row order
     processed: np.ndarray | None  # [len(processed_rows), V] their processed logits
+    normalised: bool = False  # `raw` came masked by a checkpoint's rules (choose_tokens): masked, never renormalised
 
 
 def choose_tokens(
@@ -104,7 +105,7 @@ def pick_tokens(
     if processed_rows.size:
         processed = _pick_processed(state, logits, tokens, processed_rows, eos_id)
         token_list = tokens.tolist()
-    return PickedTokens(tokens, token_list, raw, processed_rows, processed)
+    return PickedTokens(tokens, token_list, raw, processed_rows, processed, normalised)
 
 
 def _hold_back_eos(state: RowState, logits: np.ndarray, tokens: np.ndarray, token_list: list[int], eos_id: int) -> list[int]:
@@ -272,10 +273,11 @@ def advance_searches(
 def _searches_by_width(
     state: RowState, picked: PickedTokens, searches: list[Generation], eos_id: int
 ) -> dict[int, list[tuple[Generation, list[int], np.ndarray, list[int] | np.ndarray]]]:
-    """Each search's slots and which rows of which batch-wide log-probabilities it searches, grouped by width:
-    the model's own; before min_new_tokens, renormalised without the end token; with penalties, the processed
-    ones. Each distribution is computed once for the batch, row-wise (so each row as alone), not once per search.
-    A search's rows joined together and share their settings: its first row speaks for them all."""
+    """Each search's slots and which rows of which batch-wide log-probabilities it searches, grouped by width: the
+    model's own; before min_new_tokens, renormalised without the end token (an imported checkpoint's only masked,
+    as transformers masks it); with penalties, the processed ones. Each distribution is computed once for the
+    batch, row-wise (so each row as alone), not once per search. A search's rows joined together and share their
+    settings: its first row speaks for them all."""
     raw, processed_rows = picked.raw, picked.processed_rows
     is_processed = None  # per row: picked from processed logits (None: no row is)
     if processed_rows.size:
@@ -297,7 +299,8 @@ def _searches_by_width(
             if raw_without_eos is None:
                 raw_without_eos = raw.copy()
                 raw_without_eos[:, eos_id] = -np.inf
-                raw_without_eos = log_softmax(raw_without_eos)
+                if not picked.normalised:  # an imported checkpoint's: transformers' MinNewTokensLength only masks
+                    raw_without_eos = log_softmax(raw_without_eos)
             dist, dist_rows = raw_without_eos, slots
         else:
             dist, dist_rows = raw, slots

@@ -96,6 +96,26 @@ def test_continuous_batching_answers_as_transformers(imported):
         assert got == want
 
 
+def test_a_minimum_length_masks_the_end_token_as_transformers_does(imported):
+    """min_new_tokens on an imported checkpoint is transformers' MinNewTokensLength: the end token's log-probability
+    set to -inf before that many tokens, the others left as they are (not renormalised), so beam search scores its
+    candidates as transformers' generate does, and greedy takes the same argmax."""
+    from attnserve.service.engine.bundle import load_bundle
+    from attnserve.service.engine.engine import Engine
+    from attnserve.service.engine.options import DecodingOptions
+
+    engine = Engine(load_bundle(imported[2]), variant="fp32", provider="cpu", threads=1)
+    sources = sentences(6, seed=21)
+    for beams in (None, 4):
+        options = DecodingOptions(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS - 4, num_beams=beams)
+        results = engine.generate(sources, options, batch_size=8)
+        same = 0
+        for text, r in zip(sources, results):
+            got = [*r.token_ids, *([engine.eos_id] if r.finish_reason == "eos_token" else [])]
+            same += got == generate(imported, text, num_beams=beams or 1, min_new_tokens=NEW_TOKENS - 4)
+        assert same == len(sources), (beams, same)
+
+
 def test_served_greedy_beam_and_completions_equal_transformers(imported):
     family, _, bundle, _, tok = imported
     sources = sentences(8, seed=77)
@@ -104,6 +124,9 @@ def test_served_greedy_beam_and_completions_equal_transformers(imported):
         assert info["family"] == family and info["variant"] == "fp32"
         models = httpx.get(f"{server.url}/v1/models").json()["data"]
         assert models[0]["family"] == family
+        samples = httpx.get(f"{server.url}/samples").json()["samples"]  # what a load test sends by default
+        proved_on = json.loads((bundle / "parity_corpus.json").read_text())["sources"]
+        assert samples and set(samples) <= set(proved_on)
         for text in sources:
             want = generate(imported, text, num_beams=1)
             body = {"inputs": text, "parameters": {"details": True, "num_beams": 1, "max_new_tokens": NEW_TOKENS}}
